@@ -1,0 +1,737 @@
+//! The byte ledger: at most `budget` bytes charged in flight.
+//!
+//! # Design
+//!
+//! One 64-bit word, as in the count ledger, doubles as the allocation's reference count
+//! (see `raw`):
+//!
+//! ```text
+//!   bit 63      OWNER: the ledger's handles
+//!   bits 40-62  permits alive (each counts 1 here, so a zero-byte permit still counts)
+//!   bits 0-39   bytes charged
+//! ```
+//!
+//! A charge adds `PERMIT + n` with one compare-exchange; a drop subtracts what the permit
+//! holds with one atomic subtraction. So budgets and single charges are limited to
+//! 2^40 - 1 bytes (1 TiB) and live permits to 2^23 - 1 (8,388,607): more than any one
+//! process buffers, and both limits are checked, never overflowed.
+//!
+//! The compare-exchange loop (rather than an optimistic add) matters more here than for
+//! counts: an optimistic add of a large charge would make every concurrent small charge
+//! fail while it is rolled back.
+
+use std::fmt;
+use std::ptr::NonNull;
+
+use crossbeam_utils::CachePadded;
+
+use crate::raw::{self, Counted, Owner, OWNER};
+use crate::stats::{Snapshot, Stats};
+use crate::sync::{Arc, AtomicU64, Ordering, Track};
+use crate::{CapacityError, Refused};
+
+const PERMIT_SHIFT: u32 = 40;
+const PERMIT: u64 = 1 << PERMIT_SHIFT;
+const BYTES: u64 = PERMIT - 1;
+const PERMITS: u64 = !OWNER & !BYTES;
+/// Budget or maximum as stored: `UNLIMITED` for "not limited".
+const UNLIMITED: u64 = u64::MAX;
+
+/// A limit on how many bytes are charged in flight at once.
+///
+/// Each [`BytePermit`] holds a charge of some bytes until it is dropped; it can grow as a
+/// body streams in ([`BytePermit::try_grow`]) and give part of its charge back early
+/// ([`BytePermit::shrink`]).
+///
+/// **Lone-request exemption.** When nothing is charged, a single charge is admitted
+/// however large it is (up to [`max_charge`](Self::max_charge), if one is set): one
+/// request is one atomic batch, and refusing the only thing in flight would shed load the
+/// process is not short of. Likewise a permit that holds every charged byte may grow past
+/// the budget. So `in_flight` can exceed the budget by at most one request.
+///
+/// What it bounds: bytes that callers say they hold. It does not measure memory; it
+/// bounds what is charged against it, and is only as good as the charges.
+///
+/// A budget of 0 means unlimited (still counted).
+///
+/// # Examples
+///
+/// ```
+/// use admission_core::{ByteLedger, Refused};
+///
+/// let ledger = ByteLedger::new(1024)?;
+/// let a = ledger.try_charge(600)?;
+/// assert_eq!(ledger.try_charge(600).unwrap_err(), Refused::Bytes);
+/// let b = ledger.try_charge(400)?;
+/// assert_eq!(ledger.in_flight(), 1000);
+/// drop((a, b));
+/// assert_eq!(ledger.in_flight(), 0);
+///
+/// // Lone-request exemption: on an idle ledger one oversized charge is admitted.
+/// let big = ledger.try_charge(10_000)?;
+/// assert!(ledger.try_charge(1).is_err());
+/// drop(big);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// # Memory ordering
+///
+/// As for [`CountLedger`](crate::CountLedger): charges synchronise with nothing.
+#[derive(Clone)]
+pub struct ByteLedger {
+    owner: Arc<Owner<ByteInner>>,
+}
+
+struct ByteInner {
+    /// The word and the limits checked against it share a line; statistics are apart
+    /// (see `CountLedger` for the padding choice).
+    hot: CachePadded<Hot>,
+    stats: CachePadded<Stats>,
+    too_large: AtomicU64,
+    _track: Track,
+}
+
+struct Hot {
+    state: AtomicU64,
+    budget: AtomicU64,
+    max_charge: AtomicU64,
+}
+
+impl Counted for ByteInner {
+    fn word(&self) -> &AtomicU64 {
+        &self.hot.state
+    }
+}
+
+impl ByteLedger {
+    /// The largest budget, and the largest single charge, a byte ledger represents:
+    /// 2^40 - 1 bytes (1 TiB).
+    pub const MAX_BUDGET: u64 = BYTES;
+
+    /// The most permits of one byte ledger alive at once: 2^23 - 1.
+    pub const MAX_PERMITS: u64 = PERMITS >> PERMIT_SHIFT;
+
+    /// A ledger admitting at most `budget` bytes charged at once; 0 means unlimited.
+    ///
+    /// # Errors
+    ///
+    /// [`CapacityError`] if `budget` is above [`MAX_BUDGET`](Self::MAX_BUDGET).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    ///
+    /// let ledger = ByteLedger::new(64 << 20)?;
+    /// assert_eq!(ledger.budget(), 64 << 20);
+    /// assert!(ByteLedger::new(u64::MAX).is_err());
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn new(budget: u64) -> Result<Self, CapacityError> {
+        let budget = Self::encode(budget)?;
+        let inner = ByteInner {
+            hot: CachePadded::new(Hot {
+                state: AtomicU64::new(OWNER),
+                budget: AtomicU64::new(budget),
+                max_charge: AtomicU64::new(UNLIMITED),
+            }),
+            stats: CachePadded::new(Stats::new()),
+            too_large: AtomicU64::new(0),
+            _track: Track::default(),
+        };
+        Ok(Self {
+            owner: Arc::new(Owner::new(inner)),
+        })
+    }
+
+    fn encode(limit: u64) -> Result<u64, CapacityError> {
+        let limit = CapacityError::check(limit, Self::MAX_BUDGET)?;
+        Ok(if limit == 0 { UNLIMITED } else { limit })
+    }
+
+    fn decode(limit: u64) -> u64 {
+        if limit == UNLIMITED {
+            0
+        } else {
+            limit
+        }
+    }
+
+    #[inline]
+    fn inner(&self) -> &ByteInner {
+        self.owner.get()
+    }
+
+    /// Charges `bytes` if the budget allows (or nothing else is charged), else refuses.
+    ///
+    /// Never blocks, never allocates, takes no lock. A charge of 0 is admitted and gives
+    /// a permit that can [`try_grow`](BytePermit::try_grow) later.
+    ///
+    /// # Errors
+    ///
+    /// - [`Refused::TooLarge`] if `bytes` is above [`max_charge`](Self::max_charge) or
+    ///   [`MAX_BUDGET`](Self::MAX_BUDGET): no amount of waiting would admit it.
+    /// - [`Refused::Bytes`] if other charges leave too little of the budget (or
+    ///   [`MAX_PERMITS`](Self::MAX_PERMITS) permits are alive).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use admission_core::{ByteLedger, Refused};
+    ///
+    /// let ledger = ByteLedger::new(100)?;
+    /// ledger.set_max_charge(1000)?;
+    /// assert_eq!(ledger.try_charge(1001).unwrap_err(), Refused::TooLarge);
+    /// let permit = ledger.try_charge(40)?;
+    /// assert_eq!(permit.charged(), 40);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_charge(&self, bytes: u64) -> Result<BytePermit, Refused> {
+        let inner = self.inner();
+        let hot = &*inner.hot;
+        // Relaxed: limits are plain settings, taking effect for the next charge.
+        if bytes > hot.max_charge.load(Ordering::Relaxed) || bytes > BYTES {
+            return Err(self.too_large());
+        }
+        let budget = hot.budget.load(Ordering::Relaxed);
+        let mut current = hot.state.load(Ordering::Relaxed);
+        loop {
+            let charged = current & BYTES;
+            // `charged + bytes` cannot overflow: both are at most 2^40.
+            let over_budget = charged != 0 && charged + bytes > budget;
+            if over_budget || charged + bytes > BYTES || current & PERMITS == PERMITS {
+                inner.stats.refuse();
+                return Err(Refused::Bytes);
+            }
+            // Relaxed on success: see `CountLedger::try_acquire`; the new permit's share
+            // is made through our live handle.
+            match hot.state.compare_exchange_weak(
+                current,
+                current + PERMIT + bytes,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    inner.stats.observe(charged + bytes);
+                    return Ok(BytePermit {
+                        inner: self.owner.ptr(),
+                        charged: bytes,
+                    });
+                }
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Counts and returns a too-large refusal.
+    #[cold]
+    pub(crate) fn too_large(&self) -> Refused {
+        self.inner().too_large.fetch_add(1, Ordering::Relaxed);
+        Refused::TooLarge
+    }
+
+    /// Bytes charged now.
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    ///
+    /// let ledger = ByteLedger::new(100)?;
+    /// let _p = ledger.try_charge(30)?;
+    /// assert_eq!(ledger.in_flight(), 30);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn in_flight(&self) -> u64 {
+        self.inner().hot.state.load(Ordering::Relaxed) & BYTES
+    }
+
+    /// Permits alive now, including those charged zero bytes.
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    ///
+    /// let ledger = ByteLedger::new(100)?;
+    /// let _p = ledger.try_charge(0)?;
+    /// assert_eq!(ledger.permits(), 1);
+    /// assert_eq!(ledger.in_flight(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn permits(&self) -> u64 {
+        (self.inner().hot.state.load(Ordering::Relaxed) & PERMITS) >> PERMIT_SHIFT
+    }
+
+    /// The budget in force; 0 means unlimited.
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    ///
+    /// assert_eq!(ByteLedger::new(0)?.budget(), 0);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn budget(&self) -> u64 {
+        Self::decode(self.inner().hot.budget.load(Ordering::Relaxed))
+    }
+
+    /// Changes the budget for the next charge; 0 means unlimited.
+    ///
+    /// Lowering it never revokes a held charge; new charges are refused until the held
+    /// ones drain below it (the lone-request exemption still applies on an idle ledger).
+    ///
+    /// # Errors
+    ///
+    /// [`CapacityError`] above [`MAX_BUDGET`](Self::MAX_BUDGET); the budget is unchanged.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    ///
+    /// let ledger = ByteLedger::new(100)?;
+    /// let _held = ledger.try_charge(80)?;
+    /// ledger.set_budget(50)?;
+    /// assert!(ledger.try_charge(1).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_budget(&self, budget: u64) -> Result<(), CapacityError> {
+        let budget = Self::encode(budget)?;
+        self.inner().hot.budget.store(budget, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The largest single charge (and the largest a permit may grow to); 0 means no
+    /// maximum beyond [`MAX_BUDGET`](Self::MAX_BUDGET).
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    ///
+    /// let ledger = ByteLedger::new(100)?;
+    /// assert_eq!(ledger.max_charge(), 0);
+    /// ledger.set_max_charge(10)?;
+    /// assert_eq!(ledger.max_charge(), 10);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn max_charge(&self) -> u64 {
+        Self::decode(self.inner().hot.max_charge.load(Ordering::Relaxed))
+    }
+
+    /// Sets the largest single charge; a larger one is refused as
+    /// [`Refused::TooLarge`], even on an idle ledger. 0 removes the maximum.
+    ///
+    /// # Errors
+    ///
+    /// [`CapacityError`] above [`MAX_BUDGET`](Self::MAX_BUDGET).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use admission_core::{ByteLedger, Refused};
+    ///
+    /// let ledger = ByteLedger::new(100)?;
+    /// ledger.set_max_charge(1000)?;
+    /// assert!(ledger.try_charge(1000).is_ok(), "lone request above the budget");
+    /// assert_eq!(ledger.try_charge(1001).unwrap_err(), Refused::TooLarge);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_max_charge(&self, max: u64) -> Result<(), CapacityError> {
+        let max = Self::encode(max)?;
+        self.inner().hot.max_charge.store(max, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// A cheap reading of bytes in flight, budget, high-water mark and refusals (both
+    /// over-budget and too-large refusals count in `refused`).
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    ///
+    /// let ledger = ByteLedger::new(100)?;
+    /// drop(ledger.try_charge(70)?);
+    /// let snap = ledger.snapshot();
+    /// assert_eq!((snap.in_flight, snap.high_water, snap.capacity), (0, 70, 100));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn snapshot(&self) -> Snapshot {
+        let inner = self.inner();
+        Snapshot {
+            in_flight: self.in_flight(),
+            capacity: self.budget(),
+            high_water: inner.stats.high_water(),
+            refused: inner.stats.refused() + inner.too_large.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl fmt::Debug for ByteLedger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ByteLedger")
+            .field("in_flight", &self.in_flight())
+            .field("budget", &self.budget())
+            .finish()
+    }
+}
+
+/// A charge against a [`ByteLedger`], released when dropped.
+///
+/// `'static`, `Send + Sync`; it may outlive every handle of its ledger.
+///
+/// ```
+/// use admission_core::ByteLedger;
+///
+/// let ledger = ByteLedger::new(100)?;
+/// let mut permit = ledger.try_charge(10)?;
+/// permit.try_grow(50)?;
+/// permit.shrink(20);
+/// assert_eq!((permit.charged(), ledger.in_flight()), (40, 40));
+/// drop(permit);
+/// assert_eq!(ledger.in_flight(), 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use = "the charge is released as soon as the permit is dropped"]
+pub struct BytePermit {
+    inner: NonNull<ByteInner>,
+    charged: u64,
+}
+
+impl BytePermit {
+    fn inner(&self) -> &ByteInner {
+        // SAFETY: this permit's `PERMIT` share of the word keeps the cell alive for as
+        // long as the permit, and so for the borrow of `self`.
+        unsafe { self.inner.as_ref() }
+    }
+
+    /// Bytes this permit holds.
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    ///
+    /// let ledger = ByteLedger::new(100)?;
+    /// assert_eq!(ledger.try_charge(7)?.charged(), 7);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn charged(&self) -> u64 {
+        self.charged
+    }
+
+    /// Adds `bytes` to this permit's charge if the budget allows, else refuses and leaves
+    /// the charge as it was.
+    ///
+    /// A permit that holds every charged byte of its ledger may grow past the budget (the
+    /// lone-request exemption), but never past [`ByteLedger::max_charge`].
+    ///
+    /// # Errors
+    ///
+    /// [`Refused::TooLarge`] if the grown charge would exceed the maximum single charge;
+    /// [`Refused::Bytes`] if the budget cannot take it now.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use admission_core::{ByteLedger, Refused};
+    ///
+    /// let ledger = ByteLedger::new(100)?;
+    /// let _other = ledger.try_charge(50)?;
+    /// let mut body = ledger.try_charge(0)?;
+    /// body.try_grow(50)?;
+    /// assert_eq!(body.try_grow(1).unwrap_err(), Refused::Bytes);
+    /// assert_eq!(body.charged(), 50);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_grow(&mut self, bytes: u64) -> Result<(), Refused> {
+        let inner = self.inner();
+        let hot = &*inner.hot;
+        let grown = self.charged.saturating_add(bytes);
+        if grown > hot.max_charge.load(Ordering::Relaxed) || grown > BYTES {
+            inner.too_large.fetch_add(1, Ordering::Relaxed);
+            return Err(Refused::TooLarge);
+        }
+        let budget = hot.budget.load(Ordering::Relaxed);
+        let mut current = hot.state.load(Ordering::Relaxed);
+        loop {
+            let charged = current & BYTES;
+            // The permit's own bytes are part of `charged`, so this cannot underflow.
+            let others = charged - self.charged;
+            if (others != 0 && charged + bytes > budget) || charged + bytes > BYTES {
+                inner.stats.refuse();
+                return Err(Refused::Bytes);
+            }
+            // Relaxed: the permit's share keeps the cell alive; nothing else is ordered.
+            match hot.state.compare_exchange_weak(
+                current,
+                current + bytes,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    inner.stats.observe(charged + bytes);
+                    self.charged = grown;
+                    return Ok(());
+                }
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Gives back up to `bytes` of this permit's charge now, keeping the permit; returns
+    /// how many bytes were given back.
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    ///
+    /// let ledger = ByteLedger::new(100)?;
+    /// let mut permit = ledger.try_charge(30)?;
+    /// assert_eq!(permit.shrink(50), 30);
+    /// assert_eq!(ledger.in_flight(), 0);
+    /// assert_eq!(ledger.permits(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn shrink(&mut self, bytes: u64) -> u64 {
+        let bytes = bytes.min(self.charged);
+        if bytes != 0 {
+            // Relaxed: the permit's `PERMIT` share stays, so this never frees the cell.
+            self.inner()
+                .hot
+                .state
+                .fetch_sub(bytes, Ordering::Relaxed);
+            self.charged -= bytes;
+        }
+        bytes
+    }
+
+    /// Gives the whole charge and the permit's share back. Called only from `Drop`.
+    fn release(&mut self) {
+        // SAFETY: the word holds `PERMIT + charged` on this permit's behalf (made on
+        // charge, kept in step by `try_grow` and `shrink`); given up once, here.
+        unsafe { raw::put(self.inner, PERMIT + self.charged) }
+    }
+}
+
+impl Drop for BytePermit {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+impl fmt::Debug for BytePermit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BytePermit")
+            .field("charged", &self.charged)
+            .finish()
+    }
+}
+
+// SAFETY: `ByteInner` is all atomics; the permit's operations (`try_grow`, `shrink`
+// through `&mut self`, the release in `Drop`) are atomic and correct on any thread.
+unsafe impl Send for BytePermit {}
+// SAFETY: `&BytePermit` only reads the permit's own `charged`.
+unsafe impl Sync for BytePermit {}
+
+#[cfg(all(test, not(admission_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds() {
+        fn is_send_sync_unpin<T: Send + Sync + Unpin + 'static>() {}
+        is_send_sync_unpin::<ByteLedger>();
+        is_send_sync_unpin::<BytePermit>();
+    }
+
+    #[test]
+    fn charge_refuse_release_admit_again_and_back_to_zero() {
+        let ledger = ByteLedger::new(100).unwrap();
+        let a = ledger.try_charge(60).unwrap();
+        assert_eq!(ledger.try_charge(41).unwrap_err(), Refused::Bytes);
+        let b = ledger.try_charge(40).unwrap();
+        assert_eq!(ledger.in_flight(), 100);
+        drop(a);
+        let c = ledger.try_charge(60).unwrap();
+        drop((b, c));
+        assert_eq!((ledger.in_flight(), ledger.permits()), (0, 0));
+        assert_eq!(ledger.snapshot().refused, 1);
+    }
+
+    #[test]
+    fn a_lone_oversized_charge_is_admitted_and_the_next_refused() {
+        let ledger = ByteLedger::new(100).unwrap();
+        let big = ledger.try_charge(1_000).unwrap();
+        assert_eq!(ledger.try_charge(1).unwrap_err(), Refused::Bytes);
+        drop(big);
+        assert_eq!(ledger.in_flight(), 0);
+        let _small = ledger.try_charge(1).unwrap();
+        assert_eq!(ledger.try_charge(1_000).unwrap_err(), Refused::Bytes);
+    }
+
+    #[test]
+    fn zero_byte_permits_do_not_end_the_lone_exemption() {
+        let ledger = ByteLedger::new(100).unwrap();
+        let _empty = ledger.try_charge(0).unwrap();
+        let _big = ledger.try_charge(1_000).unwrap();
+    }
+
+    #[test]
+    fn growth_is_checked_and_the_only_charge_may_grow_past_the_budget() {
+        let ledger = ByteLedger::new(100).unwrap();
+        let mut other = ledger.try_charge(0).unwrap();
+        let mut only = ledger.try_charge(10).unwrap();
+        only.try_grow(500).unwrap();
+        assert_eq!((only.charged(), ledger.in_flight()), (510, 510));
+        assert_eq!(other.try_grow(1).unwrap_err(), Refused::Bytes);
+        assert_eq!(other.charged(), 0);
+        assert_eq!(
+            ledger.try_charge(0).unwrap_err(),
+            Refused::Bytes,
+            "over the budget, nothing new is admitted"
+        );
+        drop(only);
+        other.try_grow(100).unwrap();
+        assert_eq!(ledger.in_flight(), 100);
+    }
+
+    #[test]
+    fn a_permit_that_is_not_the_only_charge_may_not_grow_past_the_budget() {
+        let ledger = ByteLedger::new(100).unwrap();
+        let _a = ledger.try_charge(10).unwrap();
+        let mut b = ledger.try_charge(10).unwrap();
+        assert_eq!(b.try_grow(81).unwrap_err(), Refused::Bytes);
+        b.try_grow(80).unwrap();
+        assert_eq!(ledger.in_flight(), 100);
+    }
+
+    #[test]
+    fn growth_within_the_budget_beside_other_charges() {
+        let ledger = ByteLedger::new(100).unwrap();
+        let _a = ledger.try_charge(30).unwrap();
+        let mut b = ledger.try_charge(30).unwrap();
+        b.try_grow(40).unwrap();
+        assert_eq!(b.try_grow(1).unwrap_err(), Refused::Bytes);
+        assert_eq!(ledger.in_flight(), 100);
+    }
+
+    #[test]
+    fn shrink_gives_back_part_of_the_charge_early() {
+        let ledger = ByteLedger::new(100).unwrap();
+        let mut a = ledger.try_charge(100).unwrap();
+        assert_eq!(a.shrink(30), 30);
+        assert_eq!(ledger.in_flight(), 70);
+        let b = ledger.try_charge(30).unwrap();
+        assert_eq!(a.shrink(0), 0);
+        assert_eq!(a.shrink(u64::MAX), 70);
+        assert_eq!(a.charged(), 0);
+        drop((a, b));
+        assert_eq!((ledger.in_flight(), ledger.permits()), (0, 0));
+    }
+
+    #[test]
+    fn max_charge_refuses_too_large_even_when_idle_and_on_growth() {
+        let ledger = ByteLedger::new(100).unwrap();
+        ledger.set_max_charge(50).unwrap();
+        assert_eq!(ledger.try_charge(51).unwrap_err(), Refused::TooLarge);
+        let mut p = ledger.try_charge(50).unwrap();
+        assert_eq!(p.try_grow(1).unwrap_err(), Refused::TooLarge);
+        assert_eq!(p.try_grow(u64::MAX).unwrap_err(), Refused::TooLarge);
+        assert_eq!(p.charged(), 50);
+        assert_eq!(ledger.snapshot().refused, 3);
+        ledger.set_max_charge(0).unwrap();
+        p.try_grow(1).unwrap();
+    }
+
+    #[test]
+    fn values_the_ledger_cannot_represent_are_errors_not_panics() {
+        for v in [u64::MAX, u64::MAX - 1, ByteLedger::MAX_BUDGET + 1] {
+            assert_eq!(ByteLedger::new(v).unwrap_err().requested(), v);
+        }
+        let ledger = ByteLedger::new(0).unwrap();
+        assert!(ledger.set_budget(u64::MAX).is_err());
+        assert!(ledger.set_max_charge(u64::MAX).is_err());
+        assert_eq!(ledger.try_charge(u64::MAX).unwrap_err(), Refused::TooLarge);
+        let mut p = ledger.try_charge(ByteLedger::MAX_BUDGET).unwrap();
+        assert_eq!(p.try_grow(1).unwrap_err(), Refused::TooLarge);
+        assert_eq!(ledger.try_charge(1).unwrap_err(), Refused::Bytes, "word is full");
+        drop(p);
+        assert_eq!(ledger.in_flight(), 0);
+    }
+
+    #[test]
+    fn unlimited_budget_admits_everything_representable() {
+        let ledger = ByteLedger::new(0).unwrap();
+        let held: Vec<_> = (0..100).map(|_| ledger.try_charge(1 << 30).unwrap()).collect();
+        assert_eq!(ledger.in_flight(), 100 << 30);
+        drop(held);
+        assert_eq!(ledger.in_flight(), 0);
+    }
+
+    #[test]
+    fn lowering_the_budget_refuses_new_charges_and_drains() {
+        let ledger = ByteLedger::new(100).unwrap();
+        let a = ledger.try_charge(50).unwrap();
+        let b = ledger.try_charge(50).unwrap();
+        ledger.set_budget(60).unwrap();
+        drop(a);
+        assert!(ledger.try_charge(20).is_err());
+        let c = ledger.try_charge(10).unwrap();
+        drop((b, c));
+        assert_eq!(ledger.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_permit_outliving_every_handle_releases_safely() {
+        let ledger = ByteLedger::new(10).unwrap();
+        let mut permit = ledger.try_charge(5).unwrap();
+        drop(ledger);
+        permit.try_grow(100).unwrap();
+        permit.shrink(3);
+        drop(permit);
+    }
+}
+
+#[cfg(all(test, admission_loom))]
+mod loom_models {
+    use super::*;
+
+    /// Invariant 5: two concurrent oversized charges on an empty ledger, exactly one is
+    /// admitted.
+    #[test]
+    fn concurrent_oversized_charges_on_an_empty_ledger_admit_exactly_one() {
+        loom::model(|| {
+            let ledger = ByteLedger::new(10).unwrap();
+            let other = {
+                let ledger = ledger.clone();
+                loom::thread::spawn(move || ledger.try_charge(100).ok())
+            };
+            let mine = ledger.try_charge(100).ok();
+            let theirs = other.join().unwrap();
+            assert_eq!(mine.is_some() as u8 + theirs.is_some() as u8, 1);
+            drop((mine, theirs));
+            assert_eq!(ledger.in_flight(), 0);
+        });
+    }
+
+    /// Growth racing a charge never takes the total past the budget unless one permit is
+    /// the only charge; the permits' drops on two threads, after the last handle, free
+    /// the ledger once.
+    #[test]
+    fn growth_racing_a_charge_respects_the_budget_and_frees_once() {
+        loom::model(|| {
+            let ledger = ByteLedger::new(10).unwrap();
+            let mut grower = ledger.try_charge(4).unwrap();
+            let other = {
+                let ledger = ledger.clone();
+                loom::thread::spawn(move || {
+                    let p = ledger.try_charge(4);
+                    let total = ledger.in_flight();
+                    assert!(total <= 10, "in flight {total}");
+                    p
+                })
+            };
+            let grew = grower.try_grow(4).is_ok();
+            assert!(ledger.in_flight() <= 10);
+            let charged = other.join().unwrap();
+            // 4 + 4 + 4 > 10: at most one of the grow and the charge succeeds.
+            assert!(!(grew && charged.is_ok()));
+            drop(ledger);
+            let t = loom::thread::spawn(move || drop(charged));
+            drop(grower);
+            t.join().unwrap();
+        });
+    }
+}

@@ -1,0 +1,725 @@
+//! The keyed ledger: at most `cap` permits in flight per key.
+//!
+//! # Design
+//!
+//! Keys live in a fixed number of shards, each a `parking_lot` mutex around a
+//! `hashbrown::HashTable` of pointers to boxed entries `{ key, hash, held }`. An entry
+//! exists exactly while its key has a permit in flight: the acquire that finds no entry
+//! creates it, and the release that takes `held` to zero removes and frees it, both
+//! under the shard lock. So there is never a second entry for a key (which would double
+//! its cap), the table's size follows the keys with work in flight, and no background
+//! sweeper is needed.
+//!
+//! Acquire: one hash, one short critical section (probe, compare `held` with the cap,
+//! store `held + 1`). Release: the permit points at its entry and the entry stores its
+//! hash, so the release locks the right shard and decrements without hashing or probing;
+//! only the last release of a key probes (by the stored hash and the entry's address,
+//! never by re-hashing or comparing keys) to remove it.
+//!
+//! Lifetime: as for the other ledgers (see `raw`), one word is the reference count. Here
+//! it holds `OWNER` and the number of entries; each entry, not each permit, holds one
+//! share, so the word is touched only when a key appears or disappears, never on the
+//! acquire and release of a key already present. The same word enforces `max_keys`.
+
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::ptr::NonNull;
+
+use crossbeam_utils::CachePadded;
+use hashbrown::HashTable;
+
+use crate::raw::{self, Counted, Owner, OWNER};
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering, Track};
+use crate::{CapacityError, Refused};
+
+/// Number of shards: a power of two. More shards than cores keep two threads on
+/// different keys from meeting on a lock; 64 cache-padded mutexes cost 8 KiB a ledger.
+#[cfg(not(admission_loom))]
+const SHARDS: usize = 64;
+/// Under loom, two shards: models use one or two keys.
+#[cfg(admission_loom)]
+const SHARDS: usize = 2;
+
+const UNLIMITED: u64 = u64::MAX;
+
+/// A limit on how many permits each key may hold at once.
+///
+/// For per-client fairness: one authenticated subject, client address or tenant cannot
+/// take more than `cap` of the server's in-flight work, however fast it sends. Memory is
+/// proportional to the keys that have a permit in flight now; an optional
+/// [`max_keys`](Self::set_max_keys) bounds even that, so a client spraying fresh keys
+/// cannot grow the table without limit.
+///
+/// The hasher is a type parameter as in `HashMap`; the default `RandomState` resists
+/// hash flooding, which matters when keys come from clients.
+///
+/// # Examples
+///
+/// ```
+/// use admission_core::{KeyedLedger, Refused};
+///
+/// let ledger = KeyedLedger::new(2)?;
+/// let a1 = ledger.try_acquire(&"alice")?;
+/// let a2 = ledger.try_acquire(&"alice")?;
+/// assert_eq!(ledger.try_acquire(&"alice").unwrap_err(), Refused::Key);
+/// let b1 = ledger.try_acquire(&"bob")?;
+/// assert_eq!(ledger.keys(), 2);
+///
+/// drop((a1, a2, b1));
+/// assert_eq!(ledger.keys(), 0, "entries go with their last permit");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct KeyedLedger<K, S = RandomState> {
+    owner: Arc<Owner<KeyedInner<K, S>>>,
+}
+
+impl<K, S> Clone for KeyedLedger<K, S> {
+    fn clone(&self) -> Self {
+        Self {
+            owner: self.owner.clone(),
+        }
+    }
+}
+
+struct KeyedInner<K, S> {
+    /// `OWNER` | entries (keys with a permit in flight).
+    state: CachePadded<AtomicU64>,
+    cap: AtomicU64,
+    max_keys: AtomicU64,
+    refused_key: AtomicU64,
+    refused_table: AtomicU64,
+    keys_high_water: AtomicU64,
+    hasher: S,
+    shards: Box<[CachePadded<Mutex<HashTable<EntryPtr<K>>>>]>,
+    _track: Track,
+}
+
+struct Entry<K> {
+    key: K,
+    hash: u64,
+    /// Permits of this key in flight. Read and written only under the shard lock (an
+    /// atomic only so that `&Entry` may be shared; plain loads and stores, never a
+    /// read-modify-write).
+    held: AtomicU64,
+    _track: Track,
+}
+
+/// An entry's address as the shard table stores it.
+struct EntryPtr<K>(NonNull<Entry<K>>);
+
+impl<K, S> Counted for KeyedInner<K, S> {
+    fn word(&self) -> &AtomicU64 {
+        &self.state
+    }
+}
+
+impl<K, S> KeyedInner<K, S> {
+    fn shard(&self, hash: u64) -> &Mutex<HashTable<EntryPtr<K>>> {
+        // Bits 32.. choose the shard; hashbrown uses the low bits for the bucket and the
+        // top seven for its control bytes, so all three stay independent.
+        &self.shards[(hash >> 32) as usize & (SHARDS - 1)]
+    }
+}
+
+impl<K: Hash + Eq + Clone> KeyedLedger<K, RandomState> {
+    /// A ledger admitting at most `cap` permits per key; 0 means unlimited per key.
+    ///
+    /// # Errors
+    ///
+    /// [`CapacityError`] if `cap` is above [`MAX_CAP`](Self::MAX_CAP).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use admission_core::KeyedLedger;
+    ///
+    /// let ledger = KeyedLedger::<u64>::new(4)?;
+    /// assert_eq!(ledger.cap(), 4);
+    /// assert!(KeyedLedger::<u64>::new(usize::MAX).is_err());
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn new(cap: usize) -> Result<Self, CapacityError> {
+        Self::with_hasher(cap, RandomState::new())
+    }
+}
+
+impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
+    /// The largest per-key cap, and the largest `max_keys`, a keyed ledger accepts.
+    pub const MAX_CAP: usize = usize::MAX >> 2;
+
+    /// A ledger with a given hasher builder, as `HashMap::with_hasher`.
+    ///
+    /// # Errors
+    ///
+    /// [`CapacityError`] if `cap` is above [`MAX_CAP`](Self::MAX_CAP).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::collections::hash_map::RandomState;
+    /// use admission_core::KeyedLedger;
+    ///
+    /// let ledger = KeyedLedger::<String, _>::with_hasher(1, RandomState::new())?;
+    /// let _p = ledger.try_acquire(&"tenant-a".to_string())?;
+    /// assert_eq!(ledger.in_flight(&"tenant-a".to_string()), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_hasher(cap: usize, hasher: S) -> Result<Self, CapacityError> {
+        let cap = Self::encode(cap)?;
+        let shards = (0..SHARDS)
+            .map(|_| CachePadded::new(Mutex::new(HashTable::new())))
+            .collect();
+        let inner = KeyedInner {
+            state: CachePadded::new(AtomicU64::new(OWNER)),
+            cap: AtomicU64::new(cap),
+            max_keys: AtomicU64::new(UNLIMITED),
+            refused_key: AtomicU64::new(0),
+            refused_table: AtomicU64::new(0),
+            keys_high_water: AtomicU64::new(0),
+            hasher,
+            shards,
+            _track: Track::default(),
+        };
+        Ok(Self {
+            owner: Arc::new(Owner::new(inner)),
+        })
+    }
+
+    fn encode(limit: usize) -> Result<u64, CapacityError> {
+        let limit = CapacityError::check(limit as u64, Self::MAX_CAP as u64)?;
+        Ok(if limit == 0 { UNLIMITED } else { limit })
+    }
+
+    #[inline]
+    fn inner(&self) -> &KeyedInner<K, S> {
+        self.owner.get()
+    }
+
+    /// Takes one permit for `key` if it holds fewer than `cap`, else refuses at once.
+    ///
+    /// Never blocks beyond one short critical section on the key's shard. Allocates only
+    /// when `key` has no permit in flight (its entry is created; the key is cloned).
+    ///
+    /// # Errors
+    ///
+    /// [`Refused::Key`] when `key` is at its cap; [`Refused::KeyTable`] when `key` is new
+    /// and [`max_keys`](Self::set_max_keys) keys already have work in flight.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use admission_core::{KeyedLedger, Refused};
+    ///
+    /// let ledger = KeyedLedger::new(1)?;
+    /// let _a = ledger.try_acquire(&10_u32)?;
+    /// assert_eq!(ledger.try_acquire(&10).unwrap_err(), Refused::Key);
+    /// assert!(ledger.try_acquire(&11).is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_acquire(&self, key: &K) -> Result<KeyedPermit<K, S>, Refused> {
+        let inner = self.inner();
+        let hash = inner.hasher.hash_one(key);
+        let mut table = inner.shard(hash).lock();
+        // SAFETY (for every `as_ref` on an entry below): an entry in a table is live
+        // until it is removed, which happens only under this shard's lock, held here.
+        if let Some(found) = table.find(hash, |e| unsafe { e.0.as_ref() }.key == *key) {
+            let entry = found.0;
+            // SAFETY: as above.
+            let held = unsafe { entry.as_ref() }.held.load(Ordering::Relaxed);
+            if held >= inner.cap.load(Ordering::Relaxed) {
+                drop(table);
+                inner.refused_key.fetch_add(1, Ordering::Relaxed);
+                return Err(Refused::Key);
+            }
+            // Relaxed load and store suffice: `held` is only accessed under the lock,
+            // whose acquire and release order these accesses.
+            // SAFETY: as above.
+            unsafe { entry.as_ref() }
+                .held
+                .store(held + 1, Ordering::Relaxed);
+            return Ok(KeyedPermit {
+                inner: self.owner.ptr(),
+                entry,
+            });
+        }
+        // A new key: take its entry's share of the word first, so `max_keys` is checked
+        // across shards (and the entry keeps the ledger alive once it exists).
+        let max_keys = inner.max_keys.load(Ordering::Relaxed);
+        let mut current = inner.state.load(Ordering::Relaxed);
+        loop {
+            let keys = current & !OWNER;
+            if keys >= max_keys {
+                drop(table);
+                inner.refused_table.fetch_add(1, Ordering::Relaxed);
+                return Err(Refused::KeyTable);
+            }
+            // Relaxed: the increment is made through our live handle (see `raw`). `keys`
+            // is below `MAX_CAP` (every entry holds a distinct live key), so `+ 1` cannot
+            // reach `OWNER`.
+            match inner.state.compare_exchange_weak(
+                current,
+                current + 1,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    let keys = keys + 1;
+                    if keys > inner.keys_high_water.load(Ordering::Relaxed) {
+                        inner.keys_high_water.fetch_max(keys, Ordering::Relaxed);
+                    }
+                    break;
+                }
+                Err(actual) => current = actual,
+            }
+        }
+        let entry = raw::alloc(Entry {
+            key: key.clone(),
+            hash,
+            held: AtomicU64::new(1),
+            _track: Track::default(),
+        });
+        // SAFETY: every entry in the table is live (as above).
+        table.insert_unique(hash, EntryPtr(entry), |e| unsafe { e.0.as_ref() }.hash);
+        Ok(KeyedPermit {
+            inner: self.owner.ptr(),
+            entry,
+        })
+    }
+
+    /// Permits held for `key` now.
+    ///
+    /// ```
+    /// use admission_core::KeyedLedger;
+    ///
+    /// let ledger = KeyedLedger::new(3)?;
+    /// let _p = ledger.try_acquire(&'k')?;
+    /// assert_eq!((ledger.in_flight(&'k'), ledger.in_flight(&'j')), (1, 0));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn in_flight(&self, key: &K) -> u64 {
+        let inner = self.inner();
+        let hash = inner.hasher.hash_one(key);
+        let table = inner.shard(hash).lock();
+        // SAFETY: entries in a table are live while its lock is held.
+        table
+            .find(hash, |e| unsafe { e.0.as_ref() }.key == *key)
+            .map_or(0, |e| unsafe { e.0.as_ref() }.held.load(Ordering::Relaxed))
+    }
+}
+
+impl<K, S> KeyedLedger<K, S> {
+    /// Keys with at least one permit in flight now (the number of entries).
+    ///
+    /// ```
+    /// use admission_core::KeyedLedger;
+    ///
+    /// let ledger = KeyedLedger::new(1)?;
+    /// let p = ledger.try_acquire(&"a")?;
+    /// assert_eq!(ledger.keys(), 1);
+    /// drop(p);
+    /// assert_eq!(ledger.keys(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn keys(&self) -> u64 {
+        self.owner.get().state.load(Ordering::Relaxed) & !OWNER
+    }
+
+    /// The per-key cap in force; 0 means unlimited.
+    ///
+    /// ```
+    /// use admission_core::KeyedLedger;
+    ///
+    /// assert_eq!(KeyedLedger::<u8>::new(0)?.cap(), 0);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn cap(&self) -> u64 {
+        decode(self.owner.get().cap.load(Ordering::Relaxed))
+    }
+
+    /// Changes the per-key cap for the next acquisition; 0 means unlimited. Held permits
+    /// are never revoked.
+    ///
+    /// # Errors
+    ///
+    /// [`CapacityError`] above `MAX_CAP`; the cap is unchanged.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use admission_core::KeyedLedger;
+    ///
+    /// let ledger = KeyedLedger::new(2)?;
+    /// let _a = ledger.try_acquire(&1)?;
+    /// ledger.set_cap(1)?;
+    /// assert!(ledger.try_acquire(&1).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_cap(&self, cap: usize) -> Result<(), CapacityError> {
+        let cap = encode_limit(cap)?;
+        self.owner.get().cap.store(cap, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The most distinct keys with work in flight; 0 means unlimited.
+    ///
+    /// ```
+    /// use admission_core::KeyedLedger;
+    ///
+    /// assert_eq!(KeyedLedger::<u8>::new(1)?.max_keys(), 0);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn max_keys(&self) -> u64 {
+        decode(self.owner.get().max_keys.load(Ordering::Relaxed))
+    }
+
+    /// Bounds how many distinct keys may have work in flight; a new key past it is
+    /// refused with [`Refused::KeyTable`]. 0 means unlimited.
+    ///
+    /// # Errors
+    ///
+    /// [`CapacityError`] above `MAX_CAP`; the bound is unchanged.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use admission_core::{KeyedLedger, Refused};
+    ///
+    /// let ledger = KeyedLedger::new(8)?;
+    /// ledger.set_max_keys(1)?;
+    /// let _a = ledger.try_acquire(&"a")?;
+    /// assert!(ledger.try_acquire(&"a").is_ok(), "a known key is not new");
+    /// assert_eq!(ledger.try_acquire(&"b").unwrap_err(), Refused::KeyTable);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_max_keys(&self, max_keys: usize) -> Result<(), CapacityError> {
+        let max_keys = encode_limit(max_keys)?;
+        self.owner.get().max_keys.store(max_keys, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// A cheap reading of keys, limits, high-water mark and refusals.
+    ///
+    /// ```
+    /// use admission_core::KeyedLedger;
+    ///
+    /// let ledger = KeyedLedger::new(1)?;
+    /// let _a = ledger.try_acquire(&1)?;
+    /// let _ = ledger.try_acquire(&1);
+    /// let snap = ledger.snapshot();
+    /// assert_eq!((snap.keys, snap.cap, snap.refused_key), (1, 1, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn snapshot(&self) -> KeyedSnapshot {
+        let inner = self.owner.get();
+        KeyedSnapshot {
+            keys: self.keys(),
+            cap: self.cap(),
+            max_keys: self.max_keys(),
+            keys_high_water: inner.keys_high_water.load(Ordering::Relaxed),
+            refused_key: inner.refused_key.load(Ordering::Relaxed),
+            refused_table: inner.refused_table.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn encode_limit(limit: usize) -> Result<u64, CapacityError> {
+    let limit = CapacityError::check(limit as u64, (usize::MAX >> 2) as u64)?;
+    Ok(if limit == 0 { UNLIMITED } else { limit })
+}
+
+fn decode(limit: u64) -> u64 {
+    if limit == UNLIMITED {
+        0
+    } else {
+        limit
+    }
+}
+
+impl<K, S> fmt::Debug for KeyedLedger<K, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedLedger")
+            .field("keys", &self.keys())
+            .field("cap", &self.cap())
+            .finish()
+    }
+}
+
+// SAFETY: the inner state is atomics, `S` (shared, so `Sync` is required) and tables of
+// entries that own a `K` each and are freed on whichever thread releases the last permit:
+// hence `K: Send + Sync`, as `Arc<Mutex<HashMap<K, _>>>` shared across threads requires.
+unsafe impl<K: Send + Sync, S: Send + Sync> Send for KeyedInner<K, S> {}
+// SAFETY: as above; every access to the tables and entries is under a shard lock.
+unsafe impl<K: Send + Sync, S: Send + Sync> Sync for KeyedInner<K, S> {}
+
+/// A read of a [`KeyedLedger`]. Fields are read one by one with relaxed ordering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct KeyedSnapshot {
+    /// Keys with at least one permit in flight.
+    pub keys: u64,
+    /// Per-key cap; 0 means unlimited.
+    pub cap: u64,
+    /// Bound on distinct keys; 0 means unlimited.
+    pub max_keys: u64,
+    /// The most keys seen with work in flight at once.
+    pub keys_high_water: u64,
+    /// Acquisitions refused because the key was at its cap.
+    pub refused_key: u64,
+    /// Acquisitions refused because the table held `max_keys` keys.
+    pub refused_table: u64,
+}
+
+/// One of a key's permits in a [`KeyedLedger`], released when dropped.
+///
+/// `'static` and `Send + Sync` (for `K: Send + Sync`); it may outlive every handle of
+/// its ledger. It holds no copy of the key.
+///
+/// ```
+/// use admission_core::KeyedLedger;
+///
+/// let ledger = KeyedLedger::new(1)?;
+/// let permit = ledger.try_acquire(&"alice".to_string())?;
+/// assert_eq!(permit.key(), "alice");
+/// std::thread::spawn(move || drop(permit)).join().unwrap();
+/// assert_eq!(ledger.keys(), 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[must_use = "the permit is released as soon as it is dropped"]
+pub struct KeyedPermit<K, S = RandomState> {
+    inner: NonNull<KeyedInner<K, S>>,
+    entry: NonNull<Entry<K>>,
+}
+
+impl<K, S> KeyedPermit<K, S> {
+    /// The key this permit was taken for.
+    ///
+    /// ```
+    /// use admission_core::KeyedLedger;
+    ///
+    /// let ledger = KeyedLedger::new(1)?;
+    /// assert_eq!(*ledger.try_acquire(&7)?.key(), 7);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn key(&self) -> &K {
+        // SAFETY: this permit is counted in the entry's `held`, so the entry is not
+        // removed or freed before the permit's release; the key is never mutated.
+        &unsafe { self.entry.as_ref() }.key
+    }
+
+    /// Gives the permit back; removes the key's entry if this was its last permit.
+    /// Called only from `Drop`, so it runs exactly once.
+    fn release(&mut self) {
+        // SAFETY: the permit's entry is in the table (its `held` counts this permit), and
+        // the entry holds a share of the ledger's word, so the ledger is live.
+        let inner = unsafe { self.inner.as_ref() };
+        // SAFETY: as in `key`.
+        let entry = unsafe { self.entry.as_ref() };
+        let mut table = inner.shard(entry.hash).lock();
+        // Under the lock: see `try_acquire` for why relaxed accesses suffice.
+        let held = entry.held.load(Ordering::Relaxed);
+        debug_assert!(held >= 1, "a keyed permit outlived its entry's count");
+        if held > 1 {
+            entry.held.store(held - 1, Ordering::Relaxed);
+            return;
+        }
+        // The key's last permit: remove the entry in the same critical section, so no
+        // acquirer ever sees a key with two entries or an entry on its way out.
+        let target = self.entry;
+        match table.find_entry(entry.hash, |e| e.0 == target) {
+            Ok(found) => {
+                found.remove();
+            }
+            Err(_) => unreachable!("a held permit's entry is always in its shard"),
+        }
+        // Keep memory proportional to the keys in flight after a burst of many keys.
+        if table.capacity() > 64 && table.capacity() > 4 * table.len() {
+            let len = table.len();
+            // SAFETY: entries in the table are live under the lock.
+            table.shrink_to(len * 2, |e| unsafe { e.0.as_ref() }.hash);
+        }
+        drop(table);
+        // SAFETY: the entry is out of the table, its last permit is this one, and nothing
+        // else refers to it; it came from `raw::alloc`. The key is dropped outside the lock.
+        drop(unsafe { Box::from_raw(self.entry.as_ptr()) });
+        // SAFETY: the entry held one share of the word, given up once, here; `inner` is
+        // not used after this line.
+        unsafe { raw::put(self.inner, 1) }
+    }
+}
+
+impl<K, S> Drop for KeyedPermit<K, S> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+impl<K: fmt::Debug, S> fmt::Debug for KeyedPermit<K, S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KeyedPermit")
+            .field("key", self.key())
+            .finish()
+    }
+}
+
+// SAFETY: the permit may drop (and free its entry and key, or the whole ledger) on any
+// thread, and gives out `&K`; the same bounds as `KeyedInner` apply.
+unsafe impl<K: Send + Sync, S: Send + Sync> Send for KeyedPermit<K, S> {}
+// SAFETY: `&KeyedPermit` gives out only `&K`.
+unsafe impl<K: Send + Sync, S: Send + Sync> Sync for KeyedPermit<K, S> {}
+
+#[cfg(all(test, not(admission_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounds() {
+        fn is_send_sync_unpin<T: Send + Sync + Unpin + 'static>() {}
+        is_send_sync_unpin::<KeyedLedger<String>>();
+        is_send_sync_unpin::<KeyedPermit<String>>();
+    }
+
+    #[test]
+    fn per_key_cap_refuses_one_key_and_admits_another() {
+        let ledger = KeyedLedger::new(2).unwrap();
+        let a = [ledger.try_acquire(&1).unwrap(), ledger.try_acquire(&1).unwrap()];
+        assert_eq!(ledger.try_acquire(&1).unwrap_err(), Refused::Key);
+        let b = ledger.try_acquire(&2).unwrap();
+        assert_eq!((ledger.in_flight(&1), ledger.in_flight(&2)), (2, 1));
+        drop(a);
+        assert_eq!(ledger.keys(), 1);
+        drop(b);
+        assert_eq!(ledger.keys(), 0);
+        assert_eq!(ledger.snapshot().refused_key, 1);
+        assert_eq!(ledger.snapshot().keys_high_water, 2);
+    }
+
+    #[test]
+    fn zero_cap_means_unlimited_per_key() {
+        let ledger = KeyedLedger::new(0).unwrap();
+        let held: Vec<_> = (0..100).map(|_| ledger.try_acquire(&"k").unwrap()).collect();
+        assert_eq!(ledger.in_flight(&"k"), 100);
+        drop(held);
+        assert_eq!(ledger.keys(), 0);
+    }
+
+    #[test]
+    fn max_keys_refuses_new_keys_only() {
+        let ledger = KeyedLedger::new(5).unwrap();
+        ledger.set_max_keys(2).unwrap();
+        let _a = ledger.try_acquire(&"a").unwrap();
+        let b = ledger.try_acquire(&"b").unwrap();
+        assert_eq!(ledger.try_acquire(&"c").unwrap_err(), Refused::KeyTable);
+        let _a2 = ledger.try_acquire(&"a").unwrap();
+        drop(b);
+        let _c = ledger.try_acquire(&"c").unwrap();
+        assert_eq!(ledger.snapshot().refused_table, 1);
+    }
+
+    #[test]
+    fn limits_the_ledger_cannot_represent_are_errors() {
+        assert!(KeyedLedger::<u8>::new(usize::MAX).is_err());
+        let ledger = KeyedLedger::<u8>::new(1).unwrap();
+        assert!(ledger.set_cap(usize::MAX).is_err());
+        assert!(ledger.set_max_keys(usize::MAX).is_err());
+        assert_eq!((ledger.cap(), ledger.max_keys()), (1, 0));
+    }
+
+    #[test]
+    fn a_permit_outliving_every_handle_releases_safely() {
+        let ledger = KeyedLedger::new(1).unwrap();
+        let a = ledger.try_acquire(&"a".to_string()).unwrap();
+        let b = ledger.try_acquire(&"b".to_string()).unwrap();
+        drop(ledger);
+        assert_eq!(a.key(), "a");
+        drop(a);
+        drop(b);
+    }
+
+    #[test]
+    fn a_million_distinct_keys_leave_the_table_empty_and_small() {
+        let ledger = KeyedLedger::new(1).unwrap();
+        let inner = ledger.inner();
+        for key in 0..1_000_000_u64 {
+            drop(ledger.try_acquire(&key).unwrap());
+        }
+        assert_eq!(ledger.keys(), 0);
+        let capacity: usize = inner.shards.iter().map(|s| s.lock().capacity()).sum();
+        assert!(capacity <= SHARDS * 8, "table capacity {capacity}");
+
+        // A burst of many keys at once, then release: the tables shrink back.
+        let burst: Vec<_> = (0..100_000_u64)
+            .map(|k| ledger.try_acquire(&k).unwrap())
+            .collect();
+        assert_eq!(ledger.keys(), 100_000);
+        drop(burst);
+        assert_eq!(ledger.keys(), 0);
+        let capacity: usize = inner.shards.iter().map(|s| s.lock().capacity()).sum();
+        assert!(capacity <= SHARDS * 128, "table capacity {capacity} after burst");
+    }
+
+    #[test]
+    fn concurrent_threads_never_exceed_a_keys_cap() {
+        let ledger = KeyedLedger::new(2).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..4_u64 {
+                let ledger = &ledger;
+                s.spawn(move || {
+                    for i in 0..20_000_u64 {
+                        let key = (i + t) % 3;
+                        if let Ok(p) = ledger.try_acquire(&key) {
+                            assert!(ledger.in_flight(&key) <= 2);
+                            drop(p);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(ledger.keys(), 0);
+    }
+}
+
+#[cfg(all(test, admission_loom))]
+mod loom_models {
+    use super::*;
+
+    /// Invariant 4: two threads on one key with cap 1 (acquire, release, reclaim of the
+    /// entry, re-creation) never hold two permits, and the table ends empty.
+    #[test]
+    fn keyed_acquire_release_reclaim_on_one_key_never_exceeds_the_cap() {
+        loom::model(|| {
+            let ledger = KeyedLedger::new(1).unwrap();
+            let other = {
+                let ledger = ledger.clone();
+                loom::thread::spawn(move || {
+                    let p = ledger.try_acquire(&7_u8);
+                    assert!(ledger.in_flight(&7) <= 1);
+                    drop(p);
+                    ledger.try_acquire(&7).is_ok()
+                })
+            };
+            let mine = ledger.try_acquire(&7_u8);
+            assert!(ledger.in_flight(&7) <= 1);
+            drop(mine);
+            other.join().unwrap();
+            assert_eq!(ledger.keys(), 0);
+            assert_eq!(ledger.in_flight(&7), 0);
+        });
+    }
+
+    /// Permits of two keys dropped on two threads after the last handle: the entries
+    /// and the ledger are freed once (loom fails the model on a leak).
+    #[test]
+    fn keyed_permits_dropped_after_last_handle_free_everything_once() {
+        loom::model(|| {
+            let ledger = KeyedLedger::new(2).unwrap();
+            let a = ledger.try_acquire(&1_u8).unwrap();
+            let b = ledger.try_acquire(&1_u8).unwrap();
+            let c = ledger.try_acquire(&2_u8).unwrap();
+            let t = loom::thread::spawn(move || drop((a, c)));
+            drop(ledger);
+            drop(b);
+            t.join().unwrap();
+        });
+    }
+}
