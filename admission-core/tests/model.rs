@@ -1,0 +1,314 @@
+//! Property tests: random sequences of operations on real ledgers, checked step by step
+//! against a plain sequential reference model.
+
+use std::collections::HashMap;
+
+use admission_core::{
+    ByteLedger, BytePermit, CountLedger, CountPermit, Gate, GatePermit, KeyedLedger, KeyedPermit,
+    Refused,
+};
+use proptest::prelude::*;
+
+#[derive(Debug, Clone)]
+enum Op {
+    Acquire,
+    Charge(u64),
+    Grow(usize, u64),
+    Shrink(usize, u64),
+    AcquireKey(u8),
+    Admit(Option<u8>, u64),
+    Drop(usize),
+    SetCapacity(usize),
+    SetBudget(u64),
+    SetCap(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        4 => Just(Op::Acquire),
+        4 => (0..120_u64).prop_map(Op::Charge),
+        3 => (any::<usize>(), 0..80_u64).prop_map(|(i, n)| Op::Grow(i, n)),
+        2 => (any::<usize>(), 0..80_u64).prop_map(|(i, n)| Op::Shrink(i, n)),
+        4 => (0..4_u8).prop_map(Op::AcquireKey),
+        4 => (proptest::option::of(0..4_u8), 0..120_u64).prop_map(|(k, n)| Op::Admit(k, n)),
+        6 => any::<usize>().prop_map(Op::Drop),
+        1 => (0..5_usize).prop_map(Op::SetCapacity),
+        1 => (0..300_u64).prop_map(Op::SetBudget),
+        1 => (0..4_usize).prop_map(Op::SetCap),
+    ]
+}
+
+enum Held {
+    Count(CountPermit),
+    Bytes(BytePermit),
+    Key(KeyedPermit<u8>),
+    Gate(GatePermit<u8>),
+}
+
+/// The reference: what a sequential reading of DESIGN.md says each ledger holds.
+#[derive(Default, Debug)]
+struct Model {
+    capacity: u64,
+    budget: u64,
+    cap: u64,
+    count: u64,
+    /// Bytes per live byte permit (direct or through the gate), by id.
+    charges: HashMap<usize, u64>,
+    keys: HashMap<u8, u64>,
+    /// The highest count and byte levels reached: what the high-water marks must read.
+    count_high: u64,
+    bytes_high: u64,
+}
+
+impl Model {
+    fn bytes(&self) -> u64 {
+        self.charges.values().sum()
+    }
+    fn count_ok(&self) -> bool {
+        self.capacity == 0 || self.count < self.capacity
+    }
+    fn charge_ok(&self, n: u64) -> bool {
+        let charged = self.bytes();
+        self.budget == 0 || charged == 0 || charged + n <= self.budget
+    }
+    fn grow_ok(&self, id: usize, n: u64) -> bool {
+        let charged = self.bytes();
+        let others = charged - self.charges[&id];
+        self.budget == 0 || others == 0 || charged + n <= self.budget
+    }
+    fn key_ok(&self, key: u8) -> bool {
+        self.cap == 0 || self.keys.get(&key).copied().unwrap_or(0) < self.cap
+    }
+    fn add_key(&mut self, key: u8) {
+        *self.keys.entry(key).or_default() += 1;
+    }
+    fn remove_key(&mut self, key: u8) {
+        let n = self.keys.get_mut(&key).unwrap();
+        *n -= 1;
+        if *n == 0 {
+            self.keys.remove(&key);
+        }
+    }
+}
+
+struct World {
+    count: CountLedger,
+    bytes: ByteLedger,
+    keyed: KeyedLedger<u8>,
+    gate: Gate<u8>,
+    held: Vec<(usize, Held)>,
+    next_id: usize,
+    model: Model,
+}
+
+impl World {
+    fn new() -> Self {
+        let count = CountLedger::new(3).unwrap();
+        let bytes = ByteLedger::new(200).unwrap();
+        let keyed = KeyedLedger::new(2).unwrap();
+        let gate = Gate::from_ledgers(Some(count.clone()), Some(bytes.clone()), Some(keyed.clone()));
+        Self {
+            count,
+            bytes,
+            keyed,
+            gate,
+            held: Vec::new(),
+            next_id: 0,
+            model: Model {
+                capacity: 3,
+                budget: 200,
+                cap: 2,
+                ..Model::default()
+            },
+        }
+    }
+
+    fn id(&mut self) -> usize {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    fn step(&mut self, op: Op) {
+        match op {
+            Op::Acquire => {
+                let expect = self.model.count_ok();
+                match self.count.try_acquire() {
+                    Ok(p) => {
+                        assert!(expect, "admitted above the capacity");
+                        self.model.count += 1;
+                        let id = self.id();
+                        self.held.push((id, Held::Count(p)));
+                    }
+                    Err(e) => {
+                        assert!(!expect, "refused with room");
+                        assert_eq!(e, Refused::Count);
+                    }
+                }
+            }
+            Op::Charge(n) => {
+                let expect = self.model.charge_ok(n);
+                match self.bytes.try_charge(n) {
+                    Ok(p) => {
+                        assert!(expect, "charge admitted over the budget");
+                        let id = self.id();
+                        self.model.charges.insert(id, n);
+                        self.held.push((id, Held::Bytes(p)));
+                    }
+                    Err(e) => {
+                        assert!(!expect, "charge refused with room");
+                        assert_eq!(e, Refused::Bytes);
+                    }
+                }
+            }
+            Op::Grow(i, n) | Op::Shrink(i, n) => {
+                let grow = matches!(op, Op::Grow(..));
+                let Some(slot) = self.pick_bytes(i) else { return };
+                let id = self.held[slot].0;
+                let expect = self.model.grow_ok(id, n);
+                let permit = match &mut self.held[slot].1 {
+                    Held::Bytes(p) => p,
+                    Held::Gate(g) => g.bytes_mut().unwrap(),
+                    _ => unreachable!(),
+                };
+                if grow {
+                    match permit.try_grow(n) {
+                        Ok(()) => {
+                            assert!(expect, "growth admitted over the budget");
+                            *self.model.charges.get_mut(&id).unwrap() += n;
+                        }
+                        Err(e) => {
+                            assert!(!expect, "growth refused with room");
+                            assert_eq!(e, Refused::Bytes);
+                        }
+                    }
+                } else {
+                    let had = self.model.charges[&id];
+                    assert_eq!(permit.shrink(n), n.min(had));
+                    *self.model.charges.get_mut(&id).unwrap() -= n.min(had);
+                }
+                assert_eq!(permit.charged(), self.model.charges[&id]);
+            }
+            Op::AcquireKey(key) => {
+                let expect = self.model.key_ok(key);
+                match self.keyed.try_acquire(&key) {
+                    Ok(p) => {
+                        assert!(expect);
+                        self.model.add_key(key);
+                        let id = self.id();
+                        self.held.push((id, Held::Key(p)));
+                    }
+                    Err(e) => {
+                        assert!(!expect);
+                        assert_eq!(e, Refused::Key);
+                    }
+                }
+            }
+            Op::Admit(key, n) => {
+                let refusal = if !self.model.count_ok() {
+                    Some(Refused::Count)
+                } else if key.is_some_and(|k| !self.model.key_ok(k)) {
+                    Some(Refused::Key)
+                } else if !self.model.charge_ok(n) {
+                    Some(Refused::Bytes)
+                } else {
+                    None
+                };
+                if self.model.count_ok() {
+                    // The gate holds a count permit for a moment even when a later
+                    // dimension refuses; the high-water mark may see it.
+                    self.model.count_high = self.model.count_high.max(self.model.count + 1);
+                }
+                match (self.gate.try_admit(key.as_ref(), n), refusal) {
+                    (Ok(p), None) => {
+                        self.model.count += 1;
+                        if let Some(k) = key {
+                            self.model.add_key(k);
+                        }
+                        let id = self.id();
+                        self.model.charges.insert(id, n);
+                        self.held.push((id, Held::Gate(p)));
+                    }
+                    (Err(e), Some(r)) => assert_eq!(e, r),
+                    (got, want) => panic!("gate: got {got:?}, model wants {want:?}"),
+                }
+            }
+            Op::Drop(i) => {
+                if self.held.is_empty() {
+                    return;
+                }
+                let (id, held) = self.held.swap_remove(i % self.held.len());
+                match held {
+                    Held::Count(_) => self.model.count -= 1,
+                    Held::Bytes(_) => {
+                        self.model.charges.remove(&id);
+                    }
+                    Held::Key(p) => self.model.remove_key(*p.key()),
+                    Held::Gate(p) => {
+                        self.model.count -= 1;
+                        self.model.charges.remove(&id);
+                        if let Some(k) = p.keyed() {
+                            self.model.remove_key(*k.key());
+                        }
+                    }
+                }
+            }
+            Op::SetCapacity(c) => {
+                self.count.set_capacity(c).unwrap();
+                self.model.capacity = c as u64;
+            }
+            Op::SetBudget(b) => {
+                self.bytes.set_budget(b).unwrap();
+                self.model.budget = b;
+            }
+            Op::SetCap(c) => {
+                self.keyed.set_cap(c).unwrap();
+                self.model.cap = c as u64;
+            }
+        }
+        self.model.count_high = self.model.count_high.max(self.model.count);
+        self.model.bytes_high = self.model.bytes_high.max(self.model.bytes());
+        self.check();
+    }
+
+    fn pick_bytes(&self, i: usize) -> Option<usize> {
+        let slots: Vec<usize> = (0..self.held.len())
+            .filter(|&s| matches!(self.held[s].1, Held::Bytes(_) | Held::Gate(_)))
+            .collect();
+        (!slots.is_empty()).then(|| slots[i % slots.len()])
+    }
+
+    fn check(&self) {
+        let m = &self.model;
+        assert_eq!(self.count.in_flight(), m.count);
+        assert_eq!(self.bytes.in_flight(), m.bytes());
+        assert_eq!(self.bytes.permits(), m.charges.len() as u64);
+        assert_eq!(self.keyed.keys(), m.keys.len() as u64);
+        for key in 0..4 {
+            assert_eq!(
+                self.keyed.in_flight(&key),
+                m.keys.get(&key).copied().unwrap_or(0)
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn ledgers_follow_the_reference_model(ops in proptest::collection::vec(op(), 1..80)) {
+        let mut world = World::new();
+        for op in ops {
+            world.step(op);
+        }
+        // Invariant 2: with every permit gone, every ledger reads zero and no key remains.
+        world.held.clear();
+        assert_eq!(world.count.in_flight(), 0);
+        assert_eq!(world.bytes.in_flight(), 0);
+        assert_eq!(world.bytes.permits(), 0);
+        assert_eq!(world.keyed.keys(), 0);
+        let snap = world.gate.snapshot();
+        assert_eq!(snap.count.unwrap().high_water, world.model.count_high);
+        assert_eq!(snap.bytes.unwrap().high_water, world.model.bytes_high);
+    }
+}
