@@ -488,10 +488,7 @@ impl BytePermit {
         let bytes = bytes.min(self.charged);
         if bytes != 0 {
             // Relaxed: the permit's `PERMIT` share stays, so this never frees the cell.
-            self.inner()
-                .hot
-                .state
-                .fetch_sub(bytes, Ordering::Relaxed);
+            self.inner().hot.state.fetch_sub(bytes, Ordering::Relaxed);
             self.charged -= bytes;
         }
         bytes
@@ -646,7 +643,11 @@ mod tests {
         assert_eq!(ledger.try_charge(u64::MAX).unwrap_err(), Refused::TooLarge);
         let mut p = ledger.try_charge(ByteLedger::MAX_BUDGET).unwrap();
         assert_eq!(p.try_grow(1).unwrap_err(), Refused::TooLarge);
-        assert_eq!(ledger.try_charge(1).unwrap_err(), Refused::Bytes, "word is full");
+        assert_eq!(
+            ledger.try_charge(1).unwrap_err(),
+            Refused::Bytes,
+            "word is full"
+        );
         drop(p);
         assert_eq!(ledger.in_flight(), 0);
     }
@@ -654,7 +655,9 @@ mod tests {
     #[test]
     fn unlimited_budget_admits_everything_representable() {
         let ledger = ByteLedger::new(0).unwrap();
-        let held: Vec<_> = (0..100).map(|_| ledger.try_charge(1 << 30).unwrap()).collect();
+        let held: Vec<_> = (0..100)
+            .map(|_| ledger.try_charge(1 << 30).unwrap())
+            .collect();
         assert_eq!(ledger.in_flight(), 100 << 30);
         drop(held);
         assert_eq!(ledger.in_flight(), 0);

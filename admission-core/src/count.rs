@@ -245,10 +245,7 @@ impl CountLedger {
     /// ```
     pub fn set_capacity(&self, capacity: usize) -> Result<(), CapacityError> {
         let capacity = Self::encode(capacity)?;
-        self.inner()
-            .hot
-            .capacity
-            .store(capacity, Ordering::Relaxed);
+        self.inner().hot.capacity.store(capacity, Ordering::Relaxed);
         Ok(())
     }
 

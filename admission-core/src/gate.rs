@@ -145,7 +145,11 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             }
         }
         // Each `?` drops the permits taken so far: that is the all-or-nothing.
-        let count = self.count.as_ref().map(CountLedger::try_acquire).transpose()?;
+        let count = self
+            .count
+            .as_ref()
+            .map(CountLedger::try_acquire)
+            .transpose()?;
         let keyed = match (&self.keyed, key) {
             (Some(ledger), Some(key)) => Some(ledger.try_acquire(key)?),
             _ => None,
@@ -469,8 +473,15 @@ mod tests {
         assert_eq!(gate.try_admit(Some(&1), 10).unwrap_err(), Refused::Key);
         assert_eq!(levels(&gate), before);
         assert_eq!(gate.try_admit(Some(&2), 50).unwrap_err(), Refused::Bytes);
-        assert_eq!(levels(&gate), before, "count and key were taken, then given back");
-        assert_eq!(gate.try_admit(Some(&2), 201).unwrap_err(), Refused::TooLarge);
+        assert_eq!(
+            levels(&gate),
+            before,
+            "count and key were taken, then given back"
+        );
+        assert_eq!(
+            gate.try_admit(Some(&2), 201).unwrap_err(),
+            Refused::TooLarge
+        );
         assert_eq!(levels(&gate), before);
 
         let second = gate.try_admit(None, 0).unwrap();

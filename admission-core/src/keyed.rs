@@ -582,7 +582,10 @@ mod tests {
     #[test]
     fn per_key_cap_refuses_one_key_and_admits_another() {
         let ledger = KeyedLedger::new(2).unwrap();
-        let a = [ledger.try_acquire(&1).unwrap(), ledger.try_acquire(&1).unwrap()];
+        let a = [
+            ledger.try_acquire(&1).unwrap(),
+            ledger.try_acquire(&1).unwrap(),
+        ];
         assert_eq!(ledger.try_acquire(&1).unwrap_err(), Refused::Key);
         let b = ledger.try_acquire(&2).unwrap();
         assert_eq!((ledger.in_flight(&1), ledger.in_flight(&2)), (2, 1));
@@ -597,7 +600,9 @@ mod tests {
     #[test]
     fn zero_cap_means_unlimited_per_key() {
         let ledger = KeyedLedger::new(0).unwrap();
-        let held: Vec<_> = (0..100).map(|_| ledger.try_acquire(&"k").unwrap()).collect();
+        let held: Vec<_> = (0..100)
+            .map(|_| ledger.try_acquire(&"k").unwrap())
+            .collect();
         assert_eq!(ledger.in_flight(&"k"), 100);
         drop(held);
         assert_eq!(ledger.keys(), 0);
@@ -655,7 +660,10 @@ mod tests {
         drop(burst);
         assert_eq!(ledger.keys(), 0);
         let capacity: usize = inner.shards.iter().map(|s| s.lock().capacity()).sum();
-        assert!(capacity <= SHARDS * 128, "table capacity {capacity} after burst");
+        assert!(
+            capacity <= SHARDS * 128,
+            "table capacity {capacity} after burst"
+        );
     }
 
     #[test]

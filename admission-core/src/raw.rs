@@ -27,8 +27,6 @@
 //! (a handle, or under a lock that a live reference protects), never through a count
 //! that could be zero.
 
-
-
 use std::fmt;
 use std::ptr::NonNull;
 

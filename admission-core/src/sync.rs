@@ -33,7 +33,9 @@ mod imp {
 
         pub(crate) fn lock(&self) -> loom::sync::MutexGuard<'_, T> {
             // A poisoned lock means a model thread panicked; the model has failed already.
-            self.0.lock().expect("a loom model thread panicked while holding a lock")
+            self.0
+                .lock()
+                .expect("a loom model thread panicked while holding a lock")
         }
     }
 

@@ -106,7 +106,11 @@ impl World {
         let count = CountLedger::new(3).unwrap();
         let bytes = ByteLedger::new(200).unwrap();
         let keyed = KeyedLedger::new(2).unwrap();
-        let gate = Gate::from_ledgers(Some(count.clone()), Some(bytes.clone()), Some(keyed.clone()));
+        let gate = Gate::from_ledgers(
+            Some(count.clone()),
+            Some(bytes.clone()),
+            Some(keyed.clone()),
+        );
         Self {
             count,
             bytes,
@@ -162,7 +166,9 @@ impl World {
             }
             Op::Grow(i, n) | Op::Shrink(i, n) => {
                 let grow = matches!(op, Op::Grow(..));
-                let Some(slot) = self.pick_bytes(i) else { return };
+                let Some(slot) = self.pick_bytes(i) else {
+                    return;
+                };
                 let id = self.held[slot].0;
                 let expect = self.model.grow_ok(id, n);
                 let permit = match &mut self.held[slot].1 {

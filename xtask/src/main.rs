@@ -78,7 +78,14 @@ fn ci() -> Result<(), String> {
     run("fmt", cargo().args(["fmt", "--all", "--check"]))?;
     run(
         "clippy",
-        cargo().args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]),
+        cargo().args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
     )?;
     run("tests", cargo().args(["test", "--workspace"]))?;
     loom(&[])?;

@@ -1,0 +1,316 @@
+//! Hot-path benches of the ledgers beside what a user would pick instead, group by group.
+//!
+//! Read the results as ratios within one run; absolute times drift on shared machines.
+//! `cargo run -p admission-bench --bin report` prints the table of ratios.
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use admission_bench::{ArcPermit, Floor};
+use admission_core::{ByteLedger, CountLedger, Gate, KeyedLedger};
+use criterion::{criterion_group, criterion_main, Criterion};
+use dashmap::DashMap;
+use parking_lot::Mutex;
+use tokio::sync::Semaphore;
+
+const CAPACITY: usize = 1024;
+const CHARGE: u64 = 4096;
+const BUDGET: u64 = 64 << 20;
+const KEYS: u64 = 1000;
+
+fn count(c: &mut Criterion) {
+    let mut g = c.benchmark_group("count");
+    let floor = Floor::new(CAPACITY as u64);
+    g.bench_function("floor", |b| {
+        b.iter(|| {
+            assert!(floor.try_acquire(black_box(1)));
+            floor.release(1);
+        })
+    });
+    g.bench_function("floor_optimistic_add", |b| {
+        b.iter(|| {
+            assert!(floor.try_acquire_optimistic(black_box(1)));
+            floor.release(1);
+        })
+    });
+    let arc_floor = Arc::new(Floor::new(CAPACITY as u64));
+    g.bench_function("floor_plus_arc_permit", |b| {
+        b.iter(|| drop(black_box(ArcPermit::try_acquire(&arc_floor).unwrap())))
+    });
+    let ledger = CountLedger::new(CAPACITY).unwrap();
+    g.bench_function("admission", |b| {
+        b.iter(|| drop(black_box(ledger.try_acquire().unwrap())))
+    });
+    let sem = Arc::new(Semaphore::new(CAPACITY));
+    g.bench_function("tokio_try_acquire", |b| {
+        b.iter(|| drop(black_box(sem.try_acquire().unwrap())))
+    });
+    g.bench_function("tokio_try_acquire_owned", |b| {
+        b.iter(|| drop(black_box(sem.clone().try_acquire_owned().unwrap())))
+    });
+    let mutex = Mutex::new(0_usize);
+    g.bench_function("mutex_counter", |b| {
+        b.iter(|| {
+            {
+                let mut n = mutex.lock();
+                assert!(*n < CAPACITY);
+                *n += 1;
+            }
+            *mutex.lock() -= 1;
+        })
+    });
+    g.finish();
+}
+
+fn bytes(c: &mut Criterion) {
+    let mut g = c.benchmark_group("bytes");
+    let floor = Floor::new(BUDGET);
+    g.bench_function("floor", |b| {
+        b.iter(|| {
+            assert!(floor.try_acquire(black_box(CHARGE)));
+            floor.release(CHARGE);
+        })
+    });
+    let ledger = ByteLedger::new(BUDGET).unwrap();
+    g.bench_function("admission", |b| {
+        b.iter(|| drop(black_box(ledger.try_charge(black_box(CHARGE)).unwrap())))
+    });
+    let sem = Arc::new(Semaphore::new(BUDGET as usize));
+    g.bench_function("tokio_try_acquire_many_owned", |b| {
+        b.iter(|| {
+            drop(black_box(
+                sem.clone().try_acquire_many_owned(CHARGE as u32).unwrap(),
+            ))
+        })
+    });
+    g.finish();
+}
+
+fn keyed(c: &mut Criterion) {
+    let mut g = c.benchmark_group("keyed");
+    // Existing keys: every key already has a permit in flight, so its entry exists.
+    let ledger = KeyedLedger::new(CAPACITY).unwrap();
+    let _resident: Vec<_> = (0..KEYS).map(|k| ledger.try_acquire(&k).unwrap()).collect();
+    let mut key = 0;
+    g.bench_function("admission", |b| {
+        b.iter(|| {
+            key = (key + 1) % KEYS;
+            drop(black_box(ledger.try_acquire(&key).unwrap()));
+        })
+    });
+    let map: Mutex<HashMap<u64, usize>> = Mutex::new((0..KEYS).map(|k| (k, 1)).collect());
+    g.bench_function("mutex_hashmap", |b| {
+        b.iter(|| {
+            key = (key + 1) % KEYS;
+            mutex_hashmap_acquire(&map, key);
+            mutex_hashmap_release(&map, key);
+        })
+    });
+    let dash: DashMap<u64, Arc<Semaphore>> = (0..KEYS)
+        .map(|k| (k, Arc::new(Semaphore::new(CAPACITY))))
+        .collect();
+    g.bench_function("dashmap_semaphore", |b| {
+        b.iter(|| {
+            key = (key + 1) % KEYS;
+            drop(black_box(dashmap_acquire(&dash, key)));
+        })
+    });
+    // The same with a faster hasher on both sides (the hasher is a type parameter of each).
+    let fast = KeyedLedger::with_hasher(CAPACITY, foldhash::fast::RandomState::default()).unwrap();
+    let _resident_fast: Vec<_> = (0..KEYS).map(|k| fast.try_acquire(&k).unwrap()).collect();
+    g.bench_function("admission_foldhash", |b| {
+        b.iter(|| {
+            key = (key + 1) % KEYS;
+            drop(black_box(fast.try_acquire(&key).unwrap()));
+        })
+    });
+    let dash_fast: DashMap<u64, Arc<Semaphore>, foldhash::fast::RandomState> = DashMap::with_hasher(Default::default());
+    for k in 0..KEYS {
+        dash_fast.insert(k, Arc::new(Semaphore::new(CAPACITY)));
+    }
+    g.bench_function("dashmap_semaphore_foldhash", |b| {
+        b.iter(|| {
+            key = (key + 1) % KEYS;
+            let sem = dash_fast.get(&key).unwrap().clone();
+            drop(black_box(sem.try_acquire_owned().unwrap()));
+        })
+    });
+    // First-seen keys: each acquire creates the key's entry, each release removes it.
+    let fresh = KeyedLedger::new(CAPACITY).unwrap();
+    let mut next = 0_u64;
+    g.bench_function("admission_first_seen", |b| {
+        b.iter(|| {
+            next += 1;
+            drop(black_box(fresh.try_acquire(&next).unwrap()));
+        })
+    });
+    let fresh_map: Mutex<HashMap<u64, usize>> = Mutex::new(HashMap::new());
+    g.bench_function("mutex_hashmap_first_seen", |b| {
+        b.iter(|| {
+            next += 1;
+            mutex_hashmap_acquire(&fresh_map, next);
+            mutex_hashmap_release(&fresh_map, next);
+        })
+    });
+    g.finish();
+}
+
+fn mutex_hashmap_acquire(map: &Mutex<HashMap<u64, usize>>, key: u64) {
+    let mut map = map.lock();
+    let n = map.entry(key).or_insert(0);
+    assert!(*n < CAPACITY);
+    *n += 1;
+}
+
+fn mutex_hashmap_release(map: &Mutex<HashMap<u64, usize>>, key: u64) {
+    let mut map = map.lock();
+    let n = map.get_mut(&key).unwrap();
+    *n -= 1;
+    if *n == 0 {
+        map.remove(&key);
+    }
+}
+
+/// The straightforward port of a per-subject limiter: a semaphore per key in a DashMap.
+fn dashmap_acquire(
+    map: &DashMap<u64, Arc<Semaphore>>,
+    key: u64,
+) -> tokio::sync::OwnedSemaphorePermit {
+    let sem = map
+        .entry(key)
+        .or_insert_with(|| Arc::new(Semaphore::new(CAPACITY)))
+        .clone();
+    sem.try_acquire_owned().unwrap()
+}
+
+fn gate(c: &mut Criterion) {
+    let mut g = c.benchmark_group("gate");
+    let gate = Gate::<u64>::builder()
+        .count(CAPACITY)
+        .bytes(BUDGET)
+        .per_key(CAPACITY)
+        .build()
+        .unwrap();
+    let _resident: Vec<_> = (0..KEYS)
+        .map(|k| gate.keyed().unwrap().try_acquire(&k).unwrap())
+        .collect();
+    let mut key = 0;
+    g.bench_function("admission_three_dimensions", |b| {
+        b.iter(|| {
+            key = (key + 1) % KEYS;
+            drop(black_box(gate.try_admit(Some(&key), CHARGE).unwrap()));
+        })
+    });
+    let (count, bytes, keys) = (
+        gate.count().unwrap(),
+        gate.bytes().unwrap(),
+        gate.keyed().unwrap(),
+    );
+    g.bench_function("sum_of_parts", |b| {
+        b.iter(|| {
+            key = (key + 1) % KEYS;
+            let c = count.try_acquire().unwrap();
+            let k = keys.try_acquire(&key).unwrap();
+            let b = bytes.try_charge(CHARGE).unwrap();
+            drop(black_box((c, k, b)));
+        })
+    });
+    g.finish();
+}
+
+/// Two threads on one ledger at once. Each thread runs `iters` acquire-release cycles
+/// after a barrier; the reported time is the slower thread's wall time divided by
+/// `iters`, i.e. the latency of one cycle while the other thread does the same.
+fn two_threads(iters: u64, op: impl Fn(u64) + Sync) -> Duration {
+    let barrier = Barrier::new(2);
+    let run = |t: u64| {
+        barrier.wait();
+        let start = Instant::now();
+        for i in 0..iters {
+            op(i * 2 + t);
+        }
+        start.elapsed()
+    };
+    let run = &run;
+    std::thread::scope(|s| {
+        let other = s.spawn(move || run(1));
+        let mine = run(0);
+        mine.max(other.join().unwrap())
+    })
+}
+
+fn contended(c: &mut Criterion) {
+    let mut g = c.benchmark_group("contended");
+    let floor = Floor::new(CAPACITY as u64);
+    g.bench_function("count_floor", |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, |_| {
+                assert!(floor.try_acquire(1));
+                floor.release(1);
+            })
+        })
+    });
+    g.bench_function("count_floor_optimistic_add", |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, |_| {
+                assert!(floor.try_acquire_optimistic(1));
+                floor.release(1);
+            })
+        })
+    });
+    let ledger = CountLedger::new(CAPACITY).unwrap();
+    g.bench_function("count_admission", |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, |_| drop(black_box(ledger.try_acquire().unwrap())))
+        })
+    });
+    let sem = Arc::new(Semaphore::new(CAPACITY));
+    g.bench_function("count_tokio_try_acquire_owned", |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, |_| {
+                drop(black_box(sem.clone().try_acquire_owned().unwrap()))
+            })
+        })
+    });
+    let bytes = ByteLedger::new(BUDGET).unwrap();
+    g.bench_function("bytes_admission", |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, |_| {
+                drop(black_box(bytes.try_charge(CHARGE).unwrap()))
+            })
+        })
+    });
+    let big = Arc::new(Semaphore::new(BUDGET as usize));
+    g.bench_function("bytes_tokio_try_acquire_many_owned", |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, |_| {
+                drop(black_box(
+                    big.clone().try_acquire_many_owned(CHARGE as u32).unwrap(),
+                ))
+            })
+        })
+    });
+    let keyed = KeyedLedger::new(CAPACITY).unwrap();
+    let _resident: Vec<_> = (0..KEYS).map(|k| keyed.try_acquire(&k).unwrap()).collect();
+    g.bench_function("keyed_admission", |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, |i| {
+                drop(black_box(keyed.try_acquire(&(i % KEYS)).unwrap()))
+            })
+        })
+    });
+    let dash: DashMap<u64, Arc<Semaphore>> = (0..KEYS)
+        .map(|k| (k, Arc::new(Semaphore::new(CAPACITY))))
+        .collect();
+    g.bench_function("keyed_dashmap_semaphore", |b| {
+        b.iter_custom(|iters| {
+            two_threads(iters, |i| drop(black_box(dashmap_acquire(&dash, i % KEYS))))
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, count, bytes, keyed, gate, contended);
+criterion_main!(benches);
