@@ -79,3 +79,8 @@ pub use gate::{Gate, GateBuilder, GatePermit, GateSnapshot};
 pub use keyed::{KeyedLedger, KeyedPermit, KeyedSnapshot};
 pub use refused::{CapacityError, Refused};
 pub use stats::Snapshot;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -2,7 +2,7 @@
 //!
 //! - `cargo xtask loom`: the loom models of `admission-core`, built with
 //!   `--cfg admission_loom` in release mode with debug assertions, in `target/loom`.
-//! - `cargo xtask ci`: what `.ci/run` runs (format, clippy, tests, loom, docs).
+//! - `cargo xtask ci`: runs `.ci/run`, the one definition of what CI checks.
 //!
 //! Keep this crate free of dependencies: it is compiled on every call.
 
@@ -75,25 +75,8 @@ fn loom(filter: &[String]) -> Result<(), String> {
 }
 
 fn ci() -> Result<(), String> {
-    run("fmt", cargo().args(["fmt", "--all", "--check"]))?;
-    run(
-        "clippy",
-        cargo().args([
-            "clippy",
-            "--workspace",
-            "--all-targets",
-            "--",
-            "-D",
-            "warnings",
-        ]),
-    )?;
-    run("tests", cargo().args(["test", "--workspace"]))?;
-    loom(&[])?;
-    run(
-        "docs",
-        cargo()
-            .args(["doc", "--workspace", "--no-deps"])
-            .env("RUSTDOCFLAGS", "-Dwarnings"),
-    )?;
-    Ok(())
+    // `.ci/run` is the one definition of CI; this runs it, so the two cannot drift.
+    let mut cmd = Command::new("bash");
+    cmd.arg(".ci/run").current_dir(root());
+    run("ci", &mut cmd)
 }
