@@ -126,7 +126,8 @@ fn keyed(c: &mut Criterion) {
             drop(black_box(fast.try_acquire(&key).unwrap()));
         })
     });
-    let dash_fast: DashMap<u64, Arc<Semaphore>, foldhash::fast::RandomState> = DashMap::with_hasher(Default::default());
+    let dash_fast: DashMap<u64, Arc<Semaphore>, foldhash::fast::RandomState> =
+        DashMap::with_hasher(Default::default());
     for k in 0..KEYS {
         dash_fast.insert(k, Arc::new(Semaphore::new(CAPACITY)));
     }

@@ -1,1 +1,72 @@
-//! skeleton
+//! Admission for servers built on `http` 1.x and `http-body` 1.x.
+//!
+//! | You want to | Use |
+//! |---|---|
+//! | hold a permit until the response body ends (streams, downloads, SSE, gRPC) | [`PermitBody`] |
+//! | charge request bodies against a byte budget, and refuse one too large | [`RequestMeter`], [`MeteredBody`], [`RequestCharge`] |
+//! | answer a refused request (503 / 429 / 413 + `Retry-After`) | [`Refusals`], [`Rejection`] |
+//!
+//! The ledgers come from [`admission_core`]; for a ready-made middleware see
+//! `admission-tower`.
+//!
+//! # Example
+//!
+//! A hand-written admission step: meter the request, admit it through a count ledger,
+//! and hold both permits until the response body ends.
+//!
+//! ```
+//! use admission_core::{ByteLedger, CountLedger};
+//! use admission_http::{PermitBody, Refusals, Rejection, RequestMeter};
+//! use bytes::Bytes;
+//! use http_body_util::{BodyExt, Full};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), admission_http::BoxError> {
+//! let count = CountLedger::new(64)?;
+//! let meter = RequestMeter::new(ByteLedger::new(8 << 20)?);
+//! let refusals = Refusals::new();
+//!
+//! let request = http::Request::post("/echo")
+//!     .header("content-length", "5")
+//!     .body(Full::new(Bytes::from("hello")))?;
+//!
+//! let Ok(permit) = count.try_acquire() else {
+//!     let _503 = refusals.respond(&request, Rejection::Refused(admission_core::Refused::Count));
+//!     return Ok(());
+//! };
+//! let (request, charge) = match meter.admit(request) {
+//!     Ok(admitted) => admitted,
+//!     Err((request, rejection)) => {
+//!         let _refusal = refusals.respond(&request, rejection);
+//!         return Ok(());
+//!     }
+//! };
+//!
+//! // The handler reads the (metered) body and answers.
+//! let body = request.into_body().collect().await?.to_bytes();
+//! let response = http::Response::new(Full::new(body));
+//!
+//! // Both permits ride with the response body and are released when it ends.
+//! let mut response = response.map(|body| PermitBody::new(body, (permit, charge)));
+//! assert_eq!((count.in_flight(), meter.ledger().in_flight()), (1, 5));
+//! while let Some(frame) = response.body_mut().frame().await {
+//!     frame?;
+//! }
+//! assert_eq!((count.in_flight(), meter.ledger().in_flight()), (0, 0));
+//! # Ok(())
+//! # }
+//! ```
+
+#![forbid(unsafe_code)]
+
+mod body;
+mod meter;
+mod refusal;
+
+pub use body::PermitBody;
+pub use meter::{
+    content_length, BodyRefused, BoxError, MeteredBody, Rejection, RequestCharge, RequestMeter,
+};
+pub use refusal::{RefusalBody, RefusalContext, Refusals};
+
+pub use admission_core;

@@ -1,0 +1,444 @@
+//! Request-body metering against a byte ledger.
+
+use std::fmt;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use admission_core::{ByteLedger, BytePermit, Refused};
+use bytes::Buf;
+use http::header::CONTENT_LENGTH;
+use http::{HeaderMap, Request, StatusCode};
+use http_body::{Body, Frame, SizeHint};
+use pin_project_lite::pin_project;
+
+/// The error type of a metered body: the inner body's error or a [`BodyRefused`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a request is answered before its body is read.
+///
+/// ```
+/// use admission_core::Refused;
+/// use admission_http::Rejection;
+/// use http::StatusCode;
+///
+/// assert_eq!(Rejection::Refused(Refused::Count).status(), StatusCode::SERVICE_UNAVAILABLE);
+/// assert_eq!(Rejection::Refused(Refused::Key).status(), StatusCode::TOO_MANY_REQUESTS);
+/// assert_eq!(Rejection::Refused(Refused::TooLarge).status(), StatusCode::PAYLOAD_TOO_LARGE);
+/// assert_eq!(Rejection::InvalidContentLength.status(), StatusCode::BAD_REQUEST);
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Rejection {
+    /// A ledger refused the request.
+    Refused(Refused),
+    /// The request's `Content-Length` does not parse (or two of them disagree).
+    InvalidContentLength,
+}
+
+impl Rejection {
+    /// The HTTP status for this rejection: 503 for global overload (count, bytes, key
+    /// table), 429 for one key over its cap, 413 for one request too large, 400 for a
+    /// malformed `Content-Length`.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Rejection::Refused(Refused::Key) => StatusCode::TOO_MANY_REQUESTS,
+            Rejection::Refused(Refused::TooLarge) => StatusCode::PAYLOAD_TOO_LARGE,
+            Rejection::Refused(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Rejection::InvalidContentLength => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// Whether the same request may succeed later, so a `Retry-After` belongs on the
+    /// answer (503 and 429 yes; 413 and 400 no).
+    ///
+    /// ```
+    /// use admission_core::Refused;
+    /// use admission_http::Rejection;
+    ///
+    /// assert!(Rejection::Refused(Refused::Bytes).is_retryable());
+    /// assert!(!Rejection::InvalidContentLength.is_retryable());
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Rejection::Refused(refused) => refused.is_retryable(),
+            Rejection::InvalidContentLength => false,
+        }
+    }
+}
+
+impl From<Refused> for Rejection {
+    fn from(refused: Refused) -> Self {
+        Rejection::Refused(refused)
+    }
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rejection::Refused(refused) => refused.fmt(f),
+            Rejection::InvalidContentLength => f.write_str("invalid content-length"),
+        }
+    }
+}
+
+impl std::error::Error for Rejection {}
+
+/// The request's declared body length: `Ok(None)` without a `Content-Length`.
+///
+/// # Errors
+///
+/// [`Rejection::InvalidContentLength`] if a value is not a plain decimal number that
+/// fits a `u64`, or if several `Content-Length` headers disagree.
+///
+/// # Examples
+///
+/// ```
+/// use admission_http::{content_length, Rejection};
+/// use http::HeaderMap;
+///
+/// let mut headers = HeaderMap::new();
+/// assert_eq!(content_length(&headers), Ok(None));
+/// headers.insert("content-length", "42".parse().unwrap());
+/// assert_eq!(content_length(&headers), Ok(Some(42)));
+/// headers.insert("content-length", "-1".parse().unwrap());
+/// assert_eq!(content_length(&headers), Err(Rejection::InvalidContentLength));
+/// ```
+pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, Rejection> {
+    let mut length = None;
+    for value in headers.get_all(CONTENT_LENGTH) {
+        let parsed = value
+            .to_str()
+            .ok()
+            .map(str::trim)
+            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|s| s.parse::<u64>().ok())
+            .ok_or(Rejection::InvalidContentLength)?;
+        if length.is_some_and(|seen| seen != parsed) {
+            return Err(Rejection::InvalidContentLength);
+        }
+        length = Some(parsed);
+    }
+    Ok(length)
+}
+
+/// The error a [`MeteredBody`] returns when the byte ledger refuses to let the body
+/// grow: the reader (the handler) sees a body error, and nothing hangs.
+///
+/// Downcast it from the body's [`BoxError`]:
+///
+/// ```
+/// use admission_core::Refused;
+/// use admission_http::{BodyRefused, BoxError};
+///
+/// let err: BoxError = Box::new(BodyRefused::new(Refused::Bytes));
+/// let refused = err.downcast_ref::<BodyRefused>().unwrap();
+/// assert_eq!(refused.refused(), Refused::Bytes);
+/// assert_eq!(err.to_string(), "request body refused: byte budget exhausted");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyRefused {
+    refused: Refused,
+}
+
+impl BodyRefused {
+    /// An error for `refused`.
+    pub fn new(refused: Refused) -> Self {
+        Self { refused }
+    }
+
+    /// What the ledger said.
+    pub fn refused(&self) -> Refused {
+        self.refused
+    }
+}
+
+impl fmt::Display for BodyRefused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "request body refused: {}", self.refused)
+    }
+}
+
+impl std::error::Error for BodyRefused {}
+
+/// What one request has been charged, shared by its metered request body and whatever
+/// holds it until the response ends; the charge is released when the last clone drops.
+///
+/// ```
+/// use admission_core::ByteLedger;
+/// use admission_http::RequestCharge;
+///
+/// let ledger = ByteLedger::new(100)?;
+/// let charge = RequestCharge::new(ledger.try_charge(10)?);
+/// let held_by_response = charge.clone();
+/// drop(charge);
+/// assert_eq!((held_by_response.charged(), ledger.in_flight()), (10, 10));
+/// drop(held_by_response);
+/// assert_eq!(ledger.in_flight(), 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct RequestCharge {
+    permit: Arc<Mutex<BytePermit>>,
+}
+
+impl RequestCharge {
+    /// Shares `permit` as a request's charge.
+    pub fn new(permit: BytePermit) -> Self {
+        Self {
+            permit: Arc::new(Mutex::new(permit)),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BytePermit> {
+        // The lock guards plain arithmetic on the permit; a panic under it cannot leave
+        // the permit inconsistent, so a poisoned lock is still good.
+        self.permit
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// Bytes charged for the request so far.
+    pub fn charged(&self) -> u64 {
+        self.lock().charged()
+    }
+}
+
+impl fmt::Debug for RequestCharge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RequestCharge")
+            .field("charged", &self.charged())
+            .finish()
+    }
+}
+
+/// Charges requests' bodies against a [`ByteLedger`].
+///
+/// A declared `Content-Length` is charged before the body is read; a request above the
+/// ledger's [`max_charge`](ByteLedger::max_charge) is refused as
+/// [`Refused::TooLarge`] (413) without reading it. A body without a length is charged as
+/// its data frames arrive, and fails with [`BodyRefused`] when the budget refuses. A body
+/// that sends more than it declared is charged for the excess the same way.
+///
+/// What it does not bound: bytes the handler copies or decodes out of the body (charge
+/// those separately), and a client that trickles a body slowly (a timeout's job).
+///
+/// # Examples
+///
+/// ```
+/// use admission_core::{ByteLedger, Refused};
+/// use admission_http::{Rejection, RequestMeter};
+///
+/// let ledger = ByteLedger::new(1 << 20)?;
+/// ledger.set_max_charge(64 << 10)?;
+/// let meter = RequestMeter::new(ledger.clone());
+///
+/// let request = http::Request::post("/upload")
+///     .header("content-length", "1000")
+///     .body("...")?;
+/// let (request, charge) = meter.admit(request).map_err(|(_, rejection)| rejection)?;
+/// assert_eq!((charge.charged(), ledger.in_flight()), (1000, 1000));
+/// drop((request, charge));
+/// assert_eq!(ledger.in_flight(), 0);
+///
+/// let huge = http::Request::post("/upload")
+///     .header("content-length", "1000000")
+///     .body("...")?;
+/// let (_, rejection) = meter.admit(huge).unwrap_err();
+/// assert_eq!(rejection, Rejection::Refused(Refused::TooLarge));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct RequestMeter {
+    ledger: ByteLedger,
+}
+
+impl RequestMeter {
+    /// Meters request bodies against `ledger`.
+    pub fn new(ledger: ByteLedger) -> Self {
+        Self { ledger }
+    }
+
+    /// The ledger charged.
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    /// use admission_http::RequestMeter;
+    ///
+    /// let meter = RequestMeter::new(ByteLedger::new(10)?);
+    /// assert_eq!(meter.ledger().budget(), 10);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn ledger(&self) -> &ByteLedger {
+        &self.ledger
+    }
+
+    /// Charges the request's declared length and meters its body.
+    ///
+    /// # Errors
+    ///
+    /// The request back, untouched and unread, with the [`Rejection`]: a malformed
+    /// `Content-Length`, or the ledger's refusal.
+    pub fn admit<B>(
+        &self,
+        request: Request<B>,
+    ) -> Result<(Request<MeteredBody<B>>, RequestCharge), (Request<B>, Rejection)> {
+        let declared = match content_length(request.headers()) {
+            Ok(declared) => declared.unwrap_or(0),
+            Err(rejection) => return Err((request, rejection)),
+        };
+        match self.ledger.try_charge(declared) {
+            Ok(permit) => {
+                let charge = RequestCharge::new(permit);
+                let request = request.map(|body| MeteredBody::new(body, charge.clone()));
+                Ok((request, charge))
+            }
+            Err(refused) => Err((request, refused.into())),
+        }
+    }
+}
+
+pin_project! {
+    /// A request body that grows its request's byte charge as data frames arrive beyond
+    /// what was charged, and fails with [`BodyRefused`] when the ledger refuses.
+    ///
+    /// Frames pass through unchanged. After a refusal the body ends (`Ready(None)`).
+    /// The charge is shared with [`RequestCharge`]; dropping the body releases nothing
+    /// while another clone of the charge (the response's) is alive.
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    /// use admission_http::{BodyRefused, MeteredBody, RequestCharge};
+    /// use http_body_util::BodyExt;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ledger = ByteLedger::new(4)?;
+    /// let _other = ledger.try_charge(1)?;
+    /// let charge = RequestCharge::new(ledger.try_charge(0)?);
+    /// let body = MeteredBody::new(http_body_util::Full::new(bytes::Bytes::from("hello")), charge);
+    /// let err = body.collect().await.unwrap_err();
+    /// assert!(err.downcast_ref::<BodyRefused>().is_some());
+    /// assert_eq!(ledger.in_flight(), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub struct MeteredBody<B> {
+        #[pin]
+        inner: B,
+        charge: RequestCharge,
+        // Data bytes seen so far, and what the charge covers (a local copy: only this
+        // body grows the charge, so the lock is taken only to grow).
+        seen: u64,
+        covered: u64,
+        failed: bool,
+    }
+}
+
+impl<B> MeteredBody<B> {
+    /// Meters `inner` against `charge`, which covers what was charged up front.
+    pub fn new(inner: B, charge: RequestCharge) -> Self {
+        let covered = charge.charged();
+        Self {
+            inner,
+            charge,
+            seen: 0,
+            covered,
+            failed: false,
+        }
+    }
+
+    /// Data bytes read through the body so far.
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    /// use admission_http::{MeteredBody, RequestCharge};
+    ///
+    /// let charge = RequestCharge::new(ByteLedger::new(10)?.try_charge(0)?);
+    /// assert_eq!(MeteredBody::new(http_body_util::Empty::<bytes::Bytes>::new(), charge).seen(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn seen(&self) -> u64 {
+        self.seen
+    }
+
+    /// The shared charge.
+    pub fn charge(&self) -> &RequestCharge {
+        &self.charge
+    }
+
+    /// The inner body.
+    pub fn get_ref(&self) -> &B {
+        &self.inner
+    }
+
+    /// The inner body, mutably.
+    pub fn get_mut(&mut self) -> &mut B {
+        &mut self.inner
+    }
+
+    /// The inner body; the charge is released unless another clone holds it.
+    pub fn into_inner(self) -> B {
+        self.inner
+    }
+}
+
+impl<B> Body for MeteredBody<B>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    type Data = B::Data;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.project();
+        if *this.failed {
+            return Poll::Ready(None);
+        }
+        match this.inner.poll_frame(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(Some(Err(err))) => Poll::Ready(Some(Err(err.into()))),
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    *this.seen = this.seen.saturating_add(data.remaining() as u64);
+                    if *this.seen > *this.covered {
+                        let more = *this.seen - *this.covered;
+                        if let Err(refused) = this.charge.lock().try_grow(more) {
+                            *this.failed = true;
+                            return Poll::Ready(Some(Err(Box::new(BodyRefused::new(refused)))));
+                        }
+                        *this.covered = *this.seen;
+                    }
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.failed || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        if self.failed {
+            SizeHint::with_exact(0)
+        } else {
+            self.inner.size_hint()
+        }
+    }
+}
+
+impl<B: fmt::Debug> fmt::Debug for MeteredBody<B> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MeteredBody")
+            .field("inner", &self.inner)
+            .field("seen", &self.seen)
+            .field("covered", &self.covered)
+            .finish()
+    }
+}

@@ -1,0 +1,257 @@
+//! Refusal responses: status, `Retry-After`, and a body of the user's shape.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
+
+use crate::Rejection;
+
+/// What a refusal's body closure sees: the request's head and the rejection.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct RefusalContext<'a> {
+    /// The request's method.
+    pub method: &'a Method,
+    /// The request's URI.
+    pub uri: &'a Uri,
+    /// The request's headers.
+    pub headers: &'a HeaderMap,
+    /// Why the request is refused.
+    pub rejection: Rejection,
+    /// The status the response will carry.
+    pub status: StatusCode,
+    /// The `Retry-After` the response will carry, in seconds, if any.
+    pub retry_after: Option<u64>,
+}
+
+/// A refusal's body and its content type.
+///
+/// ```
+/// use admission_http::RefusalBody;
+///
+/// let body = RefusalBody::json(r#"{"error":"overloaded"}"#);
+/// assert_eq!(body.content_type(), "application/json");
+/// assert_eq!(body.bytes(), &br#"{"error":"overloaded"}"#[..]);
+/// ```
+#[derive(Debug, Clone)]
+pub struct RefusalBody {
+    content_type: HeaderValue,
+    bytes: Bytes,
+}
+
+impl RefusalBody {
+    /// A body with any content type.
+    pub fn new(content_type: HeaderValue, bytes: impl Into<Bytes>) -> Self {
+        Self {
+            content_type,
+            bytes: bytes.into(),
+        }
+    }
+
+    /// A `text/plain; charset=utf-8` body.
+    pub fn text(text: impl Into<Bytes>) -> Self {
+        Self::new(
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+            text.into(),
+        )
+    }
+
+    /// An `application/json` body.
+    pub fn json(json: impl Into<Bytes>) -> Self {
+        Self::new(HeaderValue::from_static("application/json"), json.into())
+    }
+
+    /// The content type.
+    pub fn content_type(&self) -> &HeaderValue {
+        &self.content_type
+    }
+
+    /// The bytes.
+    pub fn bytes(&self) -> &Bytes {
+        &self.bytes
+    }
+}
+
+type Shape = dyn Fn(&RefusalContext<'_>) -> RefusalBody + Send + Sync;
+
+/// How refused requests are answered.
+///
+/// The status follows the rejection ([`Rejection::status`]): 503 for global overload,
+/// 429 for one key over its share, 413 for one request too large, 400 for a malformed
+/// `Content-Length`. 503 and 429 carry `Retry-After` in whole seconds (default 1); 413
+/// and 400 do not, since the same request would fail again.
+///
+/// The body is the user's choice: a closure over the request's method, URI and headers
+/// and the rejection, so one server can answer in two error envelopes by path. The
+/// default is one line of plain text naming the reason (`overloaded: count limit
+/// reached`): it costs next to nothing to build under overload, reads well in `curl` and
+/// in logs, and presumes no API's error format. APIs with an envelope set their own.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use admission_core::Refused;
+/// use admission_http::{Refusals, RefusalBody, Rejection};
+///
+/// let refusals = Refusals::new()
+///     .retry_after(Duration::from_secs(2))
+///     .body(|cx| {
+///         if cx.uri.path().starts_with("/api/") {
+///             RefusalBody::json(format!(r#"{{"error":"{}"}}"#, cx.rejection))
+///         } else {
+///             RefusalBody::text(format!("{}\n", cx.status))
+///         }
+///     });
+///
+/// let request = http::Request::get("/api/items").body(())?;
+/// let response = refusals.respond(&request, Rejection::Refused(Refused::Key));
+/// assert_eq!(response.status(), 429);
+/// assert_eq!(response.headers()["retry-after"], "2");
+/// assert_eq!(response.headers()["content-type"], "application/json");
+/// assert_eq!(response.body(), r#"{"error":"per-key limit reached"}"#);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct Refusals {
+    retry_after: u64,
+    shape: Option<Arc<Shape>>,
+}
+
+impl Default for Refusals {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Refusals {
+    /// Plain-text refusals with `Retry-After: 1`.
+    ///
+    /// ```
+    /// use admission_core::Refused;
+    /// use admission_http::{Refusals, Rejection};
+    ///
+    /// let request = http::Request::get("/").body(())?;
+    /// let response = Refusals::new().respond(&request, Rejection::Refused(Refused::Count));
+    /// assert_eq!(response.status(), 503);
+    /// assert_eq!(response.headers()["retry-after"], "1");
+    /// assert_eq!(response.body(), "overloaded: count limit reached\n");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn new() -> Self {
+        Self {
+            retry_after: 1,
+            shape: None,
+        }
+    }
+
+    /// The `Retry-After` for retryable refusals, rounded up to whole seconds.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_http::Refusals;
+    ///
+    /// let refusals = Refusals::new().retry_after(Duration::from_millis(1500));
+    /// assert_eq!(refusals.retry_after_secs(), 2);
+    /// ```
+    pub fn retry_after(mut self, delay: Duration) -> Self {
+        let whole = delay.as_secs();
+        self.retry_after = if delay.subsec_nanos() > 0 {
+            whole.saturating_add(1)
+        } else {
+            whole
+        };
+        self
+    }
+
+    /// The `Retry-After` in seconds.
+    pub fn retry_after_secs(&self) -> u64 {
+        self.retry_after
+    }
+
+    /// Sets the body closure.
+    pub fn body<F>(mut self, shape: F) -> Self
+    where
+        F: Fn(&RefusalContext<'_>) -> RefusalBody + Send + Sync + 'static,
+    {
+        self.shape = Some(Arc::new(shape));
+        self
+    }
+
+    /// The refusal for `request`'s head and `rejection`.
+    pub fn respond<B>(&self, request: &http::Request<B>, rejection: Rejection) -> Response<Bytes> {
+        self.respond_to(
+            request.method(),
+            request.uri(),
+            request.headers(),
+            rejection,
+        )
+    }
+
+    /// The refusal for a request given by its parts.
+    ///
+    /// ```
+    /// use admission_core::Refused;
+    /// use admission_http::{Refusals, Rejection};
+    ///
+    /// let (parts, _) = http::Request::post("/upload").body(())?.into_parts();
+    /// let response = Refusals::new().respond_to(
+    ///     &parts.method, &parts.uri, &parts.headers, Rejection::Refused(Refused::TooLarge));
+    /// assert_eq!(response.status(), 413);
+    /// assert!(response.headers().get("retry-after").is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn respond_to(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &HeaderMap,
+        rejection: Rejection,
+    ) -> Response<Bytes> {
+        let status = rejection.status();
+        let retry_after = rejection.is_retryable().then_some(self.retry_after);
+        let cx = RefusalContext {
+            method,
+            uri,
+            headers,
+            rejection,
+            status,
+            retry_after,
+        };
+        let body = match &self.shape {
+            Some(shape) => shape(&cx),
+            None => default_body(&cx),
+        };
+        let mut response = Response::new(body.bytes);
+        *response.status_mut() = status;
+        let headers = response.headers_mut();
+        headers.insert(CONTENT_TYPE, body.content_type);
+        if let Some(secs) = retry_after {
+            headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}
+
+fn default_body(cx: &RefusalContext<'_>) -> RefusalBody {
+    let text = match cx.rejection {
+        Rejection::Refused(refused) if refused.is_retryable() => {
+            format!("overloaded: {refused}\n")
+        }
+        rejection => format!("{rejection}\n"),
+    };
+    RefusalBody::text(text)
+}
+
+impl fmt::Debug for Refusals {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Refusals")
+            .field("retry_after", &self.retry_after)
+            .field("custom_body", &self.shape.is_some())
+            .finish()
+    }
+}

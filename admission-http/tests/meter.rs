@@ -1,0 +1,189 @@
+//! Request-body metering: declared lengths, the maximum, streamed growth, bad headers.
+
+mod support;
+
+use std::task::Poll;
+
+use admission_core::{ByteLedger, Refused};
+use admission_http::{BodyRefused, PermitBody, Refusals, Rejection, RequestMeter};
+use http::{Request, StatusCode};
+use support::{data, poll, Hint, Script, Step, Unread};
+
+fn meter(budget: u64, max: u64) -> (ByteLedger, RequestMeter) {
+    let ledger = ByteLedger::new(budget).unwrap();
+    ledger.set_max_charge(max).unwrap();
+    (ledger.clone(), RequestMeter::new(ledger))
+}
+
+fn post<B>(length: Option<&str>, body: B) -> Request<B> {
+    let mut builder = Request::post("/upload");
+    if let Some(length) = length {
+        builder = builder.header("content-length", length);
+    }
+    builder.body(body).unwrap()
+}
+
+#[test]
+fn a_declared_length_is_charged_before_the_body_is_read_and_held_until_the_response_ends() {
+    let (ledger, meter) = meter(1000, 0);
+    let (request, charge) = meter.admit(post(Some("300"), Unread)).unwrap();
+    assert_eq!(ledger.in_flight(), 300, "charged with the body unread");
+
+    // The handler drops the request; the response still holds the charge.
+    drop(request);
+    let mut response = PermitBody::new(Script::new(Hint::Never, [Step::Data("ok")]), charge);
+    assert_eq!(ledger.in_flight(), 300);
+    assert_eq!(data(&mut response), "ok");
+    assert_eq!(ledger.in_flight(), 300);
+    assert!(matches!(poll(&mut response), Poll::Ready(None)));
+    assert_eq!(ledger.in_flight(), 0);
+}
+
+#[test]
+fn a_request_above_the_maximum_is_refused_with_413_without_reading_its_body() {
+    let (ledger, meter) = meter(1000, 500);
+    let (request, rejection) = meter.admit(post(Some("501"), Unread)).unwrap_err();
+    assert_eq!(rejection, Rejection::Refused(Refused::TooLarge));
+    let response = Refusals::new().respond(&request, rejection);
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(response.headers().get("retry-after").is_none());
+    assert_eq!(ledger.in_flight(), 0);
+}
+
+#[test]
+fn a_declared_length_over_the_remaining_budget_is_refused_with_503() {
+    let (ledger, meter) = meter(1000, 0);
+    let _held = ledger.try_charge(800).unwrap();
+    let (request, rejection) = meter.admit(post(Some("300"), Unread)).unwrap_err();
+    assert_eq!(rejection, Rejection::Refused(Refused::Bytes));
+    let response = Refusals::new().respond(&request, rejection);
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()["retry-after"], "1");
+    assert_eq!(ledger.in_flight(), 800);
+}
+
+#[test]
+fn a_streamed_body_is_charged_frame_by_frame_and_refused_midway_with_the_error_reaching_the_reader()
+{
+    let (ledger, meter) = meter(100, 0);
+    let other = ledger.try_charge(20).unwrap();
+    let script = Script::new(
+        Hint::Never,
+        [
+            Step::Data("0123456789"),
+            Step::Pending,
+            Step::Data(&"x"[..]),
+            Step::Data(LONG),
+        ],
+    );
+    let (request, charge) = meter.admit(post(None, script)).unwrap();
+    let mut body = request.into_body();
+    assert_eq!(
+        ledger.in_flight(),
+        20,
+        "nothing charged before data arrives"
+    );
+    assert_eq!(data(&mut body), "0123456789");
+    assert_eq!(ledger.in_flight(), 30);
+    assert!(poll(&mut body).is_pending());
+    assert_eq!(data(&mut body), "x");
+    assert_eq!((ledger.in_flight(), charge.charged()), (31, 11));
+
+    let Poll::Ready(Some(Err(err))) = poll(&mut body) else {
+        panic!("the refusal must reach the reader as a body error");
+    };
+    let refused = err.downcast_ref::<BodyRefused>().expect("a BodyRefused");
+    assert_eq!(refused.refused(), Refused::Bytes);
+    assert_eq!(ledger.in_flight(), 31, "the refused frame was not charged");
+    assert!(
+        matches!(poll(&mut body), Poll::Ready(None)),
+        "the body ends after a refusal"
+    );
+
+    drop((body, charge, other));
+    assert_eq!(ledger.in_flight(), 0);
+}
+
+const LONG: &str = "this frame is longer than the seventy bytes left in the budget of the ledger";
+
+#[test]
+fn a_body_longer_than_declared_is_charged_for_the_excess() {
+    let (ledger, meter) = meter(1000, 0);
+    let script = Script::new(Hint::Never, [Step::Data("abc"), Step::Data("defgh")]);
+    let (request, charge) = meter.admit(post(Some("4"), script)).unwrap();
+    let mut body = request.into_body();
+    assert_eq!(ledger.in_flight(), 4);
+    assert_eq!(data(&mut body), "abc");
+    assert_eq!(ledger.in_flight(), 4, "within what was declared");
+    assert_eq!(data(&mut body), "defgh");
+    assert_eq!((ledger.in_flight(), charge.charged()), (8, 8));
+    drop((body, charge));
+    assert_eq!(ledger.in_flight(), 0);
+}
+
+#[test]
+fn a_streamed_body_past_the_maximum_fails_as_too_large() {
+    let (ledger, meter) = meter(1000, 5);
+    let script = Script::new(Hint::Never, [Step::Data("abc"), Step::Data("def")]);
+    let (request, charge) = meter.admit(post(None, script)).unwrap();
+    let mut body = request.into_body();
+    assert_eq!(data(&mut body), "abc");
+    let Poll::Ready(Some(Err(err))) = poll(&mut body) else {
+        panic!("expected an error");
+    };
+    assert_eq!(
+        err.downcast_ref::<BodyRefused>().unwrap().refused(),
+        Refused::TooLarge
+    );
+    drop((body, charge));
+    assert_eq!(ledger.in_flight(), 0);
+}
+
+#[test]
+fn a_malformed_content_length_is_answered_400_never_a_panic() {
+    let (ledger, meter) = meter(1000, 0);
+    for bad in [
+        "abc",
+        "-1",
+        "+5",
+        "1.5",
+        "",
+        " ",
+        "99999999999999999999999",
+        "0x10",
+    ] {
+        let request = Request::post("/")
+            .header("content-length", bad)
+            .body(Unread)
+            .unwrap();
+        let (request, rejection) = meter.admit(request).unwrap_err();
+        assert_eq!(rejection, Rejection::InvalidContentLength, "{bad:?}");
+        let response = Refusals::new().respond(&request, rejection);
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    }
+    let two = Request::post("/")
+        .header("content-length", "5")
+        .header("content-length", "6")
+        .body(Unread)
+        .unwrap();
+    assert_eq!(
+        meter.admit(two).unwrap_err().1,
+        Rejection::InvalidContentLength
+    );
+    assert_eq!(ledger.in_flight(), 0);
+}
+
+#[test]
+fn an_inner_body_error_passes_through_as_a_box_error() {
+    let (ledger, meter) = meter(1000, 0);
+    let (request, charge) = meter
+        .admit(post(None, Script::new(Hint::Never, [Step::Error])))
+        .unwrap();
+    let mut body = request.into_body();
+    let Poll::Ready(Some(Err(err))) = poll(&mut body) else {
+        panic!("expected the inner error");
+    };
+    assert!(err.downcast_ref::<support::ScriptError>().is_some());
+    drop((body, charge));
+    assert_eq!(ledger.in_flight(), 0);
+}
