@@ -70,3 +70,8 @@ pub use meter::{
 pub use refusal::{RefusalBody, RefusalContext, Refusals};
 
 pub use admission_core;
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -187,3 +187,49 @@ fn an_inner_body_error_passes_through_as_a_box_error() {
     drop((body, charge));
     assert_eq!(ledger.in_flight(), 0);
 }
+
+#[test]
+fn a_metered_body_reports_the_inner_hints_until_it_fails_and_then_its_end() {
+    use http_body::{Body, SizeHint};
+    let (ledger, meter) = meter(1000, 3);
+    let script = Script::new(Hint::Never, [Step::Data("ab"), Step::Data("cd")])
+        .with_size_hint(SizeHint::with_exact(4));
+    let (request, charge) = meter.admit(post(None, script)).unwrap();
+    let mut body = request.into_body();
+    assert!(!body.is_end_stream());
+    assert_eq!(body.size_hint().exact(), Some(4));
+    assert_eq!(data(&mut body), "ab");
+    assert_eq!(body.seen(), 2);
+    assert!(matches!(poll(&mut body), Poll::Ready(Some(Err(_)))));
+    assert_eq!(body.seen(), 4);
+    assert!(body.is_end_stream(), "a failed body has ended");
+    assert_eq!(body.size_hint().exact(), Some(0));
+    drop((body, charge));
+
+    let (request, _charge) = meter
+        .admit(post(None, Script::new(Hint::Always, [])))
+        .unwrap();
+    assert!(request.body().is_end_stream(), "the inner body's end");
+    assert_eq!(ledger.in_flight(), 0);
+}
+
+#[test]
+fn the_default_refusal_body_says_overloaded_only_for_retryable_refusals() {
+    let request = Request::get("/").body(()).unwrap();
+    let refusals = Refusals::new();
+    let body = |r| refusals.respond(&request, r).into_body();
+    assert_eq!(body(Rejection::Refused(Refused::Bytes)), "overloaded: byte budget exhausted\n");
+    assert_eq!(body(Rejection::Refused(Refused::TooLarge)), "request too large\n");
+    assert_eq!(body(Rejection::InvalidContentLength), "invalid content-length\n");
+}
+
+#[test]
+fn debug_output_names_the_state() {
+    let (_ledger, meter) = meter(1000, 0);
+    let (request, charge) = meter.admit(post(Some("2"), Unread)).unwrap();
+    assert!(format!("{charge:?}").contains("charged: 2"));
+    assert!(format!("{:?}", request.body()).contains("covered: 2"));
+    let body = PermitBody::new(Unread, ());
+    assert!(format!("{body:?}").contains("released: false"));
+    assert!(format!("{:?}", Refusals::new()).contains("retry_after: 1"));
+}
