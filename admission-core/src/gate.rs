@@ -420,6 +420,26 @@ impl<K, S> GatePermit<K, S> {
         self.bytes.as_mut()
     }
 
+    /// Takes the byte permit out, to hold it elsewhere (a request body that grows it,
+    /// shared with the response that ends it). The rest of the admission is unchanged.
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    ///
+    /// let gate = Gate::<()>::builder().count(1).bytes(100).build()?;
+    /// let mut permit = gate.try_admit(None, 30)?;
+    /// let bytes = permit.take_bytes().unwrap();
+    /// assert!(permit.bytes().is_none());
+    /// drop(permit);
+    /// assert_eq!(gate.bytes().unwrap().in_flight(), 30, "still held by `bytes`");
+    /// drop(bytes);
+    /// assert_eq!(gate.bytes().unwrap().in_flight(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn take_bytes(&mut self) -> Option<BytePermit> {
+        self.bytes.take()
+    }
+
     /// The keyed permit, if the gate has a per-key limit and a key was given.
     ///
     /// ```

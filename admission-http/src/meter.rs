@@ -326,7 +326,7 @@ pin_project! {
     pub struct MeteredBody<B> {
         #[pin]
         inner: B,
-        charge: RequestCharge,
+        charge: Option<RequestCharge>,
         // Data bytes seen so far, and what the charge covers (a local copy: only this
         // body grows the charge, so the lock is taken only to grow).
         seen: u64,
@@ -341,9 +341,28 @@ impl<B> MeteredBody<B> {
         let covered = charge.charged();
         Self {
             inner,
-            charge,
+            charge: Some(charge),
             seen: 0,
             covered,
+            failed: false,
+        }
+    }
+
+    /// Passes `inner` through uncharged (counting what is seen), for a server whose
+    /// requests are metered only sometimes but whose handlers take one body type.
+    ///
+    /// ```
+    /// use admission_http::MeteredBody;
+    ///
+    /// let body = MeteredBody::unmetered(http_body_util::Empty::<bytes::Bytes>::new());
+    /// assert!(body.charge().is_none());
+    /// ```
+    pub fn unmetered(inner: B) -> Self {
+        Self {
+            inner,
+            charge: None,
+            seen: 0,
+            covered: u64::MAX,
             failed: false,
         }
     }
@@ -362,9 +381,9 @@ impl<B> MeteredBody<B> {
         self.seen
     }
 
-    /// The shared charge.
-    pub fn charge(&self) -> &RequestCharge {
-        &self.charge
+    /// The shared charge, if the body is metered.
+    pub fn charge(&self) -> Option<&RequestCharge> {
+        self.charge.as_ref()
     }
 
     /// The inner body.
@@ -406,9 +425,11 @@ where
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
                     *this.seen = this.seen.saturating_add(data.remaining() as u64);
-                    if *this.seen > *this.covered {
+                    if let Some(charge) =
+                        this.charge.as_ref().filter(|_| *this.seen > *this.covered)
+                    {
                         let more = *this.seen - *this.covered;
-                        if let Err(refused) = this.charge.lock().try_grow(more) {
+                        if let Err(refused) = charge.lock().try_grow(more) {
                             *this.failed = true;
                             return Poll::Ready(Some(Err(Box::new(BodyRefused::new(refused)))));
                         }

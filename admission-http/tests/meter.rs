@@ -218,9 +218,18 @@ fn the_default_refusal_body_says_overloaded_only_for_retryable_refusals() {
     let request = Request::get("/").body(()).unwrap();
     let refusals = Refusals::new();
     let body = |r| refusals.respond(&request, r).into_body();
-    assert_eq!(body(Rejection::Refused(Refused::Bytes)), "overloaded: byte budget exhausted\n");
-    assert_eq!(body(Rejection::Refused(Refused::TooLarge)), "request too large\n");
-    assert_eq!(body(Rejection::InvalidContentLength), "invalid content-length\n");
+    assert_eq!(
+        body(Rejection::Refused(Refused::Bytes)),
+        "overloaded: byte budget exhausted\n"
+    );
+    assert_eq!(
+        body(Rejection::Refused(Refused::TooLarge)),
+        "request too large\n"
+    );
+    assert_eq!(
+        body(Rejection::InvalidContentLength),
+        "invalid content-length\n"
+    );
 }
 
 #[test]

@@ -1,0 +1,168 @@
+//! `Admission<S>`: the gate in front of a service.
+
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hash};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use admission_core::{Gate, GatePermit};
+use admission_http::{MeteredBody, RequestCharge};
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use tower_service::Service;
+
+use super::future::ResponseFuture;
+use super::layer::{AdmissionSnapshot, Shared};
+use super::ResponseBody;
+
+/// What an admitted request holds until its response body ends: the gate's permits and
+/// the request's byte charge.
+pub struct AdmissionPermit<K = (), H = RandomState> {
+    _gate: GatePermit<K, H>,
+    charge: Option<RequestCharge>,
+}
+
+impl<K, H> AdmissionPermit<K, H> {
+    /// Bytes charged for the request's body, if a byte budget is configured.
+    pub fn charged(&self) -> Option<u64> {
+        self.charge.as_ref().map(RequestCharge::charged)
+    }
+}
+
+impl<K, H> fmt::Debug for AdmissionPermit<K, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdmissionPermit")
+            .field("charged", &self.charged())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Admission control in front of a service `S`; made by [`AdmissionLayer`].
+///
+/// In `call` it reads the request's head, admits it through the gate or refuses it at
+/// once (503, 429, 413 or 400, with `Retry-After` where retrying helps). A refused
+/// request's body is never read and the inner service is never called. An admitted
+/// request's permits ride in the response future and then in the response body, and are
+/// released when the body ends, fails or is dropped (or when the future is dropped
+/// before it resolves). `poll_ready` is the inner service's: no capacity is reserved
+/// before a request is seen, so nothing queues here.
+///
+/// The inner service receives the request body as a [`MeteredBody`], which charges a
+/// body that arrives without a `Content-Length` (or longer than it said) against the
+/// byte budget, and fails it with `BodyRefused` when the budget refuses.
+///
+/// [`AdmissionLayer`]: super::AdmissionLayer
+pub struct Admission<S, K = (), H = RandomState> {
+    inner: S,
+    shared: Arc<Shared<K, H>>,
+}
+
+impl<S, K, H> Admission<S, K, H> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared<K, H>>) -> Self {
+        Self { inner, shared }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service; the gate stays with the layer and its other services.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+
+    /// The gate, shared with the layer and every other service it made.
+    pub fn gate(&self) -> &Gate<K, H> {
+        &self.shared.gate
+    }
+
+    /// A cheap reading of the gate and the dry-run count.
+    pub fn snapshot(&self) -> AdmissionSnapshot {
+        self.shared.snapshot()
+    }
+}
+
+impl<S: Clone, K, H> Clone for Admission<S, K, H> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S, K, H, ReqBody, ResBody> Service<Request<ReqBody>> for Admission<S, K, H>
+where
+    S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
+    ResBody: Body,
+    ResBody::Data: From<Bytes>,
+    K: Hash + Eq + Clone,
+    H: BuildHasher,
+{
+    type Response = Response<ResponseBody<ResBody, K, H>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future, K, H>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        let shared = &*self.shared;
+        let (parts, body) = request.into_parts();
+        if shared.bypasses(&parts) {
+            let request = Request::from_parts(parts, MeteredBody::unmetered(body));
+            return ResponseFuture::unguarded(self.inner.call(request));
+        }
+        match shared.admit(&parts) {
+            Ok(mut permit) => {
+                let (body, charge) = match permit.take_bytes() {
+                    Some(bytes) => {
+                        let charge = RequestCharge::new(bytes);
+                        (MeteredBody::new(body, charge.clone()), Some(charge))
+                    }
+                    None => (MeteredBody::unmetered(body), None),
+                };
+                let future = self.inner.call(Request::from_parts(parts, body));
+                ResponseFuture::admitted(
+                    future,
+                    AdmissionPermit {
+                        _gate: permit,
+                        charge,
+                    },
+                )
+            }
+            Err(rejection) => {
+                shared.refused(&parts, rejection);
+                if shared.dry_run {
+                    let request = Request::from_parts(parts, MeteredBody::unmetered(body));
+                    return ResponseFuture::unguarded(self.inner.call(request));
+                }
+                let response = shared.refusals.respond_to(
+                    &parts.method,
+                    &parts.uri,
+                    &parts.headers,
+                    rejection,
+                );
+                ResponseFuture::refused(response)
+            }
+        }
+    }
+}
+
+impl<S: fmt::Debug, K, H> fmt::Debug for Admission<S, K, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Admission")
+            .field("inner", &self.inner)
+            .field("snapshot", &self.snapshot())
+            .finish()
+    }
+}
