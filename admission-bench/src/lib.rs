@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
+/// Criterion estimates to a table of ratios; see the `report` binary.
 pub mod report;
 
 /// The floor: a bare compare-exchange acquire and an atomic-subtract release on one

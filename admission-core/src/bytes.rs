@@ -137,7 +137,7 @@ impl ByteLedger {
             }),
             stats: CachePadded::new(Stats::new()),
             too_large: AtomicU64::new(0),
-            _track: Track::default(),
+            _track: Track::new(),
         };
         Ok(Self {
             owner: Arc::new(Owner::new(inner)),
@@ -650,6 +650,26 @@ mod tests {
         );
         drop(p);
         assert_eq!(ledger.in_flight(), 0);
+    }
+
+    #[test]
+    fn the_permit_count_is_bounded_and_refuses_rather_than_overflowing() {
+        let ledger = ByteLedger::new(0).unwrap();
+        assert_eq!(ByteLedger::MAX_PERMITS, (1 << 23) - 1);
+        let mut held: Vec<_> = (0..ByteLedger::MAX_PERMITS)
+            .map(|_| ledger.try_charge(0).unwrap())
+            .collect();
+        assert_eq!(ledger.permits(), ByteLedger::MAX_PERMITS);
+        assert_eq!(ledger.try_charge(0).unwrap_err(), Refused::Bytes);
+        assert_eq!(ledger.try_charge(1).unwrap_err(), Refused::Bytes);
+        held.pop();
+        let last = ledger.try_charge(5).unwrap();
+        assert_eq!(
+            (ledger.permits(), ledger.in_flight()),
+            (ByteLedger::MAX_PERMITS, 5)
+        );
+        drop((held, last));
+        assert_eq!((ledger.permits(), ledger.in_flight()), (0, 0));
     }
 
     #[test]

@@ -118,7 +118,7 @@ impl CountLedger {
                 capacity: AtomicU64::new(capacity),
             }),
             stats: CachePadded::new(Stats::new()),
-            _track: Track::default(),
+            _track: Track::new(),
         };
         Ok(Self {
             owner: Arc::new(Owner::new(inner)),

@@ -91,7 +91,7 @@ struct KeyedInner<K, S> {
     refused_table: AtomicU64,
     keys_high_water: AtomicU64,
     hasher: S,
-    shards: Box<[CachePadded<Mutex<HashTable<EntryPtr<K>>>>]>,
+    shards: Box<[Shard<K>]>,
     _track: Track,
 }
 
@@ -105,8 +105,22 @@ struct Entry<K> {
     _track: Track,
 }
 
-/// An entry's address as the shard table stores it.
+/// One lock and the entries of the keys that hash to it.
+type Shard<K> = CachePadded<Mutex<HashTable<EntryPtr<K>>>>;
+
+/// An entry's address as the shard table stores it. Only tables hold these, so an
+/// `&EntryPtr` is reachable only through a locked shard.
 struct EntryPtr<K>(NonNull<Entry<K>>);
+
+impl<K> EntryPtr<K> {
+    /// The entry, for as long as the table (and so its lock guard) is borrowed.
+    fn get(&self) -> &Entry<K> {
+        // SAFETY: an entry is freed only after it is removed from its table, under the
+        // table's lock; this `EntryPtr` is still in a table that the caller borrows
+        // through that lock's guard, so the entry is live for the borrow.
+        unsafe { self.0.as_ref() }
+    }
+}
 
 impl<K, S> Counted for KeyedInner<K, S> {
     fn word(&self) -> &AtomicU64 {
@@ -115,7 +129,7 @@ impl<K, S> Counted for KeyedInner<K, S> {
 }
 
 impl<K, S> KeyedInner<K, S> {
-    fn shard(&self, hash: u64) -> &Mutex<HashTable<EntryPtr<K>>> {
+    fn shard(&self, hash: u64) -> &Shard<K> {
         // Bits 32.. choose the shard; hashbrown uses the low bits for the bucket and the
         // top seven for its control bytes, so all three stay independent.
         &self.shards[(hash >> 32) as usize & (SHARDS - 1)]
@@ -179,7 +193,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
             keys_high_water: AtomicU64::new(0),
             hasher,
             shards,
-            _track: Track::default(),
+            _track: Track::new(),
         };
         Ok(Self {
             owner: Arc::new(Owner::new(inner)),
@@ -221,12 +235,9 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
         let inner = self.inner();
         let hash = inner.hasher.hash_one(key);
         let mut table = inner.shard(hash).lock();
-        // SAFETY (for every `as_ref` on an entry below): an entry in a table is live
-        // until it is removed, which happens only under this shard's lock, held here.
-        if let Some(found) = table.find(hash, |e| unsafe { e.0.as_ref() }.key == *key) {
-            let entry = found.0;
-            // SAFETY: as above.
-            let held = unsafe { entry.as_ref() }.held.load(Ordering::Relaxed);
+        if let Some(found) = table.find(hash, |e| e.get().key == *key) {
+            let entry = found.get();
+            let held = entry.held.load(Ordering::Relaxed);
             if held >= inner.cap.load(Ordering::Relaxed) {
                 drop(table);
                 inner.refused_key.fetch_add(1, Ordering::Relaxed);
@@ -234,13 +245,10 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
             }
             // Relaxed load and store suffice: `held` is only accessed under the lock,
             // whose acquire and release order these accesses.
-            // SAFETY: as above.
-            unsafe { entry.as_ref() }
-                .held
-                .store(held + 1, Ordering::Relaxed);
+            entry.held.store(held + 1, Ordering::Relaxed);
             return Ok(KeyedPermit {
                 inner: self.owner.ptr(),
-                entry,
+                entry: found.0,
             });
         }
         // A new key: take its entry's share of the word first, so `max_keys` is checked
@@ -277,10 +285,9 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
             key: key.clone(),
             hash,
             held: AtomicU64::new(1),
-            _track: Track::default(),
+            _track: Track::new(),
         });
-        // SAFETY: every entry in the table is live (as above).
-        table.insert_unique(hash, EntryPtr(entry), |e| unsafe { e.0.as_ref() }.hash);
+        table.insert_unique(hash, EntryPtr(entry), |e| e.get().hash);
         Ok(KeyedPermit {
             inner: self.owner.ptr(),
             entry,
@@ -301,10 +308,9 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
         let inner = self.inner();
         let hash = inner.hasher.hash_one(key);
         let table = inner.shard(hash).lock();
-        // SAFETY: entries in a table are live while its lock is held.
         table
-            .find(hash, |e| unsafe { e.0.as_ref() }.key == *key)
-            .map_or(0, |e| unsafe { e.0.as_ref() }.held.load(Ordering::Relaxed))
+            .find(hash, |e| e.get().key == *key)
+            .map_or(0, |e| e.get().held.load(Ordering::Relaxed))
     }
 }
 
@@ -535,8 +541,7 @@ impl<K, S> KeyedPermit<K, S> {
         // Keep memory proportional to the keys in flight after a burst of many keys.
         if table.capacity() > 64 && table.capacity() > 4 * table.len() {
             let len = table.len();
-            // SAFETY: entries in the table are live under the lock.
-            table.shrink_to(len * 2, |e| unsafe { e.0.as_ref() }.hash);
+            table.shrink_to(len * 2, |e| e.get().hash);
         }
         drop(table);
         // SAFETY: the entry is out of the table, its last permit is this one, and nothing

@@ -13,8 +13,14 @@ mod imp {
     pub(crate) type Mutex<T> = parking_lot::Mutex<T>;
 
     /// Allocation tracking exists only under loom; here it is a zero-sized no-op.
-    #[derive(Debug, Default)]
+    #[derive(Debug)]
     pub(crate) struct Track;
+
+    impl Track {
+        pub(crate) fn new() -> Self {
+            Track
+        }
+    }
 }
 
 #[cfg(admission_loom)]
@@ -44,8 +50,8 @@ mod imp {
     #[derive(Debug)]
     pub(crate) struct Track(#[allow(dead_code)] loom::alloc::Track<()>);
 
-    impl Default for Track {
-        fn default() -> Self {
+    impl Track {
+        pub(crate) fn new() -> Self {
             Self(loom::alloc::Track::new(()))
         }
     }

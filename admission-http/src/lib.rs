@@ -16,7 +16,7 @@
 //!
 //! ```
 //! use admission_core::{ByteLedger, CountLedger};
-//! use admission_http::{PermitBody, Refusals, Rejection, RequestMeter};
+//! use admission_http::{MeteredBody, PermitBody, Refusals, Rejection, RequestMeter};
 //! use bytes::Bytes;
 //! use http_body_util::{BodyExt, Full};
 //!
@@ -34,9 +34,9 @@
 //!     let _503 = refusals.respond(&request, Rejection::Refused(admission_core::Refused::Count));
 //!     return Ok(());
 //! };
-//! let (request, charge) = match meter.admit(request) {
-//!     Ok(admitted) => admitted,
-//!     Err((request, rejection)) => {
+//! let (request, charge) = match meter.charge(request.headers()) {
+//!     Ok(charge) => (request.map(|b| MeteredBody::new(b, charge.clone())), charge),
+//!     Err(rejection) => {
 //!         let _refusal = refusals.respond(&request, rejection);
 //!         return Ok(());
 //!     }
@@ -65,7 +65,8 @@ mod refusal;
 
 pub use body::PermitBody;
 pub use meter::{
-    content_length, BodyRefused, BoxError, MeteredBody, Rejection, RequestCharge, RequestMeter,
+    content_length, BodyRefused, BoxError, MeteredBody, MeteredRequest, Rejection, RequestCharge,
+    RequestMeter,
 };
 pub use refusal::{RefusalBody, RefusalContext, Refusals};
 

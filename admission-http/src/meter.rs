@@ -236,15 +236,15 @@ impl fmt::Debug for RequestCharge {
 /// let request = http::Request::post("/upload")
 ///     .header("content-length", "1000")
 ///     .body("...")?;
-/// let (request, charge) = meter.admit(request).map_err(|(_, rejection)| rejection)?;
-/// assert_eq!((charge.charged(), ledger.in_flight()), (1000, 1000));
-/// drop((request, charge));
+/// let admitted = meter.admit(request)?;
+/// assert_eq!((admitted.charge.charged(), ledger.in_flight()), (1000, 1000));
+/// drop(admitted);
 /// assert_eq!(ledger.in_flight(), 0);
 ///
 /// let huge = http::Request::post("/upload")
 ///     .header("content-length", "1000000")
 ///     .body("...")?;
-/// let (_, rejection) = meter.admit(huge).unwrap_err();
+/// let rejection = meter.charge(huge.headers()).unwrap_err();
 /// assert_eq!(rejection, Rejection::Refused(Refused::TooLarge));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -273,29 +273,41 @@ impl RequestMeter {
         &self.ledger
     }
 
-    /// Charges the request's declared length and meters its body.
+    /// Charges a request's declared length, reading only its headers. Wrap the body
+    /// with [`MeteredBody::new`] and this charge to meter what arrives beyond it.
     ///
     /// # Errors
     ///
-    /// The request back, untouched and unread, with the [`Rejection`]: a malformed
-    /// `Content-Length`, or the ledger's refusal.
-    pub fn admit<B>(
-        &self,
-        request: Request<B>,
-    ) -> Result<(Request<MeteredBody<B>>, RequestCharge), (Request<B>, Rejection)> {
-        let declared = match content_length(request.headers()) {
-            Ok(declared) => declared.unwrap_or(0),
-            Err(rejection) => return Err((request, rejection)),
-        };
-        match self.ledger.try_charge(declared) {
-            Ok(permit) => {
-                let charge = RequestCharge::new(permit);
-                let request = request.map(|body| MeteredBody::new(body, charge.clone()));
-                Ok((request, charge))
-            }
-            Err(refused) => Err((request, refused.into())),
-        }
+    /// The [`Rejection`]: a malformed `Content-Length`, or the ledger's refusal. Nothing
+    /// is charged then, and the body has not been touched.
+    pub fn charge(&self, headers: &HeaderMap) -> Result<RequestCharge, Rejection> {
+        let declared = content_length(headers)?.unwrap_or(0);
+        Ok(RequestCharge::new(self.ledger.try_charge(declared)?))
     }
+
+    /// Charges `request`'s declared length and wraps its body to meter the rest: the
+    /// request to hand on, and the charge to hold until the response ends.
+    ///
+    /// # Errors
+    ///
+    /// As [`charge`](Self::charge).
+    pub fn admit<B>(&self, request: Request<B>) -> Result<MeteredRequest<B>, Rejection> {
+        let charge = self.charge(request.headers())?;
+        let request = request.map(|body| MeteredBody::new(body, charge.clone()));
+        Ok(MeteredRequest { request, charge })
+    }
+}
+
+/// A request admitted by [`RequestMeter::admit`]: the request with its metered body, and
+/// its charge, to hold (for instance in a [`PermitBody`](crate::PermitBody)) until the
+/// response ends.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct MeteredRequest<B> {
+    /// The request, its body metered.
+    pub request: Request<MeteredBody<B>>,
+    /// What the request is charged.
+    pub charge: RequestCharge,
 }
 
 pin_project! {

@@ -26,7 +26,8 @@ fn post<B>(length: Option<&str>, body: B) -> Request<B> {
 #[test]
 fn a_declared_length_is_charged_before_the_body_is_read_and_held_until_the_response_ends() {
     let (ledger, meter) = meter(1000, 0);
-    let (request, charge) = meter.admit(post(Some("300"), Unread)).unwrap();
+    let admitted = meter.admit(post(Some("300"), Unread)).unwrap();
+    let (request, charge) = (admitted.request, admitted.charge);
     assert_eq!(ledger.in_flight(), 300, "charged with the body unread");
 
     // The handler drops the request; the response still holds the charge.
@@ -42,7 +43,8 @@ fn a_declared_length_is_charged_before_the_body_is_read_and_held_until_the_respo
 #[test]
 fn a_request_above_the_maximum_is_refused_with_413_without_reading_its_body() {
     let (ledger, meter) = meter(1000, 500);
-    let (request, rejection) = meter.admit(post(Some("501"), Unread)).unwrap_err();
+    let request = post(Some("501"), Unread);
+    let rejection = meter.charge(request.headers()).unwrap_err();
     assert_eq!(rejection, Rejection::Refused(Refused::TooLarge));
     let response = Refusals::new().respond(&request, rejection);
     assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
@@ -54,7 +56,8 @@ fn a_request_above_the_maximum_is_refused_with_413_without_reading_its_body() {
 fn a_declared_length_over_the_remaining_budget_is_refused_with_503() {
     let (ledger, meter) = meter(1000, 0);
     let _held = ledger.try_charge(800).unwrap();
-    let (request, rejection) = meter.admit(post(Some("300"), Unread)).unwrap_err();
+    let request = post(Some("300"), Unread);
+    let rejection = meter.charge(request.headers()).unwrap_err();
     assert_eq!(rejection, Rejection::Refused(Refused::Bytes));
     let response = Refusals::new().respond(&request, rejection);
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -72,11 +75,12 @@ fn a_streamed_body_is_charged_frame_by_frame_and_refused_midway_with_the_error_r
         [
             Step::Data("0123456789"),
             Step::Pending,
-            Step::Data(&"x"[..]),
+            Step::Data("x"),
             Step::Data(LONG),
         ],
     );
-    let (request, charge) = meter.admit(post(None, script)).unwrap();
+    let admitted = meter.admit(post(None, script)).unwrap();
+    let (request, charge) = (admitted.request, admitted.charge);
     let mut body = request.into_body();
     assert_eq!(
         ledger.in_flight(),
@@ -110,7 +114,8 @@ const LONG: &str = "this frame is longer than the seventy bytes left in the budg
 fn a_body_longer_than_declared_is_charged_for_the_excess() {
     let (ledger, meter) = meter(1000, 0);
     let script = Script::new(Hint::Never, [Step::Data("abc"), Step::Data("defgh")]);
-    let (request, charge) = meter.admit(post(Some("4"), script)).unwrap();
+    let admitted = meter.admit(post(Some("4"), script)).unwrap();
+    let (request, charge) = (admitted.request, admitted.charge);
     let mut body = request.into_body();
     assert_eq!(ledger.in_flight(), 4);
     assert_eq!(data(&mut body), "abc");
@@ -125,7 +130,8 @@ fn a_body_longer_than_declared_is_charged_for_the_excess() {
 fn a_streamed_body_past_the_maximum_fails_as_too_large() {
     let (ledger, meter) = meter(1000, 5);
     let script = Script::new(Hint::Never, [Step::Data("abc"), Step::Data("def")]);
-    let (request, charge) = meter.admit(post(None, script)).unwrap();
+    let admitted = meter.admit(post(None, script)).unwrap();
+    let (request, charge) = (admitted.request, admitted.charge);
     let mut body = request.into_body();
     assert_eq!(data(&mut body), "abc");
     let Poll::Ready(Some(Err(err))) = poll(&mut body) else {
@@ -156,7 +162,7 @@ fn a_malformed_content_length_is_answered_400_never_a_panic() {
             .header("content-length", bad)
             .body(Unread)
             .unwrap();
-        let (request, rejection) = meter.admit(request).unwrap_err();
+        let rejection = meter.charge(request.headers()).unwrap_err();
         assert_eq!(rejection, Rejection::InvalidContentLength, "{bad:?}");
         let response = Refusals::new().respond(&request, rejection);
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
@@ -167,7 +173,7 @@ fn a_malformed_content_length_is_answered_400_never_a_panic() {
         .body(Unread)
         .unwrap();
     assert_eq!(
-        meter.admit(two).unwrap_err().1,
+        meter.admit(two).unwrap_err(),
         Rejection::InvalidContentLength
     );
     assert_eq!(ledger.in_flight(), 0);
@@ -176,9 +182,10 @@ fn a_malformed_content_length_is_answered_400_never_a_panic() {
 #[test]
 fn an_inner_body_error_passes_through_as_a_box_error() {
     let (ledger, meter) = meter(1000, 0);
-    let (request, charge) = meter
+    let admitted = meter
         .admit(post(None, Script::new(Hint::Never, [Step::Error])))
         .unwrap();
+    let (request, charge) = (admitted.request, admitted.charge);
     let mut body = request.into_body();
     let Poll::Ready(Some(Err(err))) = poll(&mut body) else {
         panic!("expected the inner error");
@@ -194,7 +201,8 @@ fn a_metered_body_reports_the_inner_hints_until_it_fails_and_then_its_end() {
     let (ledger, meter) = meter(1000, 3);
     let script = Script::new(Hint::Never, [Step::Data("ab"), Step::Data("cd")])
         .with_size_hint(SizeHint::with_exact(4));
-    let (request, charge) = meter.admit(post(None, script)).unwrap();
+    let admitted = meter.admit(post(None, script)).unwrap();
+    let (request, charge) = (admitted.request, admitted.charge);
     let mut body = request.into_body();
     assert!(!body.is_end_stream());
     assert_eq!(body.size_hint().exact(), Some(4));
@@ -206,9 +214,10 @@ fn a_metered_body_reports_the_inner_hints_until_it_fails_and_then_its_end() {
     assert_eq!(body.size_hint().exact(), Some(0));
     drop((body, charge));
 
-    let (request, _charge) = meter
+    let admitted = meter
         .admit(post(None, Script::new(Hint::Always, [])))
         .unwrap();
+    let request = admitted.request;
     assert!(request.body().is_end_stream(), "the inner body's end");
     assert_eq!(ledger.in_flight(), 0);
 }
@@ -235,7 +244,8 @@ fn the_default_refusal_body_says_overloaded_only_for_retryable_refusals() {
 #[test]
 fn debug_output_names_the_state() {
     let (_ledger, meter) = meter(1000, 0);
-    let (request, charge) = meter.admit(post(Some("2"), Unread)).unwrap();
+    let admitted = meter.admit(post(Some("2"), Unread)).unwrap();
+    let (request, charge) = (admitted.request, admitted.charge);
     assert!(format!("{charge:?}").contains("charged: 2"));
     assert!(format!("{:?}", request.body()).contains("covered: 2"));
     let body = PermitBody::new(Unread, ());

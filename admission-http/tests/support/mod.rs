@@ -98,7 +98,7 @@ impl Body for Script {
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.size.clone()
+        self.size
     }
 }
 
@@ -118,8 +118,11 @@ impl Body for Unread {
     }
 }
 
+/// What one poll of a body returns.
+pub type Polled<B> = Poll<Option<Result<Frame<<B as Body>::Data>, <B as Body>::Error>>>;
+
 /// Polls `body` once, in place, with a no-op waker.
-pub fn poll<B: Body + Unpin>(body: &mut B) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+pub fn poll<B: Body + Unpin>(body: &mut B) -> Polled<B> {
     Pin::new(body).poll_frame(&mut Context::from_waker(Waker::noop()))
 }
 

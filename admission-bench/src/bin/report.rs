@@ -1,0 +1,41 @@
+//! Prints the ratio table from criterion's saved estimates:
+//! `cargo run -p admission-bench --bin report` after `cargo bench -p admission-bench`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    let criterion = target.join("criterion");
+    match admission_bench::report::read(&criterion) {
+        Ok(medians) if !medians.is_empty() => {
+            let cpu = std::fs::read_to_string("/proc/cpuinfo")
+                .ok()
+                .and_then(|info| {
+                    info.lines()
+                        .find(|l| l.starts_with("model name"))
+                        .and_then(|l| l.split(':').nth(1))
+                        .map(|s| s.trim().to_owned())
+                })
+                .unwrap_or_else(|| "unknown CPU".into());
+            let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+            println!("admission-bench: medians and ratios ({cores} cores, {cpu})");
+            print!("{}", admission_bench::report::table(&medians));
+            print!("{}", admission_bench::report::targets(&medians));
+            ExitCode::SUCCESS
+        }
+        Ok(_) => {
+            eprintln!(
+                "no estimates under {}: run the benches first",
+                criterion.display()
+            );
+            ExitCode::FAILURE
+        }
+        Err(err) => {
+            eprintln!("{err}");
+            ExitCode::FAILURE
+        }
+    }
+}

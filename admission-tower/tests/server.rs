@@ -1,0 +1,278 @@
+//! The layer in front of a real hyper server on loopback, with a real hyper client.
+
+mod support;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use admission_tower::{AdmissionLayer, AdmissionSnapshot};
+use bytes::Bytes;
+use http::StatusCode;
+use support::{app, eventually, get, next_chunk, post, send, serve, text, with_header, Seen};
+use tower::Layer;
+
+fn in_flight(layer: &AdmissionLayer<impl std::hash::Hash + Eq + Clone>) -> u64 {
+    layer.gate().count().map_or(0, |c| c.in_flight())
+}
+
+/// Every ledger of the layer reads zero.
+fn assert_idle<K: std::hash::Hash + Eq + Clone>(layer: &AdmissionLayer<K>) {
+    let AdmissionSnapshot { gate, .. } = layer.snapshot();
+    if let Some(count) = gate.count {
+        assert_eq!(count.in_flight, 0, "count ledger");
+    }
+    if let Some(bytes) = gate.bytes {
+        assert_eq!(bytes.in_flight, 0, "byte ledger");
+    }
+    if let Some(keyed) = gate.keyed {
+        assert_eq!(keyed.keys, 0, "keyed ledger");
+    }
+}
+
+async fn start<K>(layer: &AdmissionLayer<K>) -> (std::net::SocketAddr, Arc<Seen>)
+where
+    K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
+{
+    let seen = Arc::new(Seen::default());
+    let addr = serve(layer.layer(app(seen.clone()))).await;
+    (addr, seen)
+}
+
+#[tokio::test]
+async fn at_the_limit_the_next_request_gets_503_with_retry_after_and_neither_service_nor_body_is_touched(
+) {
+    let layer = AdmissionLayer::builder().count(1).build().unwrap().unwrap();
+    let (addr, seen) = start(&layer).await;
+
+    let mut stream = send(addr, get("/stream")).await;
+    assert_eq!(next_chunk(&mut stream).await.unwrap(), "first\n");
+    assert_eq!(in_flight(&layer), 1);
+
+    let refused = send(addr, post("/upload", vec![7; 10_000])).await;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    assert_eq!(text(refused).await, "overloaded: count limit reached\n");
+    assert_eq!(seen.calls(), 1, "the inner service was not called");
+    assert_eq!(
+        seen.bodies_read.load(Ordering::SeqCst),
+        0,
+        "the body was not read"
+    );
+    assert_eq!(layer.snapshot().gate.count.unwrap().refused, 1);
+
+    seen.end_streams();
+    assert_eq!(next_chunk(&mut stream).await, None);
+    eventually("the stream's permit is released", || in_flight(&layer) == 0).await;
+    assert_idle(&layer);
+}
+
+#[tokio::test]
+async fn a_streaming_response_holds_its_permit_after_the_head_and_releases_it_at_the_end() {
+    let layer = AdmissionLayer::builder().count(4).build().unwrap().unwrap();
+    let (addr, seen) = start(&layer).await;
+
+    let mut stream = send(addr, get("/stream")).await;
+    assert_eq!(
+        stream.status(),
+        StatusCode::OK,
+        "the response future has resolved"
+    );
+    assert_eq!(next_chunk(&mut stream).await.unwrap(), "first\n");
+    assert_eq!(in_flight(&layer), 1, "held while the body streams");
+
+    let tx = seen.streams.lock().unwrap()[0].clone();
+    tx.send(Bytes::from_static(b"second\n")).await.unwrap();
+    assert_eq!(next_chunk(&mut stream).await.unwrap(), "second\n");
+    assert_eq!(in_flight(&layer), 1);
+
+    drop(tx);
+    seen.end_streams();
+    assert_eq!(next_chunk(&mut stream).await, None);
+    eventually("released at the end of the body", || in_flight(&layer) == 0).await;
+    assert_idle(&layer);
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_mid_stream_frees_its_permit() {
+    let layer = AdmissionLayer::builder().count(1).build().unwrap().unwrap();
+    let (addr, seen) = start(&layer).await;
+
+    let mut stream = send(addr, get("/stream")).await;
+    assert_eq!(next_chunk(&mut stream).await.unwrap(), "first\n");
+    assert_eq!(in_flight(&layer), 1);
+    drop(stream); // closes the connection: the server drops the response body
+
+    eventually("the disconnect releases the permit", || {
+        in_flight(&layer) == 0
+    })
+    .await;
+    let again = send(addr, get("/")).await;
+    assert_eq!(again.status(), StatusCode::OK);
+    assert_eq!(text(again).await, "ok");
+    drop(seen);
+    eventually("idle", || in_flight(&layer) == 0).await;
+    assert_idle(&layer);
+}
+
+#[tokio::test]
+async fn liveness_routes_answer_200_while_every_other_route_is_saturated() {
+    let layer = AdmissionLayer::builder()
+        .count(1)
+        .bypass(|req| matches!(req.uri.path(), "/" | "/health"))
+        .build()
+        .unwrap()
+        .unwrap();
+    let (addr, seen) = start(&layer).await;
+
+    let mut stream = send(addr, get("/stream")).await;
+    assert_eq!(next_chunk(&mut stream).await.unwrap(), "first\n");
+    assert_eq!(
+        send(addr, get("/work")).await.status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    for path in ["/health", "/", "/health"] {
+        let probe = send(addr, get(path)).await;
+        assert_eq!(probe.status(), StatusCode::OK, "{path}");
+        assert_eq!(text(probe).await, "ok");
+    }
+    assert_eq!(in_flight(&layer), 1, "probes hold nothing");
+
+    seen.end_streams();
+    drop(stream);
+    eventually("idle", || in_flight(&layer) == 0).await;
+    assert_idle(&layer);
+}
+
+#[tokio::test]
+async fn one_key_at_its_cap_gets_429_while_another_key_is_admitted() {
+    let layer = AdmissionLayer::builder()
+        .per_key(1, |req| {
+            req.headers
+                .get("x-client")?
+                .to_str()
+                .ok()
+                .map(str::to_owned)
+        })
+        .build()
+        .unwrap()
+        .unwrap();
+    let (addr, seen) = start(&layer).await;
+
+    let mut held = send(addr, with_header("/stream", "x-client", "noisy")).await;
+    assert_eq!(next_chunk(&mut held).await.unwrap(), "first\n");
+
+    let refused = send(addr, with_header("/", "x-client", "noisy")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let other = send(addr, with_header("/", "x-client", "quiet")).await;
+    assert_eq!(other.status(), StatusCode::OK);
+    assert_eq!(text(other).await, "ok");
+    let anonymous = send(addr, get("/")).await;
+    assert_eq!(anonymous.status(), StatusCode::OK, "no key, no key limit");
+    text(anonymous).await;
+
+    seen.end_streams();
+    drop(held);
+    eventually("the key's entry is reclaimed", || {
+        layer.gate().keyed().unwrap().keys() == 0
+    })
+    .await;
+    assert_idle(&layer);
+}
+
+#[tokio::test]
+async fn a_body_above_the_maximum_gets_413_without_being_read() {
+    let layer = AdmissionLayer::builder()
+        .bytes(100_000)
+        .max_request_bytes(1_000)
+        .build()
+        .unwrap()
+        .unwrap();
+    let (addr, seen) = start(&layer).await;
+
+    let refused = send(addr, post("/upload", vec![1; 5_000])).await;
+    assert_eq!(refused.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(refused.headers().get("retry-after").is_none());
+    assert_eq!(seen.calls(), 0);
+    assert_eq!(seen.bodies_read.load(Ordering::SeqCst), 0);
+
+    let fits = send(addr, post("/upload", vec![1; 1_000])).await;
+    assert_eq!(fits.status(), StatusCode::OK);
+    assert_eq!(text(fits).await, "1000");
+    eventually("idle", || layer.gate().bytes().unwrap().in_flight() == 0).await;
+    assert_idle(&layer);
+}
+
+#[tokio::test]
+async fn concurrent_bodies_past_the_budget_get_503_and_a_lone_oversized_one_is_admitted() {
+    let layer = AdmissionLayer::builder()
+        .bytes(1_000)
+        .build()
+        .unwrap()
+        .unwrap();
+    let (addr, seen) = start(&layer).await;
+    let bytes = layer.gate().bytes().unwrap().clone();
+
+    // The lone-request exemption: an idle server admits one request above the budget.
+    let lone = send(addr, post("/upload", vec![1; 3_000])).await;
+    assert_eq!(lone.status(), StatusCode::OK);
+    assert_eq!(text(lone).await, "3000");
+    eventually("idle after the lone request", || bytes.in_flight() == 0).await;
+
+    // A streaming response holds its request's 800-byte charge until it ends...
+    let held = http::Request::get("/stream")
+        .header("content-length", "800")
+        .body(http_body_util::Full::new(Bytes::from(vec![0; 800])))
+        .unwrap();
+    let mut held = send(addr, held).await;
+    assert_eq!(next_chunk(&mut held).await.unwrap(), "first\n");
+    assert_eq!(bytes.in_flight(), 800);
+    // ...so a second 800-byte body is past the budget.
+    let refused = send(addr, post("/upload", vec![2; 800])).await;
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    assert_eq!(
+        seen.bodies_read.load(Ordering::SeqCst),
+        1,
+        "only the lone request's"
+    );
+
+    seen.end_streams();
+    drop(held);
+    eventually("the charge is released with the body", || {
+        bytes.in_flight() == 0
+    })
+    .await;
+    assert_idle(&layer);
+}
+
+#[tokio::test]
+async fn a_chunked_body_past_the_budget_fails_in_the_handler_not_in_a_hang() {
+    let layer = AdmissionLayer::builder()
+        .bytes(1_000)
+        .build()
+        .unwrap()
+        .unwrap();
+    let (addr, seen) = start(&layer).await;
+    let bytes = layer.gate().bytes().unwrap().clone();
+    let _other = bytes.try_charge(900).unwrap();
+
+    // A body with no Content-Length (a channel-fed client body is sent chunked).
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let body = support::ChannelBody::new(rx);
+    let request = http::Request::post("/upload").body(body).unwrap();
+    let sending = tokio::spawn(send(addr, request));
+    tx.send(Bytes::from(vec![3; 50])).await.unwrap();
+    tx.send(Bytes::from(vec![3; 100])).await.unwrap();
+    drop(tx);
+    let response = sending.await.unwrap();
+    assert_eq!(response.status(), StatusCode::INSUFFICIENT_STORAGE);
+    assert_eq!(
+        text(response).await,
+        "request body refused: byte budget exhausted"
+    );
+    assert_eq!(seen.body_errors.load(Ordering::SeqCst), 1);
+    drop(_other);
+    eventually("idle", || bytes.in_flight() == 0).await;
+    assert_idle(&layer);
+}

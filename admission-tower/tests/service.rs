@@ -1,0 +1,201 @@
+//! The service in-process: configuration, clones, dry run, hooks, dropped futures.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+
+use admission_core::Refused;
+use admission_http::{MeteredBody, RefusalBody, Rejection};
+use admission_tower::AdmissionLayer;
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use tower::{Layer, Service, ServiceExt};
+
+type In = MeteredBody<Full<Bytes>>;
+
+fn ok_service(
+    calls: Arc<AtomicUsize>,
+) -> impl Service<Request<In>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone {
+    tower::service_fn(move |_req: Request<In>| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        async { Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok")))) }
+    })
+}
+
+fn request(path: &str) -> Request<Full<Bytes>> {
+    Request::get(path).body(Full::default()).unwrap()
+}
+
+#[test]
+fn a_configuration_with_every_dimension_at_zero_installs_nothing() {
+    let built = AdmissionLayer::builder()
+        .count(0)
+        .bytes(0)
+        .max_request_bytes(0)
+        .per_key(0, |_| Some(1))
+        .build()
+        .unwrap();
+    assert!(built.is_none());
+    // A per-key cap without an extractor cannot apply either.
+    assert!(AdmissionLayer::builder()
+        .max_keys(5)
+        .build()
+        .unwrap()
+        .is_none());
+}
+
+#[test]
+fn a_limit_the_ledgers_cannot_represent_is_an_error_not_a_panic() {
+    assert!(AdmissionLayer::builder().bytes(u64::MAX).build().is_err());
+    assert!(AdmissionLayer::builder().count(usize::MAX).build().is_err());
+}
+
+#[tokio::test]
+async fn clones_of_the_service_share_one_limit() {
+    let layer = AdmissionLayer::builder().count(1).build().unwrap().unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let mut a = layer.layer(ok_service(calls.clone()));
+    let mut b = a.clone();
+    let mut c = layer.clone().layer(ok_service(calls.clone()));
+
+    let held = a.ready().await.unwrap().call(request("/")).await.unwrap();
+    let refused = b.ready().await.unwrap().call(request("/")).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let refused = c.ready().await.unwrap().call(request("/")).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert!(held.body().holds_permit());
+    drop(held);
+    assert_eq!(layer.gate().count().unwrap().in_flight(), 0);
+}
+
+#[tokio::test]
+async fn a_malformed_content_length_is_answered_400_without_calling_the_service() {
+    let layer = AdmissionLayer::builder()
+        .bytes(1000)
+        .build()
+        .unwrap()
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let service = layer.layer(ok_service(calls.clone()));
+    let bad = Request::post("/")
+        .header("content-length", "ten")
+        .body(Full::default())
+        .unwrap();
+    let response = service.oneshot(bad).await.unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert!(response.body().is_refusal());
+    assert!(response.headers().get("retry-after").is_none());
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+    assert_eq!(layer.gate().bytes().unwrap().in_flight(), 0);
+}
+
+#[tokio::test]
+async fn dry_run_admits_what_it_would_shed_and_reports_it() {
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let log = events.clone();
+    let layer = AdmissionLayer::builder()
+        .count(1)
+        .dry_run(true)
+        .on_refusal(move |event| {
+            log.lock().unwrap().push((
+                event.request.uri.path().to_owned(),
+                event.rejection,
+                event.dry_run,
+            ))
+        })
+        .build()
+        .unwrap()
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let service = layer.layer(ok_service(calls.clone()));
+    let held = service.clone().oneshot(request("/a")).await.unwrap();
+    let over = service.clone().oneshot(request("/b")).await.unwrap();
+    assert_eq!(over.status(), StatusCode::OK, "admitted anyway");
+    assert!(
+        !over.body().holds_permit(),
+        "over the limit, it holds nothing"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    assert_eq!(layer.snapshot().would_shed, 1);
+    assert_eq!(
+        *events.lock().unwrap(),
+        vec![("/b".to_owned(), Rejection::Refused(Refused::Count), true)]
+    );
+    drop((held, over));
+    assert_eq!(layer.gate().count().unwrap().in_flight(), 0);
+}
+
+#[tokio::test]
+async fn the_refusal_hook_sees_every_refusal_and_the_body_closure_shapes_it() {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let hook = seen.clone();
+    let layer = AdmissionLayer::builder()
+        .count(1)
+        .retry_after(std::time::Duration::from_secs(7))
+        .on_refusal(move |_| {
+            hook.fetch_add(1, Ordering::SeqCst);
+        })
+        .refusal_body(|cx| RefusalBody::json(format!(r#"{{"path":"{}"}}"#, cx.uri.path())))
+        .build()
+        .unwrap()
+        .unwrap();
+    let service = layer.layer(ok_service(Arc::default()));
+    let _held = service.clone().oneshot(request("/x")).await.unwrap();
+    let refused = service.oneshot(request("/y")).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(refused.headers()["retry-after"], "7");
+    assert_eq!(refused.headers()["content-type"], "application/json");
+    let body = refused.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(body, r#"{"path":"/y"}"#);
+    assert_eq!(seen.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_response_future_dropped_before_it_resolves_releases_its_permit() {
+    let layer = AdmissionLayer::builder().count(1).build().unwrap().unwrap();
+    let gate = tokio::sync::Notify::new();
+    let gate = Arc::new(gate);
+    let wait = gate.clone();
+    let slow = tower::service_fn(move |_req: Request<In>| {
+        let wait = wait.clone();
+        async move {
+            wait.notified().await;
+            Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
+        }
+    });
+    let mut service = layer.layer(slow);
+    let future = service.call(request("/"));
+    {
+        let mut future = pin!(future);
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(future.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(layer.gate().count().unwrap().in_flight(), 1);
+    }
+    assert_eq!(layer.gate().count().unwrap().in_flight(), 0);
+}
+
+#[tokio::test]
+async fn an_inner_service_error_releases_the_permit() {
+    let layer = AdmissionLayer::builder().count(1).build().unwrap().unwrap();
+    let failing = tower::service_fn(|_req: Request<In>| async {
+        Err::<Response<Full<Bytes>>, _>("inner failure")
+    });
+    let mut service = layer.layer(failing);
+    let future = service.call(request("/"));
+    let mut future = pin!(future);
+    let mut cx = Context::from_waker(Waker::noop());
+    let Poll::Ready(Err(err)) = future.as_mut().poll(&mut cx) else {
+        panic!("the inner error passes through");
+    };
+    assert_eq!(err, "inner failure");
+    assert_eq!(
+        layer.gate().count().unwrap().in_flight(),
+        0,
+        "released while the future is alive"
+    );
+}

@@ -1,0 +1,216 @@
+//! A real hyper server on loopback behind the layer, a hyper client, and a test app
+//! whose routes hold their responses open until the test says so.
+
+// Each test file uses part of this module, and test helpers need no docs.
+#![allow(dead_code, unreachable_pub, missing_docs)]
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use admission_http::MeteredBody;
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body::{Body, Frame};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+/// A response body fed by the test through a channel; ends when the sender drops.
+#[derive(Debug)]
+pub struct ChannelBody {
+    rx: mpsc::Receiver<Bytes>,
+}
+
+impl ChannelBody {
+    pub fn new(rx: mpsc::Receiver<Bytes>) -> Self {
+        Self { rx }
+    }
+}
+
+impl Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.rx
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|c| Ok(Frame::data(c))))
+    }
+}
+
+/// Either a fixed body or a channel-fed stream.
+pub type AppBody = http_body_util::Either<Full<Bytes>, ChannelBody>;
+
+/// What the app saw, for assertions.
+#[derive(Debug, Default)]
+pub struct Seen {
+    pub calls: AtomicUsize,
+    pub bodies_read: AtomicUsize,
+    pub body_errors: AtomicUsize,
+    /// Senders of open `/stream` responses, in arrival order.
+    pub streams: Mutex<Vec<mpsc::Sender<Bytes>>>,
+    pub closed: AtomicBool,
+}
+
+impl Seen {
+    pub fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    /// Ends every open stream (their bodies end when the senders drop).
+    pub fn end_streams(&self) {
+        self.streams.lock().unwrap().clear();
+    }
+}
+
+/// The inner service: `/stream` answers 200 at once with a body that stays open;
+/// `/upload` reads the whole body; anything else answers "ok".
+pub fn app(
+    seen: Arc<Seen>,
+) -> impl tower::Service<
+    Request<MeteredBody<Incoming>>,
+    Response = Response<AppBody>,
+    Error = Infallible,
+    Future = impl Future<Output = Result<Response<AppBody>, Infallible>> + Send,
+> + Clone
+       + Send
+       + 'static {
+    tower::service_fn(move |req: Request<MeteredBody<Incoming>>| {
+        let seen = seen.clone();
+        async move {
+            seen.calls.fetch_add(1, Ordering::SeqCst);
+            let body = match req.uri().path() {
+                "/stream" => {
+                    let (tx, rx) = mpsc::channel(4);
+                    tx.send(Bytes::from_static(b"first\n")).await.unwrap();
+                    seen.streams.lock().unwrap().push(tx);
+                    AppBody::Right(ChannelBody { rx })
+                }
+                "/upload" => match req.into_body().collect().await {
+                    Ok(collected) => {
+                        seen.bodies_read.fetch_add(1, Ordering::SeqCst);
+                        let n = collected.to_bytes().len();
+                        AppBody::Left(Full::new(Bytes::from(n.to_string())))
+                    }
+                    Err(err) => {
+                        seen.body_errors.fetch_add(1, Ordering::SeqCst);
+                        let mut response =
+                            Response::new(AppBody::Left(Full::new(Bytes::from(err.to_string()))));
+                        *response.status_mut() = StatusCode::INSUFFICIENT_STORAGE;
+                        return Ok(response);
+                    }
+                },
+                _ => AppBody::Left(Full::new(Bytes::from_static(b"ok"))),
+            };
+            Ok::<_, Infallible>(Response::new(body))
+        }
+    })
+}
+
+/// Serves `service` over HTTP/1.1 on `127.0.0.1:0` until the test's runtime ends.
+pub async fn serve<S, B>(service: S) -> SocketAddr
+where
+    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let service = TowerToHyperService::new(service.clone());
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// One request on its own connection. The connection lives as long as the returned
+/// response's body; dropping the body drops the connection (a client disconnect).
+pub async fn send<B>(addr: SocketAddr, request: Request<B>) -> Response<Incoming>
+where
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stream = TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    tokio::time::timeout(Duration::from_secs(10), sender.send_request(request))
+        .await
+        .expect("the server answers within 10 s")
+        .unwrap()
+}
+
+pub fn get(path: &str) -> Request<Full<Bytes>> {
+    Request::get(path).body(Full::default()).unwrap()
+}
+
+pub fn with_header(path: &str, name: &str, value: &str) -> Request<Full<Bytes>> {
+    Request::get(path)
+        .header(name, value)
+        .body(Full::default())
+        .unwrap()
+}
+
+pub fn post(path: &str, body: Vec<u8>) -> Request<Full<Bytes>> {
+    Request::post(path)
+        .body(Full::new(Bytes::from(body)))
+        .unwrap()
+}
+
+/// Reads one frame of a streaming response.
+pub async fn next_chunk(response: &mut Response<Incoming>) -> Option<Bytes> {
+    let frame = tokio::time::timeout(Duration::from_secs(10), response.body_mut().frame())
+        .await
+        .expect("a frame within 10 s")?;
+    frame.unwrap().into_data().ok()
+}
+
+/// Reads a response to its end.
+pub async fn text(response: Response<Incoming>) -> String {
+    let bytes = tokio::time::timeout(Duration::from_secs(10), response.into_body().collect())
+        .await
+        .expect("the body ends within 10 s")
+        .unwrap()
+        .to_bytes();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+/// Waits (at most 5 s) for `condition`, polling every 5 ms.
+pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while !condition() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
