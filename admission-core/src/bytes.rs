@@ -673,6 +673,42 @@ mod tests {
     }
 
     #[test]
+    fn growth_is_checked_at_its_exact_boundaries() {
+        let ledger = ByteLedger::new(0).unwrap();
+        ledger.set_max_charge(50).unwrap();
+        let mut p = ledger.try_charge(40).unwrap();
+        p.try_grow(10).unwrap();
+        assert_eq!(p.charged(), 50, "growing to exactly the maximum is allowed");
+        drop(p);
+
+        ledger.set_max_charge(0).unwrap();
+        let mut alone = ledger.try_charge(0).unwrap();
+        alone.try_grow(ByteLedger::MAX_BUDGET).unwrap();
+        drop(alone);
+
+        let _other = ledger.try_charge(10).unwrap();
+        let mut p = ledger.try_charge(0).unwrap();
+        assert_eq!(
+            p.try_grow(ByteLedger::MAX_BUDGET - 9).unwrap_err(),
+            Refused::Bytes,
+            "the word would overflow"
+        );
+        p.try_grow(ByteLedger::MAX_BUDGET - 10).unwrap();
+        assert_eq!(ledger.in_flight(), ByteLedger::MAX_BUDGET);
+    }
+
+    #[test]
+    fn debug_output_names_the_state() {
+        let ledger = ByteLedger::new(9).unwrap();
+        let p = ledger.try_charge(4).unwrap();
+        assert_eq!(
+            format!("{ledger:?}"),
+            "ByteLedger { in_flight: 4, budget: 9 }"
+        );
+        assert_eq!(format!("{p:?}"), "BytePermit { charged: 4 }");
+    }
+
+    #[test]
     fn unlimited_budget_admits_everything_representable() {
         let ledger = ByteLedger::new(0).unwrap();
         let held: Vec<_> = (0..100)

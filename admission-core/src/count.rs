@@ -382,6 +382,25 @@ mod tests {
     }
 
     #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn a_capacity_reaching_the_reference_bit_cannot_be_represented() {
+        assert!(CountLedger::new(usize::MAX >> 1).is_err());
+        assert!(CountLedger::new(1 << 62).is_err());
+        assert!(CountLedger::new((1 << 62) - 1).is_ok());
+    }
+
+    #[test]
+    fn debug_output_names_the_state() {
+        let ledger = CountLedger::new(3).unwrap();
+        let p = ledger.try_acquire().unwrap();
+        assert_eq!(
+            format!("{ledger:?}"),
+            "CountLedger { in_flight: 1, capacity: 3 }"
+        );
+        assert_eq!(format!("{p:?}"), "CountPermit { .. }");
+    }
+
+    #[test]
     fn lowering_capacity_refuses_new_work_and_lets_held_permits_drain() {
         let ledger = CountLedger::new(3).unwrap();
         let held: Vec<_> = (0..3).map(|_| ledger.try_acquire().unwrap()).collect();

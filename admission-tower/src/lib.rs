@@ -22,3 +22,8 @@ pub use admission::{
 };
 pub use admission_core;
 pub use admission_http;
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

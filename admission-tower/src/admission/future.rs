@@ -28,7 +28,9 @@ pin_project! {
     enum State<F, K, H> {
         Admitted { #[pin] future: F, permit: Option<AdmissionPermit<K, H>> },
         Unguarded { #[pin] future: F },
-        Refused { response: Option<Response<Bytes>> },
+        // Boxed: a refusal is the cold path, and an inline `Response` would make every
+        // admitted request's future (moved at each poll site) a hundred bytes larger.
+        Refused { response: Option<Box<Response<Bytes>>> },
     }
 }
 
@@ -52,7 +54,7 @@ impl<F, K, H> ResponseFuture<F, K, H> {
     pub(crate) fn refused(response: Response<Bytes>) -> Self {
         Self {
             state: State::Refused {
-                response: Some(response),
+                response: Some(Box::new(response)),
             },
         }
     }
@@ -90,7 +92,7 @@ where
                 let response = response
                     .take()
                     .expect("ResponseFuture polled after it completed");
-                Poll::Ready(Ok(response.map(ResponseBody::refused)))
+                Poll::Ready(Ok((*response).map(ResponseBody::refused)))
             }
         }
     }

@@ -1,0 +1,531 @@
+//! A real server under a real overload: `cargo run --release -p admission-tower --example overload`.
+//!
+//! A hyper server on 127.0.0.1 behind `AdmissionLayer` (count limit, byte budget with a
+//! maximum request, a per-key cap, `/health` bypassed) serves a streaming endpoint whose
+//! bodies take a while, and an upload endpoint. A burst of real clients, far above the
+//! limits, hits it: streams (some hang up mid-stream), large uploads, too-large uploads,
+//! one noisy key, and liveness probes throughout. The server's handlers keep their own
+//! count of what they hold, independent of the ledgers. At the end a table says what
+//! happened, and the process exits non-zero if any bound broke or anything leaked.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use admission_http::MeteredBody;
+use admission_tower::AdmissionLayer;
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body::{Body, Frame};
+use http_body_util::{BodyExt, Either, Full};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tower::Layer;
+
+const COUNT_LIMIT: usize = 64;
+const BYTE_BUDGET: u64 = 256 << 10;
+const MAX_REQUEST: u64 = 64 << 10;
+const PER_KEY: usize = 4;
+const MAX_KEYS: usize = 1_000;
+
+const STREAMS: usize = 600;
+const HANGUP_EVERY: usize = 8; // every 8th stream client disconnects after one chunk
+const NOISY: usize = 60;
+const UPLOADS: usize = 40;
+const UPLOAD_BYTES: usize = 48 << 10;
+const TOO_LARGE: usize = 10;
+const CHUNKS: usize = 20;
+const CHUNK_EVERY: Duration = Duration::from_millis(25);
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// What the handlers hold, counted by the handlers themselves.
+#[derive(Default)]
+struct Inside {
+    now: AtomicU64,
+    max: AtomicU64,
+    noisy_now: AtomicU64,
+    noisy_max: AtomicU64,
+}
+
+impl Inside {
+    fn enter(&self, noisy: bool) {
+        let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max.fetch_max(now, Ordering::SeqCst);
+        if noisy {
+            let now = self.noisy_now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.noisy_max.fetch_max(now, Ordering::SeqCst);
+        }
+    }
+
+    fn leave(&self, noisy: bool) {
+        self.now.fetch_sub(1, Ordering::SeqCst);
+        if noisy {
+            self.noisy_now.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// A handler's stake in a request: counted from the handler's start until its response
+/// body ends or is dropped (the body's end comes before the layer releases the permit).
+struct Stake {
+    inside: Arc<Inside>,
+    noisy: bool,
+    done: bool,
+}
+
+impl Stake {
+    fn new(inside: Arc<Inside>, noisy: bool) -> Self {
+        inside.enter(noisy);
+        Self {
+            inside,
+            noisy,
+            done: false,
+        }
+    }
+
+    fn end(&mut self) {
+        if !std::mem::replace(&mut self.done, true) {
+            self.inside.leave(self.noisy);
+        }
+    }
+}
+
+impl Drop for Stake {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// A response body: chunks from a channel, or one buffer; ends the stake at its end.
+struct AppBody {
+    chunks: Either<mpsc::Receiver<Bytes>, Option<Bytes>>,
+    stake: Option<Stake>,
+}
+
+impl Body for AppBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let next = match &mut self.chunks {
+            Either::Left(rx) => match rx.poll_recv(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(chunk) => chunk,
+            },
+            Either::Right(once) => once.take(),
+        };
+        if next.is_none() {
+            if let Some(stake) = &mut self.stake {
+                stake.end();
+            }
+        }
+        Poll::Ready(next.map(|chunk| Ok(Frame::data(chunk))))
+    }
+}
+
+async fn handle(
+    req: Request<MeteredBody<Incoming>>,
+    inside: Arc<Inside>,
+) -> Result<Response<AppBody>, Infallible> {
+    let noisy = req.headers().get("x-client").is_some_and(|v| v == "noisy");
+    // Liveness routes bypass admission, so they take no stake in the count.
+    let guarded = !matches!(req.uri().path(), "/" | "/health");
+    let stake = guarded.then(|| Stake::new(inside, noisy));
+    let chunks = match req.uri().path() {
+        "/stream" => {
+            let (tx, rx) = mpsc::channel(2);
+            tokio::spawn(async move {
+                for i in 0..CHUNKS {
+                    if tx.send(Bytes::from(format!("chunk {i}\n"))).await.is_err() {
+                        return; // the client hung up
+                    }
+                    tokio::time::sleep(CHUNK_EVERY).await;
+                }
+            });
+            Either::Left(rx)
+        }
+        "/upload" => {
+            let n = match req.into_body().collect().await {
+                Ok(body) => body.to_bytes().len(),
+                Err(_) => 0,
+            };
+            Either::Right(Some(Bytes::from(n.to_string())))
+        }
+        _ => Either::Right(Some(Bytes::from_static(b"ok"))),
+    };
+    Ok(Response::new(AppBody { chunks, stake }))
+}
+
+async fn serve(layer: AdmissionLayer<String>, inside: Arc<Inside>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("local address");
+    let app = tower::service_fn(move |req| handle(req, inside.clone()));
+    let service = layer.layer(app);
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let service = TowerToHyperService::new(service.clone());
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// How one client request ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Outcome {
+    Admitted,
+    HungUp,
+    Shed(u16),
+    Failed,
+}
+
+#[derive(Default)]
+struct Tally {
+    sent: AtomicU64,
+    outcomes: Mutex<HashMap<Outcome, u64>>,
+    admitted_latency: Mutex<Vec<Duration>>,
+    shed_latency: Mutex<Vec<Duration>>,
+}
+
+impl Tally {
+    fn record(&self, outcome: Outcome, head_after: Option<Duration>) {
+        *self.outcomes.lock().unwrap().entry(outcome).or_default() += 1;
+        if let Some(latency) = head_after {
+            match outcome {
+                Outcome::Shed(_) => self.shed_latency.lock().unwrap().push(latency),
+                Outcome::Admitted | Outcome::HungUp => {
+                    self.admitted_latency.lock().unwrap().push(latency)
+                }
+                Outcome::Failed => {}
+            }
+        }
+    }
+
+    fn count(&self, outcome: Outcome) -> u64 {
+        self.outcomes
+            .lock()
+            .unwrap()
+            .get(&outcome)
+            .copied()
+            .unwrap_or(0)
+    }
+}
+
+async fn client(addr: SocketAddr, request: Request<Full<Bytes>>, hang_up: bool, tally: Arc<Tally>) {
+    tally.sent.fetch_add(1, Ordering::Relaxed);
+    let run = async {
+        let stream = TcpStream::connect(addr).await.ok()?;
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .ok()?;
+        tokio::spawn(conn);
+        let start = Instant::now();
+        let mut response = sender.send_request(request).await.ok()?;
+        let head_after = start.elapsed();
+        let status = response.status();
+        if status != StatusCode::OK {
+            let body = response.into_body().collect().await.ok()?.to_bytes();
+            // The default refusal body names the dimension: tell count from bytes.
+            let code = match (status.as_u16(), body.starts_with(b"overloaded: byte")) {
+                (503, true) => 5031,
+                (code, _) => code,
+            };
+            return Some((Outcome::Shed(code), head_after));
+        }
+        if hang_up {
+            let _ = response.body_mut().frame().await;
+            return Some((Outcome::HungUp, head_after)); // drops the connection
+        }
+        response.into_body().collect().await.ok()?;
+        Some((Outcome::Admitted, head_after))
+    };
+    match tokio::time::timeout(CLIENT_TIMEOUT, run).await {
+        Ok(Some((outcome, latency))) => tally.record(outcome, Some(latency)),
+        _ => tally.record(Outcome::Failed, None),
+    }
+}
+
+fn make_request(path: &str, key: &str, body: Option<usize>) -> Request<Full<Bytes>> {
+    let builder = Request::builder().uri(path).header("x-client", key);
+    match body {
+        Some(n) => builder
+            .method("POST")
+            .body(Full::new(Bytes::from(vec![b'x'; n]))),
+        None => builder.body(Full::default()),
+    }
+    .expect("a valid request")
+}
+
+fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    if samples.is_empty() {
+        return Duration::ZERO;
+    }
+    samples.sort();
+    let rank = ((samples.len() as f64 - 1.0) * p).round() as usize;
+    samples[rank]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1e3)
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let layer = AdmissionLayer::builder()
+        .count(COUNT_LIMIT)
+        .bytes(BYTE_BUDGET)
+        .max_request_bytes(MAX_REQUEST)
+        .per_key(PER_KEY, |req| {
+            req.headers
+                .get("x-client")?
+                .to_str()
+                .ok()
+                .map(str::to_owned)
+        })
+        .max_keys(MAX_KEYS)
+        .bypass(|req| matches!(req.uri.path(), "/" | "/health"))
+        .build()
+        .expect("valid limits")
+        .expect("limits are configured");
+    let inside = Arc::new(Inside::default());
+    let addr = serve(layer.clone(), inside.clone()).await;
+    println!("admission overload demo: server on http://{addr}");
+    println!(
+        "limits: {COUNT_LIMIT} in flight, {} KiB of request bodies (one request at most {} KiB), {PER_KEY} per client; /health bypassed",
+        BYTE_BUDGET >> 10,
+        MAX_REQUEST >> 10
+    );
+    println!(
+        "burst: {STREAMS} streaming clients ({CHUNKS} chunks, {} ms apart; every {HANGUP_EVERY}th hangs up), {NOISY} from one noisy client, {UPLOADS} uploads of {} KiB, {TOO_LARGE} too large\n",
+        CHUNK_EVERY.as_millis(),
+        UPLOAD_BYTES >> 10
+    );
+
+    let tally = Arc::new(Tally::default());
+    let started = Instant::now();
+    let mut clients = Vec::new();
+    // First the noisy client, the uploads and the too-large uploads, all at once...
+    for _ in 0..NOISY {
+        let request = make_request("/stream", "noisy", None);
+        clients.push(tokio::spawn(client(addr, request, false, tally.clone())));
+    }
+    for u in 0..UPLOADS {
+        let request = make_request("/upload", &format!("uploader-{u}"), Some(UPLOAD_BYTES));
+        clients.push(tokio::spawn(client(addr, request, false, tally.clone())));
+    }
+    for t in 0..TOO_LARGE {
+        let size = MAX_REQUEST as usize * 2;
+        let request = make_request("/upload", &format!("big-{t}"), Some(size));
+        clients.push(tokio::spawn(client(addr, request, false, tally.clone())));
+    }
+    // ...then the streams, in waves of 40 every 100 ms.
+    let waves = tokio::spawn({
+        let tally = tally.clone();
+        async move {
+            let mut streams = Vec::new();
+            for i in 0..STREAMS {
+                let key = format!("client-{}", i % 100);
+                let request = make_request("/stream", &key, None);
+                let hang_up = i % HANGUP_EVERY == 0;
+                streams.push(tokio::spawn(client(addr, request, hang_up, tally.clone())));
+                if i % 40 == 39 {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+            for s in streams {
+                let _ = s.await;
+            }
+        }
+    });
+    clients.push(waves);
+
+    // Liveness probes while the burst runs, and a progress line every 250 ms.
+    let (mut probes, mut probes_ok, mut probe_latency) = (0_u64, 0_u64, Vec::new());
+    let mut last_report = Instant::now();
+    let count = layer.gate().count().expect("count ledger").clone();
+    while clients.iter().any(|c| !c.is_finished()) {
+        probes += 1;
+        let start = Instant::now();
+        let probe = tokio::time::timeout(Duration::from_secs(2), async {
+            let stream = TcpStream::connect(addr).await.ok()?;
+            let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+                .await
+                .ok()?;
+            tokio::spawn(conn);
+            let request = Request::get("/health")
+                .body(Full::<Bytes>::default())
+                .ok()?;
+            let response = sender.send_request(request).await.ok()?;
+            (response.status() == StatusCode::OK).then_some(())
+        })
+        .await;
+        if let Ok(Some(())) = probe {
+            probes_ok += 1;
+            probe_latency.push(start.elapsed());
+        }
+        if last_report.elapsed() >= Duration::from_millis(250) {
+            last_report = Instant::now();
+            println!(
+                "  t={:>4.2}s  sent {:>4}  in flight {:>2}/{COUNT_LIMIT}  admitted {:>4}  shed {:>4}  probes {probes_ok}/{probes}",
+                started.elapsed().as_secs_f64(),
+                tally.sent.load(Ordering::Relaxed),
+                count.in_flight(),
+                tally.count(Outcome::Admitted) + tally.count(Outcome::HungUp),
+                tally.count(Outcome::Shed(503))
+                    + tally.count(Outcome::Shed(5031))
+                    + tally.count(Outcome::Shed(429))
+                    + tally.count(Outcome::Shed(413)),
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    for c in clients {
+        let _ = c.await;
+    }
+    let elapsed = started.elapsed();
+
+    // Let the server finish dropping what the last clients left, then read the ledgers.
+    let settle = Instant::now();
+    let idle = |s: &admission_tower::AdmissionSnapshot| {
+        s.gate.count.is_some_and(|c| c.in_flight == 0)
+            && s.gate.bytes.is_some_and(|b| b.in_flight == 0)
+            && s.gate.keyed.is_some_and(|k| k.keys == 0)
+    };
+    while !idle(&layer.snapshot()) && settle.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let snap = layer.snapshot();
+    let (count_s, bytes_s, keyed_s) = (
+        snap.gate.count.expect("count"),
+        snap.gate.bytes.expect("bytes"),
+        snap.gate.keyed.expect("keyed"),
+    );
+
+    let admitted = tally.count(Outcome::Admitted);
+    let hung_up = tally.count(Outcome::HungUp);
+    let (s503, s503b, s429, s413) = (
+        tally.count(Outcome::Shed(503)),
+        tally.count(Outcome::Shed(5031)),
+        tally.count(Outcome::Shed(429)),
+        tally.count(Outcome::Shed(413)),
+    );
+    let failed = tally.count(Outcome::Failed);
+    let other: u64 = tally
+        .outcomes
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(o, _)| matches!(o, Outcome::Shed(c) if ![503, 5031, 429, 413].contains(c)))
+        .map(|(_, n)| n)
+        .sum();
+    let mut admitted_lat = tally.admitted_latency.lock().unwrap().clone();
+    let mut shed_lat = tally.shed_latency.lock().unwrap().clone();
+    let app_max = inside.max.load(Ordering::SeqCst);
+    let noisy_max = inside.noisy_max.load(Ordering::SeqCst);
+
+    println!("\n  {:<34} result", "what");
+    println!("  {:-<34} {:-<44}", "", "");
+    println!(
+        "  {:<34} {}",
+        "requests sent",
+        tally.sent.load(Ordering::Relaxed)
+    );
+    println!(
+        "  {:<34} {admitted} completed + {hung_up} hung up mid-stream",
+        "admitted (200)"
+    );
+    println!("  {:<34} {s503}", "shed 503 (count limit)");
+    println!("  {:<34} {s503b}", "shed 503 (byte budget)");
+    println!("  {:<34} {s429}", "shed 429 (per-client cap)");
+    println!("  {:<34} {s413}", "shed 413 (request too large)");
+    println!("  {:<34} {failed} failed, {other} other statuses", "errors");
+    println!(
+        "  {:<34} {} / {COUNT_LIMIT} (handlers saw {app_max})",
+        "in-flight high-water: count", count_s.high_water
+    );
+    println!(
+        "  {:<34} {} / {} KiB budget, {} KiB max request",
+        "in-flight high-water: bytes",
+        format_args!("{:.1} KiB", bytes_s.high_water as f64 / 1024.0),
+        BYTE_BUDGET >> 10,
+        MAX_REQUEST >> 10
+    );
+    println!(
+        "  {:<34} {noisy_max} / {PER_KEY} (keys at once: {})",
+        "in-flight high-water: noisy client", keyed_s.keys_high_water
+    );
+    println!(
+        "  {:<34} {probes_ok}/{probes} answered 200, p99 {}",
+        "liveness probes during the burst",
+        ms(percentile(&mut probe_latency, 0.99))
+    );
+    println!(
+        "  {:<34} p50 {}  p99 {}",
+        "latency to head: admitted",
+        ms(percentile(&mut admitted_lat, 0.50)),
+        ms(percentile(&mut admitted_lat, 0.99))
+    );
+    println!(
+        "  {:<34} p50 {}  p99 {}",
+        "latency to head: shed",
+        ms(percentile(&mut shed_lat, 0.50)),
+        ms(percentile(&mut shed_lat, 0.99))
+    );
+    println!(
+        "  {:<34} count {}, bytes {}, keys {}",
+        "ledgers after the run", count_s.in_flight, bytes_s.in_flight, keyed_s.keys
+    );
+    println!("  {:<34} {:.2} s", "wall time", elapsed.as_secs_f64());
+
+    let mut broken = Vec::new();
+    if count_s.high_water > COUNT_LIMIT as u64 || app_max > COUNT_LIMIT as u64 {
+        broken.push("the count limit was exceeded");
+    }
+    if bytes_s.high_water > BYTE_BUDGET.max(MAX_REQUEST) {
+        broken.push("the byte budget was exceeded beyond the lone-request exemption");
+    }
+    if noisy_max > PER_KEY as u64 {
+        broken.push("the per-client cap was exceeded");
+    }
+    if count_s.in_flight != 0 || bytes_s.in_flight != 0 || keyed_s.keys != 0 {
+        broken.push("a ledger did not return to zero (a leak)");
+    }
+    if inside.now.load(Ordering::SeqCst) != 0 {
+        broken.push("a handler's response was never finished or dropped");
+    }
+    if probes_ok != probes {
+        broken.push("a liveness probe was not answered");
+    }
+    if failed != 0 || other != 0 {
+        broken.push("a client request failed or got an unexpected status");
+    }
+    if s503 == 0 || s503b == 0 || s429 == 0 || s413 != TOO_LARGE as u64 {
+        broken.push("the burst did not exercise every refusal");
+    }
+    if broken.is_empty() {
+        println!("\nevery bound held; nothing leaked.");
+        std::process::ExitCode::SUCCESS
+    } else {
+        for b in broken {
+            eprintln!("BROKEN: {b}");
+        }
+        std::process::ExitCode::FAILURE
+    }
+}
