@@ -26,6 +26,9 @@ pub struct RefusalContext<'a> {
     pub status: StatusCode,
     /// The `Retry-After` the response will carry, in seconds, if any.
     pub retry_after: Option<u64>,
+    /// The configured retry delay, exactly (for protocols that carry milliseconds),
+    /// when the rejection is retryable.
+    pub retry_delay: Option<Duration>,
 }
 
 /// A refusal's body and its content type.
@@ -77,6 +80,7 @@ impl RefusalBody {
 }
 
 type Shape = dyn Fn(&RefusalContext<'_>) -> RefusalBody + Send + Sync;
+type Whole = dyn Fn(&RefusalContext<'_>) -> Response<Bytes> + Send + Sync;
 
 /// How refused requests are answered.
 ///
@@ -118,8 +122,9 @@ type Shape = dyn Fn(&RefusalContext<'_>) -> RefusalBody + Send + Sync;
 /// ```
 #[derive(Clone)]
 pub struct Refusals {
-    retry_after: u64,
+    retry_delay: Duration,
     shape: Option<Arc<Shape>>,
+    whole: Option<Arc<Whole>>,
 }
 
 impl Default for Refusals {
@@ -144,8 +149,9 @@ impl Refusals {
     /// ```
     pub fn new() -> Self {
         Self {
-            retry_after: 1,
+            retry_delay: Duration::from_secs(1),
             shape: None,
+            whole: None,
         }
     }
 
@@ -159,18 +165,32 @@ impl Refusals {
     /// assert_eq!(refusals.retry_after_secs(), 2);
     /// ```
     pub fn retry_after(mut self, delay: Duration) -> Self {
-        let whole = delay.as_secs();
-        self.retry_after = if delay.subsec_nanos() > 0 {
-            whole.saturating_add(1)
-        } else {
-            whole
-        };
+        self.retry_delay = delay;
         self
     }
 
-    /// The `Retry-After` in seconds.
+    /// The `Retry-After` in seconds: the retry delay rounded up.
     pub fn retry_after_secs(&self) -> u64 {
-        self.retry_after
+        let secs = self.retry_delay.as_secs();
+        if self.retry_delay.subsec_nanos() > 0 {
+            secs.saturating_add(1)
+        } else {
+            secs
+        }
+    }
+
+    /// The retry delay as configured.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_http::Refusals;
+    ///
+    /// let refusals = Refusals::new().retry_after(Duration::from_millis(250));
+    /// assert_eq!(refusals.retry_delay(), Duration::from_millis(250));
+    /// assert_eq!(refusals.retry_after_secs(), 1);
+    /// ```
+    pub fn retry_delay(&self) -> Duration {
+        self.retry_delay
     }
 
     /// Sets the body closure.
@@ -179,6 +199,34 @@ impl Refusals {
         F: Fn(&RefusalContext<'_>) -> RefusalBody + Send + Sync + 'static,
     {
         self.shape = Some(Arc::new(shape));
+        self
+    }
+
+    /// Replaces the whole response (status and headers too), for protocols that answer
+    /// refusals in their own shape, such as gRPC's trailers-only responses. The closure
+    /// sees the same context as a body closure; this takes precedence over
+    /// [`body`](Self::body).
+    ///
+    /// ```
+    /// use admission_core::Refused;
+    /// use admission_http::{Refusals, Rejection};
+    ///
+    /// let refusals = Refusals::new().response(|cx| {
+    ///     let mut response = http::Response::new(bytes::Bytes::new());
+    ///     response.headers_mut().insert("x-refused", cx.rejection.to_string().parse().unwrap());
+    ///     response
+    /// });
+    /// let request = http::Request::get("/").body(())?;
+    /// let response = refusals.respond(&request, Rejection::Refused(Refused::Count));
+    /// assert_eq!(response.status(), 200);
+    /// assert_eq!(response.headers()["x-refused"], "count limit reached");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn response<F>(mut self, whole: F) -> Self
+    where
+        F: Fn(&RefusalContext<'_>) -> Response<Bytes> + Send + Sync + 'static,
+    {
+        self.whole = Some(Arc::new(whole));
         self
     }
 
@@ -213,7 +261,8 @@ impl Refusals {
         rejection: Rejection,
     ) -> Response<Bytes> {
         let status = rejection.status();
-        let retry_after = rejection.is_retryable().then_some(self.retry_after);
+        let retryable = rejection.is_retryable();
+        let retry_after = retryable.then(|| self.retry_after_secs());
         let cx = RefusalContext {
             method,
             uri,
@@ -221,7 +270,11 @@ impl Refusals {
             rejection,
             status,
             retry_after,
+            retry_delay: retryable.then_some(self.retry_delay),
         };
+        if let Some(whole) = &self.whole {
+            return whole(&cx);
+        }
         let body = match &self.shape {
             Some(shape) => shape(&cx),
             None => default_body(&cx),
@@ -250,8 +303,9 @@ fn default_body(cx: &RefusalContext<'_>) -> RefusalBody {
 impl fmt::Debug for Refusals {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Refusals")
-            .field("retry_after", &self.retry_after)
+            .field("retry_delay", &self.retry_delay)
             .field("custom_body", &self.shape.is_some())
+            .field("custom_response", &self.whole.is_some())
             .finish()
     }
 }

@@ -250,5 +250,5 @@ fn debug_output_names_the_state() {
     assert!(format!("{:?}", request.body()).contains("covered: 2"));
     let body = PermitBody::new(Unread, ());
     assert!(format!("{body:?}").contains("released: false"));
-    assert!(format!("{:?}", Refusals::new()).contains("retry_after: 1"));
+    assert!(format!("{:?}", Refusals::new()).contains("retry_delay: 1s"));
 }

@@ -292,6 +292,17 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
         self
     }
 
+    /// Replaces the whole refusal response (status and headers too), for protocols
+    /// with their own refusal shape; see [`Refusals::response`]. `admission-grpc` uses
+    /// this for gRPC's trailers-only `RESOURCE_EXHAUSTED`.
+    pub fn refusal_response<F>(mut self, response: F) -> Self
+    where
+        F: Fn(&RefusalContext<'_>) -> http::Response<bytes::Bytes> + Send + Sync + 'static,
+    {
+        self.refusals = self.refusals.response(response);
+        self
+    }
+
     /// Called on every refusal (and every would-be refusal in dry-run mode), on the
     /// request's task: count it, or log it at debug level. Keep it cheap; it runs while
     /// the server is overloaded.

@@ -1,0 +1,146 @@
+//! Admission as a tonic `Interceptor`.
+
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use admission_core::{Gate, GatePermit};
+use tonic::metadata::MetadataMap;
+use tonic::service::Interceptor;
+use tonic::{Request, Status};
+
+use crate::status::{refused_status_with, RefusalCode};
+
+type KeyFn<K> = Arc<dyn Fn(&MetadataMap) -> Option<K> + Send + Sync>;
+
+/// Count and per-key admission for servers that can only add interceptors.
+///
+/// On admission the permit rides in the request's extensions as a [`HandlerPermit`], so
+/// **its scope is the handler's hold on the request**, not the response: it is released
+/// when the handler drops the request (typically when the handler returns), even if the
+/// handler returned a stream that keeps running. To bound streaming responses, use the
+/// layer ([`GrpcAdmission`](crate::GrpcAdmission)), which holds permits until the stream
+/// ends. Byte budgets need the request body, so they belong to the layer or to the
+/// handler ([`refused_status`](crate::refused_status)).
+///
+/// # Examples
+///
+/// ```
+/// use admission_core::Gate;
+/// use admission_grpc::AdmissionInterceptor;
+/// use tonic::service::Interceptor;
+///
+/// let gate = Gate::<String>::builder().count(64).per_key(1).build()?;
+/// let mut interceptor = AdmissionInterceptor::new(gate).key(|metadata| {
+///     metadata.get("x-subject")?.to_str().ok().map(String::from)
+/// });
+///
+/// let mut request = tonic::Request::new(());
+/// request.metadata_mut().insert("x-subject", "alice".parse().unwrap());
+/// let admitted = interceptor.call(request)?;
+///
+/// let mut again = tonic::Request::new(());
+/// again.metadata_mut().insert("x-subject", "alice".parse().unwrap());
+/// let status = interceptor.call(again).unwrap_err();
+/// assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+///
+/// drop(admitted); // the handler is done with the request: the permit is released
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct AdmissionInterceptor<K = String, H = RandomState> {
+    gate: Gate<K, H>,
+    key: Option<KeyFn<K>>,
+    retry_after: Duration,
+    code: RefusalCode,
+}
+
+impl<K, H> Clone for AdmissionInterceptor<K, H> {
+    fn clone(&self) -> Self {
+        Self {
+            gate: self.gate.clone(),
+            key: self.key.clone(),
+            retry_after: self.retry_after,
+            code: self.code,
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionInterceptor<K> {
+    /// Admits calls through `gate` (its count and per-key dimensions; a byte budget is
+    /// charged 0 here). Refusals carry `RetryInfo` of 1 s until
+    /// [`retry_after`](Self::retry_after) says otherwise.
+    pub fn new(gate: Gate<K>) -> Self {
+        Self {
+            gate,
+            key: None,
+            retry_after: Duration::from_secs(1),
+            code: RefusalCode::ResourceExhausted,
+        }
+    }
+
+    /// Extracts the key from the call's metadata (an authenticated subject, a tenant).
+    pub fn key<F>(mut self, key: F) -> Self
+    where
+        F: Fn(&MetadataMap) -> Option<K> + Send + Sync + 'static,
+    {
+        self.key = Some(Arc::new(key));
+        self
+    }
+
+    /// The retry delay refusals carry.
+    pub fn retry_after(mut self, delay: Duration) -> Self {
+        self.retry_after = delay;
+        self
+    }
+
+    /// The code of retryable refusals (default `RESOURCE_EXHAUSTED`).
+    pub fn code(mut self, code: RefusalCode) -> Self {
+        self.code = code;
+        self
+    }
+
+    /// The gate.
+    pub fn gate(&self) -> &Gate<K> {
+        &self.gate
+    }
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> Interceptor for AdmissionInterceptor<K> {
+    fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
+        let key = self.key.as_ref().and_then(|key| key(request.metadata()));
+        match self.gate.try_admit(key.as_ref(), 0) {
+            Ok(permit) => {
+                request.extensions_mut().insert(HandlerPermit {
+                    _permit: Arc::new(permit),
+                });
+                Ok(request)
+            }
+            Err(refused) => Err(refused_status_with(self.code, refused, self.retry_after)),
+        }
+    }
+}
+
+impl<K, H> fmt::Debug for AdmissionInterceptor<K, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdmissionInterceptor")
+            .field("snapshot", &self.gate.snapshot())
+            .field("retry_after", &self.retry_after)
+            .field("code", &self.code)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The permit an [`AdmissionInterceptor`] puts in a request's extensions; released when
+/// the last clone of it (the request's extensions) is dropped.
+#[derive(Clone)]
+pub struct HandlerPermit<K = String, H = RandomState> {
+    _permit: Arc<GatePermit<K, H>>,
+}
+
+impl<K, H> fmt::Debug for HandlerPermit<K, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HandlerPermit").finish_non_exhaustive()
+    }
+}

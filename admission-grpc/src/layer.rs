@@ -1,0 +1,75 @@
+//! The admission layer with gRPC-shaped refusals.
+
+use std::hash::Hash;
+
+use admission_tower::AdmissionBuilder;
+use http::request::Parts;
+
+use crate::status::{trailers_only, RefusalCode};
+
+/// gRPC refusals for [`AdmissionBuilder`]: the same gate and service as for HTTP, with
+/// a trailers-only gRPC response instead of 503 / 429 / 413.
+///
+/// A refused call gets HTTP 200, `content-type: application/grpc`, `grpc-status: 8`
+/// (`RESOURCE_EXHAUSTED`), a percent-encoded `grpc-message` naming the refusing
+/// dimension, `grpc-retry-pushback-ms` from the builder's `retry_after`, and
+/// `grpc-status-details-bin` carrying a `google.rpc.RetryInfo` with that delay. A
+/// tonic client sees `Code::ResourceExhausted`. (A bare HTTP 503 reaches a gRPC client as
+/// `UNAVAILABLE` and loses the server's meaning; and OTLP exporters retry
+/// `RESOURCE_EXHAUSTED` only when `RetryInfo` says the server will recover.)
+///
+/// Permits are held until the response stream ends, so server-streaming calls stay
+/// bounded for as long as they stream.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use admission_grpc::{is_health_check, GrpcAdmission};
+/// use admission_tower::AdmissionLayer;
+///
+/// let layer = AdmissionLayer::builder()
+///     .count(256)
+///     .retry_after(Duration::from_millis(500))
+///     .bypass(is_health_check)
+///     .grpc()
+///     .build()?
+///     .expect("limits are configured");
+/// // tonic::transport::Server::builder().layer(layer).add_service(...)
+/// # drop(layer);
+/// # Ok::<(), admission_core::CapacityError>(())
+/// ```
+pub trait GrpcAdmission: Sized {
+    /// Refuse with trailers-only `RESOURCE_EXHAUSTED` and `RetryInfo`.
+    fn grpc(self) -> Self {
+        self.grpc_with(RefusalCode::ResourceExhausted)
+    }
+
+    /// Refuse with trailers-only gRPC responses of the given code (`UNAVAILABLE` for
+    /// clients whose retry policy lists only that code). A request too large is always
+    /// `RESOURCE_EXHAUSTED`, without `RetryInfo`.
+    fn grpc_with(self, code: RefusalCode) -> Self;
+}
+
+impl<K: Hash + Eq + Clone + Send + Sync + 'static> GrpcAdmission for AdmissionBuilder<K> {
+    fn grpc_with(self, code: RefusalCode) -> Self {
+        self.refusal_response(move |cx| trailers_only(code, cx))
+    }
+}
+
+/// Whether a call is to the standard health service, `grpc.health.v1.Health`: pass it to
+/// [`AdmissionBuilder::bypass`] so health checks are never shed (a load balancer would
+/// evict an instance that is still serving).
+///
+/// ```
+/// use admission_grpc::is_health_check;
+///
+/// let (check, _) = http::Request::post("/grpc.health.v1.Health/Check").body(())?.into_parts();
+/// let (work, _) = http::Request::post("/pkg.Service/Work").body(())?.into_parts();
+/// assert!(is_health_check(&check));
+/// assert!(!is_health_check(&work));
+/// # Ok::<(), http::Error>(())
+/// ```
+pub fn is_health_check(request: &Parts) -> bool {
+    request.uri.path().starts_with("/grpc.health.v1.Health/")
+}
