@@ -1,0 +1,282 @@
+//! A real tonic server on loopback behind the admission layer (or an interceptor), and
+//! real tonic and hyper clients.
+
+mod support;
+
+use std::time::Duration;
+
+use admission_core::Gate;
+use admission_grpc::{is_health_check, AdmissionInterceptor, GrpcAdmission, RefusalCode};
+use admission_tower::AdmissionLayer;
+use http_body::Body as _;
+use http_body_util::BodyExt;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use support::{channel, eventually, hold, put, serve, Batch, State};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::Server;
+use tonic::Code;
+use tonic_types::StatusExt;
+
+const RETRY: Duration = Duration::from_millis(250);
+
+fn grpc_layer(count: usize, code: RefusalCode) -> AdmissionLayer {
+    AdmissionLayer::builder()
+        .count(count)
+        .retry_after(RETRY)
+        .bypass(is_health_check)
+        .grpc_with(code)
+        .build()
+        .unwrap()
+        .unwrap()
+}
+
+async fn start(layer: &AdmissionLayer, state: &std::sync::Arc<State>) -> std::net::SocketAddr {
+    let (layer, batch) = (layer.clone(), Batch(state.clone()));
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_service_status("", tonic_health::ServingStatus::Serving)
+        .await;
+    serve(move |incoming| async move {
+        let _reporter = reporter; // the health service answers while this lives
+        Server::builder()
+            .layer(layer)
+            .add_service(health)
+            .add_service(batch)
+            .serve_with_incoming(incoming)
+            .await
+    })
+    .await
+}
+
+fn in_flight(layer: &AdmissionLayer) -> u64 {
+    layer.gate().count().unwrap().in_flight()
+}
+
+#[tokio::test]
+async fn a_saturated_unary_method_fails_at_once_with_resource_exhausted_and_retry_info() {
+    let layer = grpc_layer(1, RefusalCode::ResourceExhausted);
+    let state = State::new(1000);
+    let addr = start(&layer, &state).await;
+    let channel = channel(addr).await;
+
+    let held = layer.gate().count().unwrap().try_acquire().unwrap();
+    let status = put(&channel, "work", &[]).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(status.message(), "admission refused: count limit reached");
+    assert_eq!(
+        status.metadata().get("grpc-retry-pushback-ms").unwrap(),
+        "250"
+    );
+    let retry = status
+        .get_details_retry_info()
+        .expect("RetryInfo in the details");
+    assert_eq!(retry.retry_delay, Some(RETRY));
+    assert_eq!(state.calls(), 0, "the handler did not run");
+
+    drop(held);
+    assert_eq!(put(&channel, "work", &[]).await.unwrap().status, 1);
+    assert_eq!(state.calls(), 1);
+    eventually("idle", || in_flight(&layer) == 0).await;
+}
+
+#[tokio::test]
+async fn the_unavailable_option_yields_unavailable() {
+    let layer = grpc_layer(1, RefusalCode::Unavailable);
+    let state = State::new(1000);
+    let addr = start(&layer, &state).await;
+    let channel = channel(addr).await;
+
+    let held = layer.gate().count().unwrap().try_acquire().unwrap();
+    let status = put(&channel, "work", &[]).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(
+        status.get_details_retry_info().unwrap().retry_delay,
+        Some(RETRY)
+    );
+    drop(held);
+    assert_eq!(in_flight(&layer), 0);
+}
+
+#[tokio::test]
+async fn a_server_stream_holds_its_permit_until_it_ends_and_a_cancel_frees_it() {
+    let layer = grpc_layer(2, RefusalCode::ResourceExhausted);
+    let state = State::new(1000);
+    let addr = start(&layer, &state).await;
+    let channel = channel(addr).await;
+
+    let mut stream = hold(&channel).await.unwrap();
+    assert_eq!(stream.message().await.unwrap().unwrap().status, 1);
+    assert_eq!(
+        in_flight(&layer),
+        1,
+        "held after the response head, while it streams"
+    );
+    let tx = state.streams.lock().unwrap()[0].clone();
+    tx.send(Ok(tonic_health::pb::HealthCheckResponse { status: 2 }))
+        .await
+        .unwrap();
+    assert_eq!(stream.message().await.unwrap().unwrap().status, 2);
+    assert_eq!(in_flight(&layer), 1);
+    drop(tx);
+    state.end_streams();
+    assert!(
+        stream.message().await.unwrap().is_none(),
+        "the stream ended"
+    );
+    eventually("released at the end of the stream", || {
+        in_flight(&layer) == 0
+    })
+    .await;
+
+    let mut cancelled = hold(&channel).await.unwrap();
+    assert!(cancelled.message().await.unwrap().is_some());
+    assert_eq!(in_flight(&layer), 1);
+    drop(cancelled); // the client cancels mid-stream
+    eventually("the cancel frees the permit", || in_flight(&layer) == 0).await;
+    state.end_streams();
+}
+
+#[tokio::test]
+async fn the_health_service_answers_while_other_methods_are_saturated() {
+    use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+    let layer = grpc_layer(1, RefusalCode::ResourceExhausted);
+    let state = State::new(1000);
+    let addr = start(&layer, &state).await;
+    let channel = channel(addr).await;
+
+    let mut stream = hold(&channel).await.unwrap();
+    assert!(stream.message().await.unwrap().is_some());
+    let status = put(&channel, "work", &[]).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    for _ in 0..3 {
+        let reply = HealthClient::new(channel.clone())
+            .check(HealthCheckRequest::default())
+            .await
+            .unwrap();
+        assert_eq!(reply.into_inner().status, 1);
+    }
+    assert_eq!(in_flight(&layer), 1, "health checks hold nothing");
+    drop(stream);
+    state.end_streams();
+    eventually("idle", || in_flight(&layer) == 0).await;
+}
+
+#[tokio::test]
+async fn the_interceptor_refuses_by_key_and_the_permit_reaches_the_handler() {
+    let gate = Gate::<String>::builder()
+        .count(8)
+        .per_key(1)
+        .build()
+        .unwrap();
+    let interceptor = AdmissionInterceptor::new(gate.clone())
+        .key(|metadata| metadata.get("x-subject")?.to_str().ok().map(String::from))
+        .retry_after(RETRY);
+    let state = State::new(1000);
+    let batch = InterceptedService::new(Batch(state.clone()), interceptor);
+    let addr = serve(move |incoming| {
+        Server::builder()
+            .add_service(batch)
+            .serve_with_incoming(incoming)
+    })
+    .await;
+    let channel = channel(addr).await;
+
+    let busy = gate
+        .keyed()
+        .unwrap()
+        .try_acquire(&"alice".to_string())
+        .unwrap();
+    let status = put(&channel, "w", &[("x-subject", "alice")])
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(status.message(), "admission refused: per-key limit reached");
+    assert_eq!(
+        status.get_details_retry_info().unwrap().retry_delay,
+        Some(RETRY)
+    );
+    assert_eq!(state.calls(), 0);
+
+    put(&channel, "w", &[("x-subject", "bob")]).await.unwrap();
+    assert_eq!(state.calls(), 1);
+    assert_eq!(
+        state.with_permit.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the handler saw the permit in its request's extensions"
+    );
+    drop(busy);
+    eventually("the handler's permit is released", || {
+        gate.count().unwrap().in_flight() == 0 && gate.keyed().unwrap().keys() == 0
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_charge_refused_inside_a_handler_reports_resource_exhausted_with_retry_info() {
+    let layer = grpc_layer(8, RefusalCode::ResourceExhausted);
+    let state = State::new(100);
+    let addr = start(&layer, &state).await;
+    let channel = channel(addr).await;
+
+    assert_eq!(put(&channel, &"x".repeat(60), &[]).await.unwrap().status, 1);
+    let busy = state.decoded.try_charge(60).unwrap();
+    let status = put(&channel, &"x".repeat(60), &[]).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(status.message(), "admission refused: byte budget exhausted");
+    assert_eq!(
+        status.get_details_retry_info().unwrap().retry_delay,
+        Some(Duration::from_millis(300))
+    );
+    assert_eq!(state.calls(), 2, "the handler ran and refused");
+    drop(busy);
+    assert_eq!(state.decoded.in_flight(), 0);
+    eventually("idle", || in_flight(&layer) == 0).await;
+}
+
+#[tokio::test]
+async fn the_refusal_is_trailers_only_on_the_wire() {
+    let layer = grpc_layer(1, RefusalCode::ResourceExhausted);
+    let state = State::new(1000);
+    let addr = start(&layer, &state).await;
+    let held = layer.gate().count().unwrap().try_acquire().unwrap();
+
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    // One gRPC message frame: uncompressed, empty protobuf.
+    let request = http::Request::post(format!("http://{addr}{}", support::PUT))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(http_body_util::Full::new(bytes::Bytes::from_static(&[
+            0, 0, 0, 0, 0,
+        ])))
+        .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(10), sender.send_request(request))
+        .await
+        .unwrap()
+        .unwrap();
+
+    assert_eq!(response.status(), 200);
+    let headers = response.headers();
+    assert_eq!(headers["content-type"], "application/grpc");
+    assert_eq!(headers["grpc-status"], "8");
+    assert_eq!(
+        headers["grpc-message"],
+        "admission%20refused:%20count%20limit%20reached"
+    );
+    assert_eq!(headers["grpc-retry-pushback-ms"], "250");
+    assert!(headers.contains_key("grpc-status-details-bin"));
+    assert!(
+        response.body().is_end_stream(),
+        "END_STREAM on the HEADERS frame: nothing follows"
+    );
+    let collected = response.into_body().collect().await.unwrap();
+    assert!(collected.trailers().is_none(), "no trailers frame");
+    assert!(collected.to_bytes().is_empty(), "no DATA frame");
+    assert_eq!(state.calls(), 0);
+    drop(held);
+    assert_eq!(in_flight(&layer), 0);
+}
