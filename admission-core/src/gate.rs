@@ -275,12 +275,28 @@ pub struct GateBuilder<K, S> {
 
 impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
     /// At most `capacity` requests in flight; 0 disables the count dimension.
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    ///
+    /// let gate = Gate::<()>::builder().count(2).build()?;
+    /// assert_eq!(gate.count().unwrap().capacity(), 2);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
     pub fn count(mut self, capacity: usize) -> Self {
         self.count = capacity;
         self
     }
 
     /// At most `budget` bytes charged in flight; 0 disables the budget.
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    ///
+    /// let gate = Gate::<()>::builder().bytes(4096).build()?;
+    /// assert_eq!(gate.bytes().unwrap().budget(), 4096);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
     pub fn bytes(mut self, budget: u64) -> Self {
         self.bytes = budget;
         self
@@ -288,18 +304,45 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
 
     /// Refuse any single charge above `max` as [`Refused::TooLarge`]; 0 sets no maximum.
     /// Configures a byte ledger (unlimited budget) even when `bytes` is 0.
+    ///
+    /// ```
+    /// use admission_core::{Gate, Refused};
+    ///
+    /// let gate = Gate::<()>::builder().max_request_bytes(10).build()?;
+    /// assert_eq!(gate.try_admit(None, 11).unwrap_err(), Refused::TooLarge);
+    /// assert_eq!(gate.bytes().unwrap().budget(), 0, "no budget, only a maximum");
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
     pub fn max_request_bytes(mut self, max: u64) -> Self {
         self.max_request_bytes = max;
         self
     }
 
     /// At most `cap` requests in flight per key; 0 disables the key dimension.
+    ///
+    /// ```
+    /// use admission_core::{Gate, Refused};
+    ///
+    /// let gate = Gate::<&str>::builder().per_key(1).build()?;
+    /// let _a = gate.try_admit(Some(&"a"), 0)?;
+    /// assert_eq!(gate.try_admit(Some(&"a"), 0).unwrap_err(), Refused::Key);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn per_key(mut self, cap: usize) -> Self {
         self.per_key = cap;
         self
     }
 
     /// At most `max_keys` distinct keys with work in flight; 0 sets no bound.
+    ///
+    /// ```
+    /// use admission_core::{Gate, Refused};
+    ///
+    /// let gate = Gate::<u8>::builder().per_key(4).max_keys(1).build()?;
+    /// let _a = gate.try_admit(Some(&1), 0)?;
+    /// assert_eq!(gate.try_admit(Some(&2), 0).unwrap_err(), Refused::KeyTable);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys;
         self

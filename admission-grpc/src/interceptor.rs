@@ -71,6 +71,15 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionInterceptor<K> {
     /// Admits calls through `gate` (its count and per-key dimensions; a byte budget is
     /// charged 0 here). Refusals carry `RetryInfo` of 1 s until
     /// [`retry_after`](Self::retry_after) says otherwise.
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    /// use admission_grpc::AdmissionInterceptor;
+    ///
+    /// let interceptor = AdmissionInterceptor::new(Gate::<String>::builder().count(8).build()?);
+    /// assert_eq!(interceptor.gate().count().unwrap().capacity(), 8);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
     pub fn new(gate: Gate<K>) -> Self {
         Self {
             gate,
@@ -81,6 +90,21 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionInterceptor<K> {
     }
 
     /// Extracts the key from the call's metadata (an authenticated subject, a tenant).
+    ///
+    /// ```
+    /// use admission_core::{Gate, Refused};
+    /// use admission_grpc::AdmissionInterceptor;
+    /// use tonic::service::Interceptor;
+    ///
+    /// let gate = Gate::<String>::builder().per_key(1).build()?;
+    /// let mut interceptor = AdmissionInterceptor::new(gate.clone())
+    ///     .key(|metadata| metadata.get("x-tenant")?.to_str().ok().map(String::from));
+    /// let mut request = tonic::Request::new(());
+    /// request.metadata_mut().insert("x-tenant", "t1".parse().unwrap());
+    /// let _held = interceptor.call(request)?;
+    /// assert_eq!(gate.keyed().unwrap().keys(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn key<F>(mut self, key: F) -> Self
     where
         F: Fn(&MetadataMap) -> Option<K> + Send + Sync + 'static,
@@ -90,18 +114,58 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionInterceptor<K> {
     }
 
     /// The retry delay refusals carry.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_core::Gate;
+    /// use admission_grpc::AdmissionInterceptor;
+    /// use tonic::service::Interceptor;
+    /// use tonic_types::StatusExt;
+    ///
+    /// let gate = Gate::<String>::builder().count(1).build()?;
+    /// let mut interceptor = AdmissionInterceptor::new(gate).retry_after(Duration::from_millis(100));
+    /// let _held = interceptor.call(tonic::Request::new(()))?;
+    /// let status = interceptor.call(tonic::Request::new(())).unwrap_err();
+    /// assert_eq!(status.get_details_retry_info().unwrap().retry_delay, Some(Duration::from_millis(100)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn retry_after(mut self, delay: Duration) -> Self {
         self.retry_after = delay;
         self
     }
 
     /// The code of retryable refusals (default `RESOURCE_EXHAUSTED`).
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    /// use admission_grpc::{AdmissionInterceptor, RefusalCode};
+    /// use tonic::service::Interceptor;
+    ///
+    /// let gate = Gate::<String>::builder().count(1).build()?;
+    /// let mut interceptor = AdmissionInterceptor::new(gate).code(RefusalCode::Unavailable);
+    /// let _held = interceptor.call(tonic::Request::new(()))?;
+    /// assert_eq!(interceptor.call(tonic::Request::new(())).unwrap_err().code(), tonic::Code::Unavailable);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn code(mut self, code: RefusalCode) -> Self {
         self.code = code;
         self
     }
 
     /// The gate.
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    /// use admission_grpc::AdmissionInterceptor;
+    /// use tonic::service::Interceptor;
+    ///
+    /// let mut interceptor = AdmissionInterceptor::new(Gate::<String>::builder().count(2).build()?);
+    /// let request = interceptor.call(tonic::Request::new(()))?;
+    /// assert_eq!(interceptor.gate().count().unwrap().in_flight(), 1);
+    /// drop(request);
+    /// assert_eq!(interceptor.gate().count().unwrap().in_flight(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn gate(&self) -> &Gate<K> {
         &self.gate
     }

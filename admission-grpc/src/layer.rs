@@ -41,6 +41,15 @@ use crate::status::{trailers_only, RefusalCode};
 /// ```
 pub trait GrpcAdmission: Sized {
     /// Refuse with trailers-only `RESOURCE_EXHAUSTED` and `RetryInfo`.
+    ///
+    /// ```
+    /// use admission_grpc::GrpcAdmission;
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder().count(4).grpc().build()?;
+    /// assert!(layer.is_some());
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
     fn grpc(self) -> Self {
         self.grpc_with(RefusalCode::ResourceExhausted)
     }
@@ -48,6 +57,15 @@ pub trait GrpcAdmission: Sized {
     /// Refuse with trailers-only gRPC responses of the given code (`UNAVAILABLE` for
     /// clients whose retry policy lists only that code). A request too large is always
     /// `RESOURCE_EXHAUSTED`, without `RetryInfo`.
+    ///
+    /// ```
+    /// use admission_grpc::{GrpcAdmission, RefusalCode};
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder().count(4).grpc_with(RefusalCode::Unavailable).build()?;
+    /// assert!(layer.is_some());
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
     fn grpc_with(self, code: RefusalCode) -> Self;
 }
 

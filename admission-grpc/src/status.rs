@@ -34,6 +34,12 @@ pub enum RefusalCode {
 
 impl RefusalCode {
     /// The gRPC code.
+    ///
+    /// ```
+    /// use admission_grpc::RefusalCode;
+    ///
+    /// assert_eq!(RefusalCode::ResourceExhausted.code(), tonic::Code::ResourceExhausted);
+    /// ```
     pub fn code(self) -> Code {
         match self {
             RefusalCode::ResourceExhausted => Code::ResourceExhausted,

@@ -40,6 +40,13 @@ impl Rejection {
     /// The HTTP status for this rejection: 503 for global overload (count, bytes, key
     /// table), 429 for one key over its cap, 413 for one request too large, 400 for a
     /// malformed `Content-Length`.
+    ///
+    /// ```
+    /// use admission_core::Refused;
+    /// use admission_http::Rejection;
+    ///
+    /// assert_eq!(Rejection::Refused(Refused::KeyTable).status(), 503);
+    /// ```
     pub fn status(&self) -> StatusCode {
         match self {
             Rejection::Refused(Refused::Key) => StatusCode::TOO_MANY_REQUESTS,
@@ -143,11 +150,25 @@ pub struct BodyRefused {
 
 impl BodyRefused {
     /// An error for `refused`.
+    ///
+    /// ```
+    /// use admission_core::Refused;
+    /// use admission_http::BodyRefused;
+    ///
+    /// assert_eq!(BodyRefused::new(Refused::TooLarge).refused(), Refused::TooLarge);
+    /// ```
     pub fn new(refused: Refused) -> Self {
         Self { refused }
     }
 
     /// What the ledger said.
+    ///
+    /// ```
+    /// use admission_core::Refused;
+    /// use admission_http::BodyRefused;
+    ///
+    /// assert_eq!(BodyRefused::new(Refused::Bytes).refused(), Refused::Bytes);
+    /// ```
     pub fn refused(&self) -> Refused {
         self.refused
     }
@@ -184,6 +205,16 @@ pub struct RequestCharge {
 
 impl RequestCharge {
     /// Shares `permit` as a request's charge.
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    /// use admission_http::RequestCharge;
+    ///
+    /// let ledger = ByteLedger::new(10)?;
+    /// let charge = RequestCharge::new(ledger.try_charge(3)?);
+    /// assert_eq!(charge.charged(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn new(permit: BytePermit) -> Self {
         Self {
             permit: Arc::new(Mutex::new(permit)),
@@ -199,6 +230,15 @@ impl RequestCharge {
     }
 
     /// Bytes charged for the request so far.
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    /// use admission_http::RequestCharge;
+    ///
+    /// let charge = RequestCharge::new(ByteLedger::new(10)?.try_charge(7)?);
+    /// assert_eq!(charge.charged(), 7);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn charged(&self) -> u64 {
         self.lock().charged()
     }
@@ -255,6 +295,15 @@ pub struct RequestMeter {
 
 impl RequestMeter {
     /// Meters request bodies against `ledger`.
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    /// use admission_http::RequestMeter;
+    ///
+    /// let meter = RequestMeter::new(ByteLedger::new(100)?);
+    /// assert_eq!(meter.ledger().budget(), 100);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
     pub fn new(ledger: ByteLedger) -> Self {
         Self { ledger }
     }
@@ -280,6 +329,17 @@ impl RequestMeter {
     ///
     /// The [`Rejection`]: a malformed `Content-Length`, or the ledger's refusal. Nothing
     /// is charged then, and the body has not been touched.
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    /// use admission_http::RequestMeter;
+    ///
+    /// let meter = RequestMeter::new(ByteLedger::new(100)?);
+    /// let request = http::Request::post("/").header("content-length", "40").body(())?;
+    /// let charge = meter.charge(request.headers())?;
+    /// assert_eq!((charge.charged(), meter.ledger().in_flight()), (40, 40));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn charge(&self, headers: &HeaderMap) -> Result<RequestCharge, Rejection> {
         let declared = content_length(headers)?.unwrap_or(0);
         Ok(RequestCharge::new(self.ledger.try_charge(declared)?))
@@ -291,6 +351,18 @@ impl RequestMeter {
     /// # Errors
     ///
     /// As [`charge`](Self::charge).
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    /// use admission_http::RequestMeter;
+    ///
+    /// let meter = RequestMeter::new(ByteLedger::new(100)?);
+    /// let request = http::Request::post("/").header("content-length", "5").body("hello")?;
+    /// let admitted = meter.admit(request)?;
+    /// assert_eq!(admitted.charge.charged(), 5);
+    /// assert_eq!(*admitted.request.body().get_ref(), "hello");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn admit<B>(&self, request: Request<B>) -> Result<MeteredRequest<B>, Rejection> {
         let charge = self.charge(request.headers())?;
         let request = request.map(|body| MeteredBody::new(body, charge.clone()));
@@ -349,6 +421,16 @@ pin_project! {
 
 impl<B> MeteredBody<B> {
     /// Meters `inner` against `charge`, which covers what was charged up front.
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    /// use admission_http::{MeteredBody, RequestCharge};
+    ///
+    /// let charge = RequestCharge::new(ByteLedger::new(10)?.try_charge(4)?);
+    /// let body = MeteredBody::new("body", charge);
+    /// assert_eq!(body.charge().unwrap().charged(), 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn new(inner: B, charge: RequestCharge) -> Self {
         let covered = charge.charged();
         Self {
@@ -394,21 +476,52 @@ impl<B> MeteredBody<B> {
     }
 
     /// The shared charge, if the body is metered.
+    ///
+    /// ```
+    /// use admission_http::MeteredBody;
+    ///
+    /// assert!(MeteredBody::unmetered("body").charge().is_none());
+    /// ```
     pub fn charge(&self) -> Option<&RequestCharge> {
         self.charge.as_ref()
     }
 
     /// The inner body.
+    ///
+    /// ```
+    /// use admission_http::MeteredBody;
+    ///
+    /// assert_eq!(*MeteredBody::unmetered("body").get_ref(), "body");
+    /// ```
     pub fn get_ref(&self) -> &B {
         &self.inner
     }
 
     /// The inner body, mutably.
+    ///
+    /// ```
+    /// use admission_http::MeteredBody;
+    ///
+    /// let mut body = MeteredBody::unmetered(String::from("a"));
+    /// body.get_mut().push('b');
+    /// assert_eq!(body.get_ref(), "ab");
+    /// ```
     pub fn get_mut(&mut self) -> &mut B {
         &mut self.inner
     }
 
     /// The inner body; the charge is released unless another clone holds it.
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    /// use admission_http::{MeteredBody, RequestCharge};
+    ///
+    /// let ledger = ByteLedger::new(10)?;
+    /// let body = MeteredBody::new("x", RequestCharge::new(ledger.try_charge(1)?));
+    /// assert_eq!(body.into_inner(), "x");
+    /// assert_eq!(ledger.in_flight(), 0, "no other clone held the charge");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn into_inner(self) -> B {
         self.inner
     }

@@ -48,6 +48,14 @@ pub struct RefusalBody {
 
 impl RefusalBody {
     /// A body with any content type.
+    ///
+    /// ```
+    /// use admission_http::RefusalBody;
+    /// use http::HeaderValue;
+    ///
+    /// let body = RefusalBody::new(HeaderValue::from_static("application/problem+json"), "{}");
+    /// assert_eq!(body.content_type(), "application/problem+json");
+    /// ```
     pub fn new(content_type: HeaderValue, bytes: impl Into<Bytes>) -> Self {
         Self {
             content_type,
@@ -56,6 +64,12 @@ impl RefusalBody {
     }
 
     /// A `text/plain; charset=utf-8` body.
+    ///
+    /// ```
+    /// use admission_http::RefusalBody;
+    ///
+    /// assert_eq!(RefusalBody::text("busy").content_type(), "text/plain; charset=utf-8");
+    /// ```
     pub fn text(text: impl Into<Bytes>) -> Self {
         Self::new(
             HeaderValue::from_static("text/plain; charset=utf-8"),
@@ -64,16 +78,34 @@ impl RefusalBody {
     }
 
     /// An `application/json` body.
+    ///
+    /// ```
+    /// use admission_http::RefusalBody;
+    ///
+    /// assert_eq!(RefusalBody::json("{}").content_type(), "application/json");
+    /// ```
     pub fn json(json: impl Into<Bytes>) -> Self {
         Self::new(HeaderValue::from_static("application/json"), json.into())
     }
 
     /// The content type.
+    ///
+    /// ```
+    /// use admission_http::RefusalBody;
+    ///
+    /// assert_eq!(RefusalBody::text("x").content_type(), "text/plain; charset=utf-8");
+    /// ```
     pub fn content_type(&self) -> &HeaderValue {
         &self.content_type
     }
 
     /// The bytes.
+    ///
+    /// ```
+    /// use admission_http::RefusalBody;
+    ///
+    /// assert_eq!(RefusalBody::text("busy").bytes(), "busy");
+    /// ```
     pub fn bytes(&self) -> &Bytes {
         &self.bytes
     }
@@ -170,6 +202,13 @@ impl Refusals {
     }
 
     /// The `Retry-After` in seconds: the retry delay rounded up.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_http::Refusals;
+    ///
+    /// assert_eq!(Refusals::new().retry_after(Duration::from_secs(3)).retry_after_secs(), 3);
+    /// ```
     pub fn retry_after_secs(&self) -> u64 {
         let secs = self.retry_delay.as_secs();
         if self.retry_delay.subsec_nanos() > 0 {
@@ -194,6 +233,16 @@ impl Refusals {
     }
 
     /// Sets the body closure.
+    ///
+    /// ```
+    /// use admission_core::Refused;
+    /// use admission_http::{RefusalBody, Refusals, Rejection};
+    ///
+    /// let refusals = Refusals::new().body(|cx| RefusalBody::text(format!("{}", cx.status.as_u16())));
+    /// let request = http::Request::get("/").body(())?;
+    /// assert_eq!(refusals.respond(&request, Rejection::Refused(Refused::Key)).body(), "429");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn body<F>(mut self, shape: F) -> Self
     where
         F: Fn(&RefusalContext<'_>) -> RefusalBody + Send + Sync + 'static,
@@ -231,6 +280,16 @@ impl Refusals {
     }
 
     /// The refusal for `request`'s head and `rejection`.
+    ///
+    /// ```
+    /// use admission_core::Refused;
+    /// use admission_http::{Refusals, Rejection};
+    ///
+    /// let request = http::Request::get("/").body(())?;
+    /// let response = Refusals::new().respond(&request, Rejection::Refused(Refused::Bytes));
+    /// assert_eq!(response.status(), 503);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn respond<B>(&self, request: &http::Request<B>, rejection: Rejection) -> Response<Bytes> {
         self.respond_to(
             request.method(),

@@ -54,12 +54,54 @@ impl<B, K, H> ResponseBody<B, K, H> {
     }
 
     /// Whether this is a refusal's body.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    /// use tower::{Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::convert::Infallible;
+    /// # type Body = http_body_util::Full<bytes::Bytes>;
+    /// # let ok = tower::service_fn(|_: http::Request<admission_http::MeteredBody<Body>>| async {
+    /// #     Ok::<_, Infallible>(http::Response::new(Body::default()))
+    /// # });
+    /// let layer = AdmissionLayer::builder().count(1).build()?.unwrap();
+    /// let service = layer.layer(ok);
+    /// let held = service.clone().oneshot(http::Request::new(Body::default())).await?;
+    /// let refused = service.oneshot(http::Request::new(Body::default())).await?;
+    /// assert!(!held.body().is_refusal());
+    /// assert!(refused.body().is_refusal());
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn is_refusal(&self) -> bool {
         matches!(self.kind, Kind::Refused { .. })
     }
 
     /// Whether this body still holds its request's permits (false once it has ended,
     /// and for bypassed requests and refusals).
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    /// use http_body_util::BodyExt;
+    /// use tower::{Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::convert::Infallible;
+    /// # type Body = http_body_util::Full<bytes::Bytes>;
+    /// # let ok = tower::service_fn(|_: http::Request<admission_http::MeteredBody<Body>>| async {
+    /// #     Ok::<_, Infallible>(http::Response::new(Body::default()))
+    /// # });
+    /// let layer = AdmissionLayer::builder().count(1).build()?.unwrap();
+    /// let mut response = layer.layer(ok).oneshot(http::Request::new(Body::default())).await?;
+    /// assert!(response.body().holds_permit());
+    /// while response.body_mut().frame().await.is_some() {}
+    /// assert!(!response.body().holds_permit(), "released at the end of the body");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn holds_permit(&self) -> bool {
         match &self.kind {
             Kind::Admitted { body } => !body.is_released(),

@@ -154,6 +154,15 @@ impl<K, H> AdmissionLayer<K, H> {
     }
 
     /// A cheap reading of the gate and the dry-run count.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder().count(3).build()?.unwrap();
+    /// let snap = layer.snapshot();
+    /// assert_eq!((snap.gate.count.unwrap().capacity, snap.would_shed), (3, 0));
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
     pub fn snapshot(&self) -> AdmissionSnapshot {
         self.shared.snapshot()
     }
@@ -215,6 +224,14 @@ pub struct AdmissionBuilder<K = ()> {
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// At most `capacity` requests in flight (from the call until the response body
     /// ends); 0 disables.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder().count(100).build()?.unwrap();
+    /// assert_eq!(layer.gate().count().unwrap().capacity(), 100);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
     pub fn count(mut self, capacity: usize) -> Self {
         self.count = capacity;
         self
@@ -225,6 +242,14 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// is held until the response body ends. 0 disables the budget.
     ///
     /// This bounds request bytes the server is handed, not what handlers allocate.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder().bytes(1 << 20).build()?.unwrap();
+    /// assert_eq!(layer.gate().bytes().unwrap().budget(), 1 << 20);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
     pub fn bytes(mut self, budget: u64) -> Self {
         self.bytes = budget;
         self
@@ -232,6 +257,14 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
 
     /// Refuse a request whose body is above `max` bytes with 413, before reading it;
     /// 0 sets no maximum.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder().max_request_bytes(1 << 16).build()?.unwrap();
+    /// assert_eq!(layer.gate().bytes().unwrap().max_charge(), 1 << 16);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
     pub fn max_request_bytes(mut self, max: u64) -> Self {
         self.max_request_bytes = max;
         self
@@ -240,6 +273,17 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// At most `cap` requests in flight per key; `key` extracts it from the request's
     /// head (a header, or an extension an authentication layer set before this one). A
     /// request for which `key` returns `None` passes the key dimension. 0 disables.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder()
+    ///     .per_key(8, |req| req.headers.get("x-tenant")?.to_str().ok().map(String::from))
+    ///     .build()?
+    ///     .unwrap();
+    /// assert_eq!(layer.gate().keyed().unwrap().cap(), 8);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
     pub fn per_key<K2, F>(self, cap: usize, key: F) -> AdmissionBuilder<K2>
     where
         K2: Hash + Eq + Clone + Send + Sync + 'static,
@@ -261,6 +305,18 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
 
     /// At most `max_keys` distinct keys with requests in flight (a client spraying new
     /// keys gets 503 past it); 0 sets no bound.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder()
+    ///     .per_key(8, |req| Some(req.uri.path().to_owned()))
+    ///     .max_keys(1000)
+    ///     .build()?
+    ///     .unwrap();
+    /// assert_eq!(layer.gate().keyed().unwrap().max_keys(), 1000);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys;
         self
@@ -268,6 +324,30 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
 
     /// Requests for which `bypass` returns true are never shed and hold no permit:
     /// liveness routes, so a load balancer does not evict an instance that is serving.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    /// use tower::{Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::convert::Infallible;
+    /// # type Body = http_body_util::Full<bytes::Bytes>;
+    /// # let ok = tower::service_fn(|_: http::Request<admission_http::MeteredBody<Body>>| async {
+    /// #     Ok::<_, Infallible>(http::Response::new(Body::default()))
+    /// # });
+    /// let layer = AdmissionLayer::builder()
+    ///     .count(1)
+    ///     .bypass(|req| req.uri.path() == "/health")
+    ///     .build()?
+    ///     .unwrap();
+    /// let service = layer.layer(ok);
+    /// let _held = service.clone().oneshot(http::Request::new(Body::default())).await?;
+    /// let probe = http::Request::get("/health").body(Body::default())?;
+    /// assert_eq!(service.oneshot(probe).await?.status(), 200);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn bypass<F>(mut self, bypass: F) -> Self
     where
         F: Fn(&Parts) -> bool + Send + Sync + 'static,
@@ -277,6 +357,27 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     }
 
     /// The `Retry-After` of 503 and 429 answers, rounded up to whole seconds (default 1).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_tower::AdmissionLayer;
+    /// use tower::{Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::convert::Infallible;
+    /// # type Body = http_body_util::Full<bytes::Bytes>;
+    /// # let ok = tower::service_fn(|_: http::Request<admission_http::MeteredBody<Body>>| async {
+    /// #     Ok::<_, Infallible>(http::Response::new(Body::default()))
+    /// # });
+    /// let layer = AdmissionLayer::builder().count(1).retry_after(Duration::from_secs(5)).build()?.unwrap();
+    /// let service = layer.layer(ok);
+    /// let _held = service.clone().oneshot(http::Request::new(Body::default())).await?;
+    /// let refused = service.oneshot(http::Request::new(Body::default())).await?;
+    /// assert_eq!(refused.headers()["retry-after"], "5");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn retry_after(mut self, delay: Duration) -> Self {
         self.refusals = self.refusals.retry_after(delay);
         self
@@ -284,6 +385,31 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
 
     /// The body of refusals (default: one line of plain text); see
     /// [`Refusals::body`].
+    ///
+    /// ```
+    /// use admission_http::RefusalBody;
+    /// use admission_tower::AdmissionLayer;
+    /// use tower::{Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::convert::Infallible;
+    /// # type Body = http_body_util::Full<bytes::Bytes>;
+    /// # let ok = tower::service_fn(|_: http::Request<admission_http::MeteredBody<Body>>| async {
+    /// #     Ok::<_, Infallible>(http::Response::new(Body::default()))
+    /// # });
+    /// let layer = AdmissionLayer::builder()
+    ///     .count(1)
+    ///     .refusal_body(|cx| RefusalBody::json(format!(r#"{{"status":{}}}"#, cx.status.as_u16())))
+    ///     .build()?
+    ///     .unwrap();
+    /// let service = layer.layer(ok);
+    /// let _held = service.clone().oneshot(http::Request::new(Body::default())).await?;
+    /// let refused = service.oneshot(http::Request::new(Body::default())).await?;
+    /// assert_eq!(refused.headers()["content-type"], "application/json");
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn refusal_body<F>(mut self, body: F) -> Self
     where
         F: Fn(&RefusalContext<'_>) -> RefusalBody + Send + Sync + 'static,
@@ -295,6 +421,34 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// Replaces the whole refusal response (status and headers too), for protocols
     /// with their own refusal shape; see [`Refusals::response`]. `admission-grpc` uses
     /// this for gRPC's trailers-only `RESOURCE_EXHAUSTED`.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    /// use tower::{Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::convert::Infallible;
+    /// # type Body = http_body_util::Full<bytes::Bytes>;
+    /// # let ok = tower::service_fn(|_: http::Request<admission_http::MeteredBody<Body>>| async {
+    /// #     Ok::<_, Infallible>(http::Response::new(Body::default()))
+    /// # });
+    /// let layer = AdmissionLayer::builder()
+    ///     .count(1)
+    ///     .refusal_response(|_| {
+    ///         let mut response = http::Response::new(bytes::Bytes::new());
+    ///         *response.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
+    ///         response
+    ///     })
+    ///     .build()?
+    ///     .unwrap();
+    /// let service = layer.layer(ok);
+    /// let _held = service.clone().oneshot(http::Request::new(Body::default())).await?;
+    /// let refused = service.oneshot(http::Request::new(Body::default())).await?;
+    /// assert_eq!(refused.status(), 429);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn refusal_response<F>(mut self, response: F) -> Self
     where
         F: Fn(&RefusalContext<'_>) -> http::Response<bytes::Bytes> + Send + Sync + 'static,
@@ -306,6 +460,34 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// Called on every refusal (and every would-be refusal in dry-run mode), on the
     /// request's task: count it, or log it at debug level. Keep it cheap; it runs while
     /// the server is overloaded.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
+    /// use admission_tower::AdmissionLayer;
+    /// use tower::{Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::convert::Infallible;
+    /// # type Body = http_body_util::Full<bytes::Bytes>;
+    /// # let ok = tower::service_fn(|_: http::Request<admission_http::MeteredBody<Body>>| async {
+    /// #     Ok::<_, Infallible>(http::Response::new(Body::default()))
+    /// # });
+    /// let shed = Arc::new(AtomicU64::new(0));
+    /// let counter = shed.clone();
+    /// let layer = AdmissionLayer::builder()
+    ///     .count(1)
+    ///     .on_refusal(move |_event| { counter.fetch_add(1, Ordering::Relaxed); })
+    ///     .build()?
+    ///     .unwrap();
+    /// let service = layer.layer(ok);
+    /// let _held = service.clone().oneshot(http::Request::new(Body::default())).await?;
+    /// let _refused = service.oneshot(http::Request::new(Body::default())).await?;
+    /// assert_eq!(shed.load(Ordering::Relaxed), 1);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn on_refusal<F>(mut self, observer: F) -> Self
     where
         F: Fn(&RefusalEvent<'_>) + Send + Sync + 'static,
@@ -317,6 +499,27 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// Dry run: count and report what would be shed (the hook and
     /// [`AdmissionSnapshot::would_shed`]) but admit it, for rolling out a limit safely.
     /// Requests admitted over a limit this way hold no permit.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    /// use tower::{Layer, ServiceExt};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # use std::convert::Infallible;
+    /// # type Body = http_body_util::Full<bytes::Bytes>;
+    /// # let ok = tower::service_fn(|_: http::Request<admission_http::MeteredBody<Body>>| async {
+    /// #     Ok::<_, Infallible>(http::Response::new(Body::default()))
+    /// # });
+    /// let layer = AdmissionLayer::builder().count(1).dry_run(true).build()?.unwrap();
+    /// let service = layer.layer(ok);
+    /// let _held = service.clone().oneshot(http::Request::new(Body::default())).await?;
+    /// let over = service.oneshot(http::Request::new(Body::default())).await?;
+    /// assert_eq!(over.status(), 200, "admitted in a dry run");
+    /// assert_eq!(layer.snapshot().would_shed, 1);
+    /// # Ok(())
+    /// # }
+    /// ```
     pub fn dry_run(mut self, enabled: bool) -> Self {
         self.dry_run = enabled;
         self
@@ -328,6 +531,14 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// # Errors
     ///
     /// [`CapacityError`] if a limit is beyond what its ledger represents.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// assert!(AdmissionLayer::builder().count(0).build()?.is_none());
+    /// assert!(AdmissionLayer::builder().count(usize::MAX).build().is_err());
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
     pub fn build(self) -> Result<Option<AdmissionLayer<K>>, CapacityError> {
         let per_key = if self.key.is_some() { self.per_key } else { 0 };
         let gate = Gate::<K>::builder()

@@ -26,6 +26,16 @@ pub struct AdmissionPermit<K = (), H = RandomState> {
 
 impl<K, H> AdmissionPermit<K, H> {
     /// Bytes charged for the request's body, if a byte budget is configured.
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    ///
+    /// // An `AdmissionPermit` rides inside the response body; its charge is the request's.
+    /// let gate = Gate::<()>::builder().bytes(100).build()?;
+    /// let permit = gate.try_admit(None, 10)?;
+    /// assert_eq!(permit.bytes().unwrap().charged(), 10);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn charged(&self) -> Option<u64> {
         self.charge.as_ref().map(RequestCharge::charged)
     }
@@ -65,26 +75,76 @@ impl<S, K, H> Admission<S, K, H> {
     }
 
     /// The inner service.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    /// use tower::Layer;
+    ///
+    /// let layer = AdmissionLayer::builder().count(1).build()?.unwrap();
+    /// let service = layer.layer("inner");
+    /// assert_eq!(*service.get_ref(), "inner");
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
     pub fn get_ref(&self) -> &S {
         &self.inner
     }
 
     /// The inner service, mutably.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    /// use tower::Layer;
+    ///
+    /// let layer = AdmissionLayer::builder().count(1).build()?.unwrap();
+    /// let mut service = layer.layer(1_u8);
+    /// *service.get_mut() += 1;
+    /// assert_eq!(*service.get_ref(), 2);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
     }
 
     /// The inner service; the gate stays with the layer and its other services.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    /// use tower::Layer;
+    ///
+    /// let layer = AdmissionLayer::builder().count(1).build()?.unwrap();
+    /// assert_eq!(layer.layer("inner").into_inner(), "inner");
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
     pub fn into_inner(self) -> S {
         self.inner
     }
 
     /// The gate, shared with the layer and every other service it made.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    /// use tower::Layer;
+    ///
+    /// let layer = AdmissionLayer::builder().count(5).build()?.unwrap();
+    /// let service = layer.layer(());
+    /// assert_eq!(service.gate().count().unwrap().capacity(), 5);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
     pub fn gate(&self) -> &Gate<K, H> {
         &self.shared.gate
     }
 
     /// A cheap reading of the gate and the dry-run count.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    /// use tower::Layer;
+    ///
+    /// let layer = AdmissionLayer::builder().count(5).build()?.unwrap();
+    /// let service = layer.layer(());
+    /// assert_eq!(service.snapshot(), layer.snapshot(), "one shared gate");
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
     pub fn snapshot(&self) -> AdmissionSnapshot {
         self.shared.snapshot()
     }
