@@ -733,6 +733,19 @@ mod tests {
     }
 
     #[test]
+    fn the_last_reference_frees_the_ledger() {
+        let before = crate::raw::live::count();
+        let ledger = ByteLedger::new(10).unwrap();
+        let mut permit = ledger.try_charge(0).unwrap();
+        drop(ledger);
+        permit.try_grow(5).unwrap();
+        permit.shrink(5);
+        assert_eq!(crate::raw::live::count(), before + 1, "a zero-byte permit keeps it");
+        drop(permit);
+        assert_eq!(crate::raw::live::count(), before);
+    }
+
+    #[test]
     fn a_permit_outliving_every_handle_releases_safely() {
         let ledger = ByteLedger::new(10).unwrap();
         let mut permit = ledger.try_charge(5).unwrap();

@@ -57,11 +57,30 @@ const UNLIMITED: u64 = u64::MAX;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 ///
+/// # Cost, and the choice behind it
+///
+/// Acquiring is one compare-exchange on the ledger's word, releasing one atomic
+/// subtraction: no lock, no allocation, and no reference-count traffic, because the
+/// ledger's admission word is also its allocation's reference count (a permit is one
+/// pointer). Measured with criterion on a 2-core x86_64 machine, acquire + release of an
+/// owned permit costs the same as a bare compare-exchange loop on a padded atomic (the
+/// floor: 1.01x), against 2.0x for the same loop plus an `Arc` clone per permit and 3.0x
+/// for `tokio::sync::Semaphore::try_acquire_owned` (see `admission-bench`).
+///
+/// The trade-off: a compare-exchange loop retries when another thread changed the word
+/// between its load and its exchange, where an optimistic add-then-roll-back never
+/// retries. In the same run the optimistic add was 5% faster uncontended and about 10%
+/// faster with two threads on one ledger, but near the limit it makes the word overshoot
+/// for a moment, so a concurrent acquirer can be refused although the limit was never
+/// reached (a spurious 503), and snapshots can read more than the capacity. A spurious
+/// refusal under load is exactly when it hurts, so this ledger retries.
+///
 /// # Memory ordering
 ///
 /// Admission itself is a counter: an acquisition synchronises with nothing, and the
 /// ledger makes no promise about the order of work done under different permits. (The
-/// release decrement and the final free are ordered; see the crate's design notes.)
+/// release decrement and the final free are ordered: every release is a `Release`
+/// decrement and the one that frees issues an `Acquire` fence first, as `Arc` does.)
 #[derive(Clone)]
 pub struct CountLedger {
     owner: Arc<Owner<CountInner>>,
@@ -424,6 +443,24 @@ mod tests {
         assert!(ledger.try_acquire().is_err());
         ledger.set_capacity(2).unwrap();
         let _b = ledger.try_acquire().unwrap();
+    }
+
+    #[test]
+    fn the_last_reference_frees_the_ledger_whichever_it_is() {
+        let before = crate::raw::live::count();
+        let ledger = CountLedger::new(1).unwrap();
+        let permit = ledger.try_acquire().unwrap();
+        assert_eq!(crate::raw::live::count(), before + 1);
+        drop(ledger);
+        assert_eq!(crate::raw::live::count(), before + 1, "the permit keeps it");
+        drop(permit);
+        assert_eq!(crate::raw::live::count(), before, "the permit was the last");
+
+        let ledger = CountLedger::new(1).unwrap();
+        drop(ledger.try_acquire().unwrap());
+        assert_eq!(crate::raw::live::count(), before + 1, "the handle keeps it");
+        drop(ledger);
+        assert_eq!(crate::raw::live::count(), before, "the handle was the last");
     }
 
     #[test]

@@ -547,6 +547,8 @@ impl<K, S> KeyedPermit<K, S> {
         // SAFETY: the entry is out of the table, its last permit is this one, and nothing
         // else refers to it; it came from `raw::alloc`. The key is dropped outside the lock.
         drop(unsafe { Box::from_raw(self.entry.as_ptr()) });
+        #[cfg(test)]
+        raw::live::change(-1);
         // SAFETY: the entry held one share of the word, given up once, here; `inner` is
         // not used after this line.
         unsafe { raw::put(self.inner, 1) }
@@ -633,6 +635,42 @@ mod tests {
         assert!(ledger.set_cap(usize::MAX).is_err());
         assert!(ledger.set_max_keys(usize::MAX).is_err());
         assert_eq!((ledger.cap(), ledger.max_keys()), (1, 0));
+    }
+
+    #[test]
+    fn the_last_reference_frees_the_ledger_and_each_entry() {
+        let before = raw::live::count();
+        let ledger = KeyedLedger::new(2).unwrap();
+        assert_eq!(raw::live::count(), before + 1);
+        let a = ledger.try_acquire(&"a").unwrap();
+        let a2 = ledger.try_acquire(&"a").unwrap();
+        let b = ledger.try_acquire(&"b").unwrap();
+        assert_eq!(raw::live::count(), before + 3, "the ledger and two entries");
+        drop(ledger);
+        drop(a);
+        assert_eq!(raw::live::count(), before + 3);
+        drop(a2);
+        assert_eq!(raw::live::count(), before + 2, "entry a freed");
+        drop(b);
+        assert_eq!(raw::live::count(), before, "entry b and the ledger freed");
+    }
+
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn limits_reaching_the_reference_bit_cannot_be_represented() {
+        assert!(KeyedLedger::<u8>::new(usize::MAX >> 1).is_err());
+        assert!(KeyedLedger::<u8>::new((1 << 62) - 1).is_ok());
+        let ledger = KeyedLedger::<u8>::new(1).unwrap();
+        assert!(ledger.set_max_keys(1 << 62).is_err());
+        assert!(ledger.set_cap(usize::MAX >> 1).is_err());
+    }
+
+    #[test]
+    fn debug_output_names_the_state() {
+        let ledger = KeyedLedger::new(2).unwrap();
+        let p = ledger.try_acquire(&7_u8).unwrap();
+        assert_eq!(format!("{ledger:?}"), "KeyedLedger { keys: 1, cap: 2 }");
+        assert_eq!(format!("{p:?}"), "KeyedPermit { key: 7 }");
     }
 
     #[test]
