@@ -740,7 +740,11 @@ mod tests {
         drop(ledger);
         permit.try_grow(5).unwrap();
         permit.shrink(5);
-        assert_eq!(crate::raw::live::count(), before + 1, "a zero-byte permit keeps it");
+        assert_eq!(
+            crate::raw::live::count(),
+            before + 1,
+            "a zero-byte permit keeps it"
+        );
         drop(permit);
         assert_eq!(crate::raw::live::count(), before);
     }

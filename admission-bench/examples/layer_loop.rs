@@ -1,0 +1,82 @@
+//! Drives one layer variant N times, for instruction counts under callgrind, which are
+//! repeatable where wall-clock benches on a shared machine are not:
+//!
+//! ```sh
+//! cargo build --release -p admission-bench --example layer_loop
+//! valgrind --tool=callgrind target/release/examples/layer_loop ours 100000
+//! valgrind --tool=callgrind target/release/examples/layer_loop ours 200000
+//! ```
+//!
+//! The difference of the two totals over 100,000 is the cost of one call. Variants:
+//! `bare`, `ours` (`AdmissionLayer`, count only), `theirs` (`LoadShed` +
+//! `ConcurrencyLimit`), `none`.
+
+use admission_tower::AdmissionLayer;
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Empty;
+use std::convert::Infallible;
+use std::future::{ready, Future};
+use std::hint::black_box;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use tower::{Layer, Service, ServiceBuilder};
+
+/// One whole call: ready, call, poll to the response, drop it.
+fn drive<S, B>(service: &mut S, cx: &mut Context<'_>)
+where
+    S: Service<Request<B>>,
+    S::Error: std::fmt::Debug,
+    B: Default,
+{
+    match service.poll_ready(cx) {
+        Poll::Ready(Ok(())) => {}
+        _ => panic!(),
+    }
+    let future = pin!(service.call(Request::new(B::default())));
+    match future.poll(cx) {
+        Poll::Ready(Ok(r)) => drop(black_box(r)),
+        _ => panic!(),
+    }
+}
+fn ok<B>(_: Request<B>) -> std::future::Ready<Result<Response<Empty<Bytes>>, Infallible>> {
+    ready(Ok(Response::new(Empty::new())))
+}
+
+fn main() {
+    let which = std::env::args().nth(1).unwrap();
+    let n: u64 = std::env::args()
+        .nth(2)
+        .map_or(10_000_000, |s| s.parse().unwrap());
+    let mut cx = Context::from_waker(Waker::noop());
+    match which.as_str() {
+        "none" => {}
+        "bare" => {
+            let mut s = tower::service_fn(ok::<Empty<Bytes>>);
+            for _ in 0..n {
+                drive(&mut s, &mut cx)
+            }
+        }
+        "ours" => {
+            let l = AdmissionLayer::builder()
+                .count(1024)
+                .build()
+                .unwrap()
+                .unwrap();
+            let mut s = l.layer(tower::service_fn(ok));
+            for _ in 0..n {
+                drive::<_, Empty<Bytes>>(&mut s, &mut cx)
+            }
+        }
+        "theirs" => {
+            let mut s = ServiceBuilder::new()
+                .load_shed()
+                .concurrency_limit(1024)
+                .service(tower::service_fn(ok::<Empty<Bytes>>));
+            for _ in 0..n {
+                drive(&mut s, &mut cx)
+            }
+        }
+        _ => panic!(),
+    }
+}
