@@ -25,6 +25,7 @@ use std::ptr::NonNull;
 
 use crossbeam_utils::CachePadded;
 
+use crate::limit;
 use crate::raw::{self, Counted, Owner, OWNER};
 use crate::stats::{Snapshot, Stats};
 use crate::sync::{Arc, AtomicU64, Ordering, Track};
@@ -34,8 +35,6 @@ const PERMIT_SHIFT: u32 = 40;
 const PERMIT: u64 = 1 << PERMIT_SHIFT;
 const BYTES: u64 = PERMIT - 1;
 const PERMITS: u64 = !OWNER & !BYTES;
-/// Budget or maximum as stored: `UNLIMITED` for "not limited".
-const UNLIMITED: u64 = u64::MAX;
 
 /// A limit on how many bytes are charged in flight at once.
 ///
@@ -133,7 +132,7 @@ impl ByteLedger {
             hot: CachePadded::new(Hot {
                 state: AtomicU64::new(OWNER),
                 budget: AtomicU64::new(budget),
-                max_charge: AtomicU64::new(UNLIMITED),
+                max_charge: AtomicU64::new(limit::UNLIMITED),
             }),
             stats: CachePadded::new(Stats::new()),
             too_large: AtomicU64::new(0),
@@ -144,17 +143,8 @@ impl ByteLedger {
         })
     }
 
-    fn encode(limit: u64) -> Result<u64, CapacityError> {
-        let limit = CapacityError::check(limit, Self::MAX_BUDGET)?;
-        Ok(if limit == 0 { UNLIMITED } else { limit })
-    }
-
-    fn decode(limit: u64) -> u64 {
-        if limit == UNLIMITED {
-            0
-        } else {
-            limit
-        }
+    fn encode(value: u64) -> Result<u64, CapacityError> {
+        limit::encode(value, Self::MAX_BUDGET)
     }
 
     #[inline]
@@ -269,7 +259,7 @@ impl ByteLedger {
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
     pub fn budget(&self) -> u64 {
-        Self::decode(self.inner().hot.budget.load(Ordering::Relaxed))
+        limit::decode(self.inner().hot.budget.load(Ordering::Relaxed))
     }
 
     /// Changes the budget for the next charge; 0 means unlimited.
@@ -311,7 +301,7 @@ impl ByteLedger {
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
     pub fn max_charge(&self) -> u64 {
-        Self::decode(self.inner().hot.max_charge.load(Ordering::Relaxed))
+        limit::decode(self.inner().hot.max_charge.load(Ordering::Relaxed))
     }
 
     /// Sets the largest single charge; a larger one is refused as

@@ -20,13 +20,11 @@ use std::ptr::NonNull;
 
 use crossbeam_utils::CachePadded;
 
+use crate::limit;
 use crate::raw::{self, Counted, Owner, OWNER};
 use crate::stats::{Snapshot, Stats};
 use crate::sync::{Arc, AtomicU64, Ordering, Track};
 use crate::{CapacityError, Refused};
-
-/// Capacity as stored: `UNLIMITED` for "not limited".
-const UNLIMITED: u64 = u64::MAX;
 
 /// A limit on how many permits are in flight at once.
 ///
@@ -145,8 +143,7 @@ impl CountLedger {
     }
 
     fn encode(capacity: usize) -> Result<u64, CapacityError> {
-        let capacity = CapacityError::check(capacity as u64, Self::MAX_CAPACITY as u64)?;
-        Ok(if capacity == 0 { UNLIMITED } else { capacity })
+        limit::encode(capacity as u64, Self::MAX_CAPACITY as u64)
     }
 
     #[inline]
@@ -231,10 +228,7 @@ impl CountLedger {
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
     pub fn capacity(&self) -> u64 {
-        match self.inner().hot.capacity.load(Ordering::Relaxed) {
-            UNLIMITED => 0,
-            capacity => capacity,
-        }
+        limit::decode(self.inner().hot.capacity.load(Ordering::Relaxed))
     }
 
     /// Changes the capacity for the next acquisition; 0 means unlimited.

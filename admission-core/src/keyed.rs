@@ -29,6 +29,7 @@ use std::ptr::NonNull;
 use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
+use crate::limit;
 use crate::raw::{self, Counted, Owner, OWNER};
 use crate::sync::{Arc, AtomicU64, Mutex, Ordering, Track};
 use crate::{CapacityError, Refused};
@@ -41,7 +42,8 @@ const SHARDS: usize = 64;
 #[cfg(admission_loom)]
 const SHARDS: usize = 2;
 
-const UNLIMITED: u64 = u64::MAX;
+/// The largest per-key cap, and the largest `max_keys`.
+const MAX_CAP: usize = usize::MAX >> 2;
 
 /// A limit on how many permits each key may hold at once.
 ///
@@ -160,7 +162,7 @@ impl<K: Hash + Eq + Clone> KeyedLedger<K, RandomState> {
 
 impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
     /// The largest per-key cap, and the largest `max_keys`, a keyed ledger accepts.
-    pub const MAX_CAP: usize = usize::MAX >> 2;
+    pub const MAX_CAP: usize = MAX_CAP;
 
     /// A ledger with a given hasher builder, as `HashMap::with_hasher`.
     ///
@@ -180,14 +182,14 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn with_hasher(cap: usize, hasher: S) -> Result<Self, CapacityError> {
-        let cap = Self::encode(cap)?;
+        let cap = encode_limit(cap)?;
         let shards = (0..SHARDS)
             .map(|_| CachePadded::new(Mutex::new(HashTable::new())))
             .collect();
         let inner = KeyedInner {
             state: CachePadded::new(AtomicU64::new(OWNER)),
             cap: AtomicU64::new(cap),
-            max_keys: AtomicU64::new(UNLIMITED),
+            max_keys: AtomicU64::new(limit::UNLIMITED),
             refused_key: AtomicU64::new(0),
             refused_table: AtomicU64::new(0),
             keys_high_water: AtomicU64::new(0),
@@ -198,11 +200,6 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
         Ok(Self {
             owner: Arc::new(Owner::new(inner)),
         })
-    }
-
-    fn encode(limit: usize) -> Result<u64, CapacityError> {
-        let limit = CapacityError::check(limit as u64, Self::MAX_CAP as u64)?;
-        Ok(if limit == 0 { UNLIMITED } else { limit })
     }
 
     #[inline]
@@ -340,7 +337,7 @@ impl<K, S> KeyedLedger<K, S> {
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
     pub fn cap(&self) -> u64 {
-        decode(self.owner.get().cap.load(Ordering::Relaxed))
+        limit::decode(self.owner.get().cap.load(Ordering::Relaxed))
     }
 
     /// Changes the per-key cap for the next acquisition; 0 means unlimited. Held permits
@@ -376,7 +373,7 @@ impl<K, S> KeyedLedger<K, S> {
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
     pub fn max_keys(&self) -> u64 {
-        decode(self.owner.get().max_keys.load(Ordering::Relaxed))
+        limit::decode(self.owner.get().max_keys.load(Ordering::Relaxed))
     }
 
     /// Bounds how many distinct keys may have work in flight; a new key past it is
@@ -429,17 +426,8 @@ impl<K, S> KeyedLedger<K, S> {
     }
 }
 
-fn encode_limit(limit: usize) -> Result<u64, CapacityError> {
-    let limit = CapacityError::check(limit as u64, (usize::MAX >> 2) as u64)?;
-    Ok(if limit == 0 { UNLIMITED } else { limit })
-}
-
-fn decode(limit: u64) -> u64 {
-    if limit == UNLIMITED {
-        0
-    } else {
-        limit
-    }
+fn encode_limit(value: usize) -> Result<u64, CapacityError> {
+    limit::encode(value as u64, MAX_CAP as u64)
 }
 
 impl<K, S> fmt::Debug for KeyedLedger<K, S> {

@@ -67,6 +67,7 @@ mod count;
 mod gate;
 #[allow(unsafe_code)]
 mod keyed;
+mod limit;
 #[allow(unsafe_code)]
 mod raw;
 mod refused;
