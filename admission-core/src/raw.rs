@@ -27,7 +27,6 @@
 //! (a handle, or under a lock that a live reference protects), never through a count
 //! that could be zero.
 
-use std::fmt;
 use std::ptr::NonNull;
 
 use crate::sync::{fence, AtomicU64, Ordering};
@@ -126,12 +125,6 @@ impl<T: Counted> Drop for Owner<T> {
     fn drop(&mut self) {
         // SAFETY: this handle holds `OWNER`, gives it up once, and is gone afterwards.
         unsafe { put(self.ptr, OWNER) }
-    }
-}
-
-impl<T: Counted + fmt::Debug> fmt::Debug for Owner<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.get().fmt(f)
     }
 }
 
