@@ -252,3 +252,23 @@ fn debug_output_names_the_state() {
     assert!(format!("{body:?}").contains("released: false"));
     assert!(format!("{:?}", Refusals::new()).contains("retry_delay: 1s"));
 }
+
+#[test]
+fn a_body_that_sends_exactly_what_it_declared_is_never_refused_afterwards() {
+    // Everything it sends was charged up front, so even a budget lowered below what is
+    // held now cannot fail it.
+    let (ledger, meter) = meter(100, 0);
+    let admitted = meter
+        .admit(post(
+            Some("5"),
+            Script::new(Hint::Never, [Step::Data("abcde")]),
+        ))
+        .unwrap();
+    let other = ledger.try_charge(5).unwrap();
+    ledger.set_budget(1).unwrap();
+    let mut body = admitted.request.into_body();
+    assert_eq!(data(&mut body), "abcde");
+    assert!(matches!(poll(&mut body), Poll::Ready(None)));
+    drop((body, admitted.charge, other));
+    assert_eq!(ledger.in_flight(), 0);
+}
