@@ -47,25 +47,6 @@ pub(crate) fn alloc<T>(value: T) -> NonNull<T> {
     NonNull::from(Box::leak(Box::new(value)))
 }
 
-/// Unit tests count this thread's live cells, to see that the last reference frees one
-/// (loom checks the same for every model, on every thread).
-#[cfg(test)]
-pub(crate) mod live {
-    use std::cell::Cell;
-
-    thread_local!(static LIVE: Cell<i64> = const { Cell::new(0) });
-
-    pub(crate) fn change(by: i64) {
-        LIVE.with(|live| live.set(live.get() + by));
-    }
-
-    /// Cells allocated minus cells freed on this thread.
-    #[cfg_attr(admission_loom, allow(dead_code))] // The loom build has no unit tests.
-    pub(crate) fn count() -> i64 {
-        LIVE.with(Cell::get)
-    }
-}
-
 /// Gives up `amount` of `ptr`'s count and frees the cell if that was the last of it.
 ///
 /// # Safety
@@ -133,3 +114,22 @@ impl<T: Counted> Drop for Owner<T> {
 unsafe impl<T: Counted + Send + Sync> Send for Owner<T> {}
 // SAFETY: as above; `&Owner<T>` only gives out `&T`.
 unsafe impl<T: Counted + Send + Sync> Sync for Owner<T> {}
+
+/// Unit tests count this thread's live cells, to see that the last reference frees one
+/// (loom checks the same for every model, on every thread).
+#[cfg(test)]
+pub(crate) mod live {
+    use std::cell::Cell;
+
+    thread_local!(static LIVE: Cell<i64> = const { Cell::new(0) });
+
+    pub(crate) fn change(by: i64) {
+        LIVE.with(|live| live.set(live.get() + by));
+    }
+
+    /// Cells allocated minus cells freed on this thread.
+    #[cfg_attr(admission_loom, allow(dead_code))] // The loom build has no unit tests.
+    pub(crate) fn count() -> i64 {
+        LIVE.with(Cell::get)
+    }
+}
