@@ -5,39 +5,14 @@
 //! response, and drop the response, so the permit's whole life (into the future, into
 //! the body, released when the body drops) is inside the measurement.
 
-use std::convert::Infallible;
-use std::future::{ready, Future};
-use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Waker};
 
+use admission_bench::layer::{drive, ok};
 use admission_tower::AdmissionLayer;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
-use http::{Request, Response};
 use http_body_util::Empty;
-use tower::{Layer, Service, ServiceBuilder};
-
-fn drive<S, B>(service: &mut S, cx: &mut Context<'_>)
-where
-    S: Service<Request<B>>,
-    S::Error: std::fmt::Debug,
-    B: Default,
-{
-    match service.poll_ready(cx) {
-        Poll::Ready(Ok(())) => {}
-        _ => panic!("the service is always ready"),
-    }
-    let future = pin!(service.call(Request::new(B::default())));
-    match future.poll(cx) {
-        Poll::Ready(Ok(response)) => drop(black_box(response)),
-        _ => panic!("the response is ready at once"),
-    }
-}
-
-fn ok<B>(_: Request<B>) -> std::future::Ready<Result<Response<Empty<Bytes>>, Infallible>> {
-    ready(Ok(Response::new(Empty::new())))
-}
+use tower::{Layer, ServiceBuilder};
 
 fn layer(c: &mut Criterion) {
     let mut g = c.benchmark_group("layer");

@@ -11,37 +11,13 @@
 //! `bare`, `ours` (`AdmissionLayer`, count only), `theirs` (`LoadShed` +
 //! `ConcurrencyLimit`), `none`.
 
+use std::task::{Context, Waker};
+
+use admission_bench::layer::{drive, ok};
 use admission_tower::AdmissionLayer;
 use bytes::Bytes;
-use http::{Request, Response};
 use http_body_util::Empty;
-use std::convert::Infallible;
-use std::future::{ready, Future};
-use std::hint::black_box;
-use std::pin::pin;
-use std::task::{Context, Poll, Waker};
-use tower::{Layer, Service, ServiceBuilder};
-
-/// One whole call: ready, call, poll to the response, drop it.
-fn drive<S, B>(service: &mut S, cx: &mut Context<'_>)
-where
-    S: Service<Request<B>>,
-    S::Error: std::fmt::Debug,
-    B: Default,
-{
-    match service.poll_ready(cx) {
-        Poll::Ready(Ok(())) => {}
-        _ => panic!(),
-    }
-    let future = pin!(service.call(Request::new(B::default())));
-    match future.poll(cx) {
-        Poll::Ready(Ok(r)) => drop(black_box(r)),
-        _ => panic!(),
-    }
-}
-fn ok<B>(_: Request<B>) -> std::future::Ready<Result<Response<Empty<Bytes>>, Infallible>> {
-    ready(Ok(Response::new(Empty::new())))
-}
+use tower::{Layer, ServiceBuilder};
 
 fn main() {
     let which = std::env::args().nth(1).unwrap();

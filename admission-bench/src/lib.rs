@@ -11,6 +11,9 @@ use crossbeam_utils::CachePadded;
 /// Criterion estimates to a table of ratios; see the `report` binary.
 pub mod report;
 
+/// One whole call of a tower service, for the layer benches.
+pub mod layer;
+
 /// The floor: a bare compare-exchange acquire and an atomic-subtract release on one
 /// padded word. No permit object, no lifetime management: nothing can be cheaper and
 /// still refuse correctly.

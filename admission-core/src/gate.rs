@@ -262,7 +262,7 @@ pub struct GateSnapshot {
 /// assert_eq!(gate.keyed().unwrap().max_keys(), 10_000);
 /// # Ok::<(), admission_core::CapacityError>(())
 /// ```
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct GateBuilder<K, S> {
     count: usize,
     bytes: u64,
@@ -273,7 +273,43 @@ pub struct GateBuilder<K, S> {
     _key: std::marker::PhantomData<fn(K)>,
 }
 
+impl<K, S> std::fmt::Debug for GateBuilder<K, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GateBuilder")
+            .field("count", &self.count)
+            .field("bytes", &self.bytes)
+            .field("max_request_bytes", &self.max_request_bytes)
+            .field("per_key", &self.per_key)
+            .field("max_keys", &self.max_keys)
+            .finish_non_exhaustive()
+    }
+}
+
 impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
+    /// The same configuration for another key type, for code that learns the key type
+    /// after the other limits (a middleware builder whose per-key method takes the key
+    /// extractor, say).
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    ///
+    /// let gate = Gate::<()>::builder().count(4).with_key_type::<String>().per_key(1).build()?;
+    /// assert_eq!(gate.count().unwrap().capacity(), 4);
+    /// assert!(gate.try_admit(Some(&"k".to_string()), 0).is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_key_type<K2: Hash + Eq + Clone>(self) -> GateBuilder<K2, S> {
+        GateBuilder {
+            count: self.count,
+            bytes: self.bytes,
+            max_request_bytes: self.max_request_bytes,
+            per_key: self.per_key,
+            max_keys: self.max_keys,
+            hasher: self.hasher,
+            _key: std::marker::PhantomData,
+        }
+    }
+
     /// At most `capacity` requests in flight; 0 disables the count dimension.
     ///
     /// ```

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use admission_core::{CapacityError, Gate, GatePermit, GateSnapshot};
+use admission_core::{CapacityError, Gate, GateBuilder, GatePermit, GateSnapshot};
 use admission_http::{content_length, RefusalBody, RefusalContext, Refusals, Rejection};
 use http::request::Parts;
 use tower_layer::Layer;
@@ -124,11 +124,7 @@ impl AdmissionLayer {
     /// ```
     pub fn builder() -> AdmissionBuilder {
         AdmissionBuilder {
-            count: 0,
-            bytes: 0,
-            max_request_bytes: 0,
-            per_key: 0,
-            max_keys: 0,
+            gate: Gate::builder(),
             key: None,
             bypass: None,
             refusals: Refusals::new(),
@@ -209,11 +205,7 @@ impl<K, H> fmt::Debug for AdmissionLayer<K, H> {
 /// # Ok::<(), admission_core::CapacityError>(())
 /// ```
 pub struct AdmissionBuilder<K = ()> {
-    count: usize,
-    bytes: u64,
-    max_request_bytes: u64,
-    per_key: usize,
-    max_keys: usize,
+    gate: GateBuilder<K, RandomState>,
     key: Option<KeyFn<K>>,
     bypass: Option<BypassFn>,
     refusals: Refusals,
@@ -233,7 +225,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
     pub fn count(mut self, capacity: usize) -> Self {
-        self.count = capacity;
+        self.gate = self.gate.count(capacity);
         self
     }
 
@@ -251,7 +243,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
     pub fn bytes(mut self, budget: u64) -> Self {
-        self.bytes = budget;
+        self.gate = self.gate.bytes(budget);
         self
     }
 
@@ -266,7 +258,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
     pub fn max_request_bytes(mut self, max: u64) -> Self {
-        self.max_request_bytes = max;
+        self.gate = self.gate.max_request_bytes(max);
         self
     }
 
@@ -290,11 +282,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
         F: Fn(&Parts) -> Option<K2> + Send + Sync + 'static,
     {
         AdmissionBuilder {
-            count: self.count,
-            bytes: self.bytes,
-            max_request_bytes: self.max_request_bytes,
-            per_key: cap,
-            max_keys: self.max_keys,
+            gate: self.gate.with_key_type::<K2>().per_key(cap),
             key: Some(Box::new(key)),
             bypass: self.bypass,
             refusals: self.refusals,
@@ -318,7 +306,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
     pub fn max_keys(mut self, max_keys: usize) -> Self {
-        self.max_keys = max_keys;
+        self.gate = self.gate.max_keys(max_keys);
         self
     }
 
@@ -540,14 +528,11 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
     pub fn build(self) -> Result<Option<AdmissionLayer<K>>, CapacityError> {
-        let per_key = if self.key.is_some() { self.per_key } else { 0 };
-        let gate = Gate::<K>::builder()
-            .count(self.count)
-            .bytes(self.bytes)
-            .max_request_bytes(self.max_request_bytes)
-            .per_key(per_key)
-            .max_keys(self.max_keys)
-            .build()?;
+        let gate = match self.key {
+            Some(_) => self.gate.build()?,
+            // Without an extractor no request has a key: leave the dimension out.
+            None => self.gate.per_key(0).build()?,
+        };
         if gate.is_disabled() {
             return Ok(None);
         }
@@ -568,11 +553,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
 impl<K> fmt::Debug for AdmissionBuilder<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdmissionBuilder")
-            .field("count", &self.count)
-            .field("bytes", &self.bytes)
-            .field("max_request_bytes", &self.max_request_bytes)
-            .field("per_key", &self.per_key)
-            .field("max_keys", &self.max_keys)
+            .field("gate", &self.gate)
             .field("dry_run", &self.dry_run)
             .finish_non_exhaustive()
     }

@@ -1,0 +1,41 @@
+//! Drives a tower service through one whole call: `poll_ready`, `call`, poll the future
+//! to its response, and drop the response (so a permit's whole life is inside).
+
+use std::convert::Infallible;
+use std::future::{ready, Future, Ready};
+use std::hint::black_box;
+use std::pin::pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body_util::Empty;
+
+/// One whole call of `service`, with a default request body.
+///
+/// # Panics
+///
+/// If the service is not ready at once or its future is not ready at its first poll:
+/// the benches measure ready services only.
+#[inline]
+pub fn drive<S, B>(service: &mut S, cx: &mut Context<'_>)
+where
+    S: tower::Service<Request<B>>,
+    S::Error: std::fmt::Debug,
+    B: Default,
+{
+    match service.poll_ready(cx) {
+        Poll::Ready(Ok(())) => {}
+        _ => panic!("the service is always ready"),
+    }
+    let future = pin!(service.call(Request::new(B::default())));
+    match future.poll(cx) {
+        Poll::Ready(Ok(response)) => drop(black_box(response)),
+        _ => panic!("the response is ready at once"),
+    }
+}
+
+/// A ready handler: an empty 200 for any request.
+pub fn ok<B>(_: Request<B>) -> Ready<Result<Response<Empty<Bytes>>, Infallible>> {
+    ready(Ok(Response::new(Empty::new())))
+}
