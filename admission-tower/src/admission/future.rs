@@ -17,6 +17,10 @@ pin_project! {
     /// request's permits, which it hands to the response body; or a refusal, ready at once.
     ///
     /// Dropping it before it resolves releases the permits.
+    ///
+    /// # Panics
+    ///
+    /// If polled again after it returned `Ready`, as futures may.
     pub struct ResponseFuture<F, K, H> {
         #[pin]
         state: State<F, K, H>,
