@@ -78,11 +78,7 @@ impl<K: Hash + Eq + Clone> Gate<K, RandomState> {
     /// ```
     pub fn builder() -> GateBuilder<K, RandomState> {
         GateBuilder {
-            count: 0,
-            bytes: 0,
-            max_request_bytes: 0,
-            per_key: 0,
-            max_keys: 0,
+            limits: Limits::default(),
             hasher: RandomState::new(),
             _key: std::marker::PhantomData,
         }
@@ -264,23 +260,25 @@ pub struct GateSnapshot {
 /// ```
 #[derive(Clone)]
 pub struct GateBuilder<K, S> {
+    limits: Limits,
+    hasher: S,
+    _key: std::marker::PhantomData<fn(K)>,
+}
+
+/// The numbers of a [`GateBuilder`], apart from its types; 0 disables a dimension.
+#[derive(Debug, Clone, Copy, Default)]
+struct Limits {
     count: usize,
     bytes: u64,
     max_request_bytes: u64,
     per_key: usize,
     max_keys: usize,
-    hasher: S,
-    _key: std::marker::PhantomData<fn(K)>,
 }
 
 impl<K, S> std::fmt::Debug for GateBuilder<K, S> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GateBuilder")
-            .field("count", &self.count)
-            .field("bytes", &self.bytes)
-            .field("max_request_bytes", &self.max_request_bytes)
-            .field("per_key", &self.per_key)
-            .field("max_keys", &self.max_keys)
+            .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }
@@ -300,11 +298,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
     /// ```
     pub fn with_key_type<K2: Hash + Eq + Clone>(self) -> GateBuilder<K2, S> {
         GateBuilder {
-            count: self.count,
-            bytes: self.bytes,
-            max_request_bytes: self.max_request_bytes,
-            per_key: self.per_key,
-            max_keys: self.max_keys,
+            limits: self.limits,
             hasher: self.hasher,
             _key: std::marker::PhantomData,
         }
@@ -320,7 +314,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
     pub fn count(mut self, capacity: usize) -> Self {
-        self.count = capacity;
+        self.limits.count = capacity;
         self
     }
 
@@ -334,7 +328,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
     pub fn bytes(mut self, budget: u64) -> Self {
-        self.bytes = budget;
+        self.limits.bytes = budget;
         self
     }
 
@@ -350,7 +344,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
     pub fn max_request_bytes(mut self, max: u64) -> Self {
-        self.max_request_bytes = max;
+        self.limits.max_request_bytes = max;
         self
     }
 
@@ -365,7 +359,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn per_key(mut self, cap: usize) -> Self {
-        self.per_key = cap;
+        self.limits.per_key = cap;
         self
     }
 
@@ -380,7 +374,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn max_keys(mut self, max_keys: usize) -> Self {
-        self.max_keys = max_keys;
+        self.limits.max_keys = max_keys;
         self
     }
 
@@ -396,11 +390,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
     /// ```
     pub fn hasher<S2: BuildHasher>(self, hasher: S2) -> GateBuilder<K, S2> {
         GateBuilder {
-            count: self.count,
-            bytes: self.bytes,
-            max_request_bytes: self.max_request_bytes,
-            per_key: self.per_key,
-            max_keys: self.max_keys,
+            limits: self.limits,
             hasher,
             _key: std::marker::PhantomData,
         }
@@ -420,11 +410,18 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
     /// assert!(Gate::<()>::builder().bytes(u64::MAX).build().is_err());
     /// ```
     pub fn build(self) -> Result<Gate<K, S>, CapacityError> {
-        let count = match self.count {
+        let Limits {
+            count,
+            bytes,
+            max_request_bytes,
+            per_key,
+            max_keys,
+        } = self.limits;
+        let count = match count {
             0 => None,
             capacity => Some(CountLedger::new(capacity)?),
         };
-        let bytes = match (self.bytes, self.max_request_bytes) {
+        let bytes = match (bytes, max_request_bytes) {
             (0, 0) => None,
             (budget, max) => {
                 let ledger = ByteLedger::new(budget)?;
@@ -432,11 +429,11 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
                 Some(ledger)
             }
         };
-        let keyed = match self.per_key {
+        let keyed = match per_key {
             0 => None,
             cap => {
                 let ledger = KeyedLedger::with_hasher(cap, self.hasher)?;
-                ledger.set_max_keys(self.max_keys)?;
+                ledger.set_max_keys(max_keys)?;
                 Some(ledger)
             }
         };
