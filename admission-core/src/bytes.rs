@@ -36,6 +36,17 @@ const PERMIT: u64 = 1 << PERMIT_SHIFT;
 const BYTES: u64 = PERMIT - 1;
 const PERMITS: u64 = !OWNER & !BYTES;
 
+/// Whether a word reading `current` can take a new permit charged `bytes` (at most
+/// `BYTES`, checked by the caller) against `budget`: the budget allows it, or nothing is
+/// charged (the lone-request exemption); and the byte and permit fields cannot overflow.
+#[inline]
+fn has_room(current: u64, bytes: u64, budget: u64) -> bool {
+    let charged = current & BYTES;
+    // `charged + bytes` cannot overflow: both are at most 2^40.
+    let over_budget = charged != 0 && charged + bytes > budget;
+    !over_budget && charged + bytes <= BYTES && current & PERMITS != PERMITS
+}
+
 /// A limit on how many bytes are charged in flight at once.
 ///
 /// Each [`BytePermit`] holds a charge of some bytes until it is dropped; it can grow as a
@@ -178,19 +189,23 @@ impl ByteLedger {
     /// ```
     #[inline]
     pub fn try_charge(&self, bytes: u64) -> Result<BytePermit, Refused> {
+        let (permit, level) = self.try_charge_unobserved(bytes)?;
+        self.inner().stats.observe(level);
+        Ok(permit)
+    }
+
+    /// `try_charge` without recording the high-water mark: the permit and the level it
+    /// brought the ledger to (see `CountLedger::try_acquire_unobserved`).
+    #[inline]
+    pub(crate) fn try_charge_unobserved(&self, bytes: u64) -> Result<(BytePermit, u64), Refused> {
+        self.check_size(bytes)?;
         let inner = self.inner();
         let hot = &*inner.hot;
         // Relaxed: limits are plain settings, taking effect for the next charge.
-        if bytes > hot.max_charge.load(Ordering::Relaxed) || bytes > BYTES {
-            return Err(self.too_large());
-        }
         let budget = hot.budget.load(Ordering::Relaxed);
         let mut current = hot.state.load(Ordering::Relaxed);
         loop {
-            let charged = current & BYTES;
-            // `charged + bytes` cannot overflow: both are at most 2^40.
-            let over_budget = charged != 0 && charged + bytes > budget;
-            if over_budget || charged + bytes > BYTES || current & PERMITS == PERMITS {
+            if !has_room(current, bytes, budget) {
                 inner.stats.refuse();
                 return Err(Refused::Bytes);
             }
@@ -203,15 +218,46 @@ impl ByteLedger {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    inner.stats.observe(charged + bytes);
-                    return Ok(BytePermit {
+                    let permit = BytePermit {
                         inner: self.owner.ptr(),
                         charged: bytes,
-                    });
+                    };
+                    return Ok((permit, (current & BYTES) + bytes));
                 }
                 Err(actual) => current = actual,
             }
         }
+    }
+
+    /// Refuses (and counts) a charge above the maximum single charge or
+    /// [`MAX_BUDGET`](Self::MAX_BUDGET): the one refusal that waiting cannot change.
+    #[inline]
+    pub(crate) fn check_size(&self, bytes: u64) -> Result<(), Refused> {
+        // Relaxed: a plain setting. `max_charge` is stored as `UNLIMITED` when unset.
+        if bytes > self.inner().hot.max_charge.load(Ordering::Relaxed) || bytes > BYTES {
+            return Err(self.too_large());
+        }
+        Ok(())
+    }
+
+    /// Whether a charge of `bytes` would be admitted now, by one load and no write; a
+    /// "no" is counted as a refusal (see `CountLedger::check`). Assumes `check_size`.
+    #[inline]
+    pub(crate) fn check_room(&self, bytes: u64) -> Result<(), Refused> {
+        let inner = self.inner();
+        // Relaxed: advisory; the compare-exchange that follows decides.
+        let current = inner.hot.state.load(Ordering::Relaxed);
+        if !has_room(current, bytes, inner.hot.budget.load(Ordering::Relaxed)) {
+            inner.stats.refuse();
+            return Err(Refused::Bytes);
+        }
+        Ok(())
+    }
+
+    /// Records a level an unobserved charge reached.
+    #[inline]
+    pub(crate) fn observe(&self, level: u64) {
+        self.inner().stats.observe(level);
     }
 
     /// Counts and returns a too-large refusal.

@@ -173,6 +173,16 @@ impl CountLedger {
     /// ```
     #[inline]
     pub fn try_acquire(&self) -> Result<CountPermit, Refused> {
+        let (permit, level) = self.try_acquire_unobserved()?;
+        self.inner().stats.observe(level);
+        Ok(permit)
+    }
+
+    /// `try_acquire` without recording the high-water mark: the permit and the level it
+    /// brought the ledger to, for a caller (the gate) that records it only once every
+    /// other dimension has admitted too. A refusal is counted here.
+    #[inline]
+    pub(crate) fn try_acquire_unobserved(&self) -> Result<(CountPermit, u64), Refused> {
         let inner = self.inner();
         // Relaxed: the capacity is a plain setting; an acquisition racing `set_capacity`
         // may see either value, which is the documented "next acquisition" semantics.
@@ -195,14 +205,36 @@ impl CountLedger {
                 Ordering::Relaxed,
             ) {
                 Ok(_) => {
-                    inner.stats.observe(held + 1);
-                    return Ok(CountPermit {
+                    let permit = CountPermit {
                         inner: self.owner.ptr(),
-                    });
+                    };
+                    return Ok((permit, held + 1));
                 }
                 Err(actual) => current = actual,
             }
         }
+    }
+
+    /// Whether an acquisition would be admitted now, by one load and no write; a "no"
+    /// is counted as a refusal. The gate asks this of every dimension before it takes
+    /// anything, so a request that one dimension refuses holds nothing in another even
+    /// for a moment (no collateral refusals of other requests).
+    #[inline]
+    pub(crate) fn check(&self) -> Result<(), Refused> {
+        let hot = &*self.inner().hot;
+        // Relaxed: advisory; the compare-exchange that follows decides.
+        let held = hot.state.load(Ordering::Relaxed) & !OWNER;
+        if held >= hot.capacity.load(Ordering::Relaxed) {
+            self.inner().stats.refuse();
+            return Err(Refused::Count);
+        }
+        Ok(())
+    }
+
+    /// Records a level an unobserved acquisition reached (see `try_acquire_unobserved`).
+    #[inline]
+    pub(crate) fn observe(&self, level: u64) {
+        self.inner().stats.observe(level);
     }
 
     /// Permits in flight now.

@@ -15,10 +15,23 @@ use crate::{
 /// returns, so a refused call leaves every ledger as it found it. The refusal names the
 /// dimension.
 ///
-/// Order of the checks: a charge above the maximum single request is refused first
-/// ([`Refused::TooLarge`]: the one answer that retrying cannot change), then count, then
-/// key, then bytes. Count first makes shedding under overload cheap: a saturated server
-/// refuses with one compare-exchange, before any lock or charge is taken.
+/// Order of the checks, which decides the reason a refusal names when several
+/// dimensions would refuse: a charge above the maximum single request
+/// ([`Refused::TooLarge`], whenever the gate has a byte dimension: the one answer that
+/// retrying cannot change), then count, then bytes (global overload), then the key (one
+/// client over its share). Count first keeps shedding under overload cheap: a saturated
+/// server refuses after one load, before any lock or charge is taken.
+///
+/// No collateral refusals: the count and byte dimensions are checked by a load before
+/// anything is taken, and only then is the key taken, the count acquired and the bytes
+/// charged. So a request refused by one dimension holds nothing in another, even for a
+/// moment, and cannot make a different request be refused; the one exception is a real
+/// race at a real limit (a check that passed and a compare-exchange that then lost to a
+/// concurrent admission), after which what was taken is given back before `try_admit`
+/// returns. Statistics follow the same rule: a refusal moves only the refusing
+/// dimension's refusal counter, and a request records its high-water marks only once
+/// every dimension has admitted it. (In that same real race, a winner's mark can include
+/// the loser's momentary reservation: the level did exist, for an instant.)
 ///
 /// Build with [`Gate::builder`] (0 disables a dimension) or from existing ledgers with
 /// [`Gate::from_ledgers`] (to share a ledger between gates). Cloning shares the ledgers.
@@ -134,27 +147,50 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn try_admit(&self, key: Option<&K>, bytes: u64) -> Result<GatePermit<K, S>, Refused> {
+        // Checks first, by loads: the reason a refusal names, before anything is taken.
         if let Some(ledger) = &self.bytes {
-            let max = ledger.max_charge();
-            if max != 0 && bytes > max {
-                return Err(ledger.too_large());
-            }
+            ledger.check_size(bytes)?;
         }
-        // Each `?` drops the permits taken so far: that is the all-or-nothing.
+        if let Some(ledger) = &self.count {
+            ledger.check()?;
+        }
+        if let Some(ledger) = &self.bytes {
+            ledger.check_room(bytes)?;
+        }
+        // Then take. Each `?` drops the permits taken so far: that is the all-or-nothing.
+        let keyed = match (&self.keyed, key) {
+            (Some(ledger), Some(key)) => Some(ledger.try_acquire_unobserved(key)?),
+            _ => None,
+        };
         let count = self
             .count
             .as_ref()
-            .map(CountLedger::try_acquire)
+            .map(CountLedger::try_acquire_unobserved)
             .transpose()?;
-        let keyed = match (&self.keyed, key) {
-            (Some(ledger), Some(key)) => Some(ledger.try_acquire(key)?),
-            _ => None,
-        };
-        let bytes = self
+        let charged = self
             .bytes
             .as_ref()
-            .map(|ledger| ledger.try_charge(bytes))
+            .map(|ledger| ledger.try_charge_unobserved(bytes))
             .transpose()?;
+        // Every dimension admitted: only now do the high-water marks see it.
+        let keyed = keyed.map(|(permit, keys)| {
+            if let (Some(ledger), Some(keys)) = (&self.keyed, keys) {
+                ledger.observe(keys);
+            }
+            permit
+        });
+        let count = count.map(|(permit, level)| {
+            if let Some(ledger) = &self.count {
+                ledger.observe(level);
+            }
+            permit
+        });
+        let bytes = charged.map(|(permit, level)| {
+            if let Some(ledger) = &self.bytes {
+                ledger.observe(level);
+            }
+            permit
+        });
         Ok(GatePermit {
             count,
             bytes,
@@ -588,6 +624,83 @@ mod tests {
     }
 
     #[test]
+    fn too_large_is_answered_first_whatever_else_is_full_even_without_a_maximum() {
+        let gate = Gate::<u8>::builder()
+            .count(1)
+            .bytes(100)
+            .per_key(1)
+            .build()
+            .unwrap();
+        let _held = gate.try_admit(Some(&1), 10).unwrap();
+        let huge = ByteLedger::MAX_BUDGET + 1;
+        // Count is full and key 1 is at its cap: neither may answer for a request that
+        // no amount of waiting would admit.
+        assert_eq!(
+            gate.try_admit(Some(&1), huge).unwrap_err(),
+            Refused::TooLarge
+        );
+        assert_eq!(gate.try_admit(None, huge).unwrap_err(), Refused::TooLarge);
+        let snap = gate.snapshot();
+        assert_eq!(snap.count.unwrap().refused, 0);
+        assert_eq!(snap.keyed.unwrap().refused_key, 0);
+        assert_eq!(snap.bytes.unwrap().refused, 2);
+    }
+
+    #[test]
+    fn a_refusal_moves_only_the_refusing_dimensions_refusal_counter() {
+        let gate = Gate::<u8>::builder()
+            .count(10)
+            .bytes(100)
+            .per_key(1)
+            .build()
+            .unwrap();
+        let _held = gate.try_admit(Some(&1), 60).unwrap();
+
+        let before = gate.snapshot();
+        assert_eq!(gate.try_admit(Some(&1), 10).unwrap_err(), Refused::Key);
+        let mut expected = before;
+        expected.keyed.as_mut().unwrap().refused_key += 1;
+        assert_eq!(gate.snapshot(), expected, "a key refusal took a count slot");
+
+        let before = gate.snapshot();
+        assert_eq!(gate.try_admit(Some(&2), 50).unwrap_err(), Refused::Bytes);
+        let mut expected = before;
+        expected.bytes.as_mut().unwrap().refused += 1;
+        assert_eq!(gate.snapshot(), expected, "a byte refusal counted its key");
+
+        let full = Gate::<u8>::builder().count(1).per_key(1).build().unwrap();
+        let _held = full.try_admit(Some(&1), 0).unwrap();
+        let before = full.snapshot();
+        assert_eq!(full.try_admit(Some(&2), 0).unwrap_err(), Refused::Count);
+        let mut expected = before;
+        expected.count.as_mut().unwrap().refused += 1;
+        assert_eq!(full.snapshot(), expected, "a count refusal counted its key");
+    }
+
+    #[test]
+    fn a_key_hammering_at_its_cap_never_makes_another_key_refused() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        let gate = Gate::<u8>::builder().count(2).per_key(1).build().unwrap();
+        let _a = gate.try_admit(Some(&b'A'), 0).unwrap();
+        let done = AtomicBool::new(false);
+        let collateral = std::thread::scope(|s| {
+            s.spawn(|| {
+                while !done.load(Ordering::Relaxed) {
+                    // Key while B is out, Count while B holds the last slot: both true.
+                    assert!(gate.try_admit(Some(&b'A'), 0).is_err());
+                }
+            });
+            let collateral = (0..100_000)
+                .filter(|_| gate.try_admit(Some(&b'B'), 0).is_err())
+                .count();
+            done.store(true, Ordering::Relaxed);
+            collateral
+        });
+        assert_eq!(collateral, 0, "key B was refused for key A's refusals");
+    }
+
+    #[test]
     fn a_disabled_gate_admits_everything_and_holds_nothing() {
         let gate = Gate::<u8>::builder().build().unwrap();
         assert!(gate.is_disabled());
@@ -617,13 +730,84 @@ mod tests {
 mod loom_models {
     use super::*;
 
+    /// A hasher with fixed keys. loom replays executions and needs each to take the same
+    /// path, so a key must land in the same shard every time (`RandomState` would not).
+    fn fixed() -> std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher> {
+        Default::default()
+    }
+
+    /// No collateral refusals: key 1 is at its cap and a second request for it is
+    /// refused, while key 2 is admitted on the one count slot left. The refused request
+    /// never holds that slot, so key 2 is admitted in every interleaving (with the
+    /// count taken before the key, as the gate once did, key 2 is refused in some).
+    #[test]
+    fn gate_key_refusal_never_takes_the_count_slot_another_key_needs() {
+        loom::model(|| {
+            let gate = Gate::<u8>::builder()
+                .hasher(fixed())
+                .count(2)
+                .per_key(1)
+                .build()
+                .unwrap();
+            let held = gate.try_admit(Some(&1), 0).unwrap();
+            let other = {
+                let gate = gate.clone();
+                loom::thread::spawn(move || gate.try_admit(Some(&1), 0).unwrap_err())
+            };
+            let mine = gate.try_admit(Some(&2), 0);
+            // Key if it went first, Count if key 2 already holds the last slot.
+            let theirs = other.join().unwrap();
+            assert!(matches!(theirs, Refused::Key | Refused::Count));
+            assert!(mine.is_ok(), "key 2 refused {:?}", mine.unwrap_err());
+            assert_eq!(gate.count().unwrap().snapshot().high_water, 2);
+            drop((held, mine));
+        });
+    }
+
+    /// Two requests race for a byte budget that fits one: both may pass the checks, so
+    /// a loser with a key takes its key before its charge fails. It gives the key back,
+    /// and the keys high-water mark never saw it: marks record only complete admissions.
+    #[test]
+    fn gate_race_at_the_byte_budget_leaves_no_trace_of_the_loser_in_high_water_marks() {
+        loom::model(|| {
+            let gate = Gate::<u8>::builder()
+                .hasher(fixed())
+                .bytes(100)
+                .per_key(1)
+                .build()
+                .unwrap();
+            let _first = gate.try_admit(None, 1).unwrap();
+            let keyed = {
+                let gate = gate.clone();
+                loom::thread::spawn(move || gate.try_admit(Some(&1), 60).ok())
+            };
+            let unkeyed = gate.try_admit(None, 60).ok();
+            let keyed = keyed.join().unwrap();
+            assert_eq!(unkeyed.is_some() as u8 + keyed.is_some() as u8, 1);
+            let snap = gate.snapshot();
+            let keys_high_water = snap.keyed.unwrap().keys_high_water;
+            assert_eq!(
+                keys_high_water,
+                keyed.is_some() as u64,
+                "the loser's key counted"
+            );
+            assert_eq!(snap.bytes.unwrap().high_water, 61);
+            assert_eq!(snap.bytes.unwrap().refused, 1);
+        });
+    }
+
     /// Invariant 3 under concurrency: two requests for one key (cap 1) through a gate
     /// with room for both on count; the refused one gives its count permit back, so the
     /// count ledger ends equal to the admissions still held.
     #[test]
     fn gate_refused_by_its_second_dimension_leaves_the_first_unchanged() {
         loom::model(|| {
-            let gate = Gate::<u8>::builder().count(2).per_key(1).build().unwrap();
+            let gate = Gate::<u8>::builder()
+                .hasher(fixed())
+                .count(2)
+                .per_key(1)
+                .build()
+                .unwrap();
             let other = {
                 let gate = gate.clone();
                 loom::thread::spawn(move || gate.try_admit(Some(&1), 0).ok())

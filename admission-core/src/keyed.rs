@@ -16,10 +16,24 @@
 //! only the last release of a key probes (by the stored hash and the entry's address,
 //! never by re-hashing or comparing keys) to remove it.
 //!
-//! Lifetime: as for the other ledgers (see `raw`), one word is the reference count. Here
-//! it holds `OWNER` and the number of entries; each entry, not each permit, holds one
-//! share, so the word is touched only when a key appears or disappears, never on the
-//! acquire and release of a key already present. The same word enforces `max_keys`.
+//! Lifetime: as for the other ledgers (see `raw`), one word is the reference count:
+//!
+//! ```text
+//!   bit 63      OWNER: the ledger's handles
+//!   bits 40-62  reclaims in progress (each counts 1 here)
+//!   bits 0-39   entries (keys with a permit in flight, or being admitted)
+//! ```
+//!
+//! Each entry, not each permit, holds one share, so the word is touched only when a key
+//! appears or disappears, never on the acquire and release of a key already present.
+//! The entries field is also what `keys()` reads and what `max_keys` is checked against,
+//! so it must drop in the same critical section that removes the entry: otherwise an
+//! acquire of the same key, arriving between the removal and the decrement, would find
+//! no entry yet still count the old one, and be refused by `max_keys` for a key that is
+//! not there. But the last decrement may free the ledger, shard locks included, so it
+//! cannot happen under a lock. The release therefore turns the entry's share into a
+//! reclaim share in one addition under the lock (entries - 1, reclaims + 1: the word
+//! never passes through zero), and gives the reclaim share up after unlocking.
 
 use std::collections::hash_map::RandomState;
 use std::fmt;
@@ -42,8 +56,15 @@ const SHARDS: usize = 64;
 #[cfg(admission_loom)]
 const SHARDS: usize = 2;
 
-/// The largest per-key cap, and the largest `max_keys`.
+/// The largest per-key cap.
 const MAX_CAP: usize = usize::MAX >> 2;
+
+/// One reclaim in progress, in the word (see the module docs).
+const RECLAIM: u64 = 1 << 40;
+/// The entries field of the word.
+const KEYS: u64 = RECLAIM - 1;
+/// The largest `max_keys`: the entries field's maximum.
+const MAX_KEYS: usize = KEYS as usize;
 
 /// A limit on how many permits each key may hold at once.
 ///
@@ -85,7 +106,7 @@ impl<K, S> Clone for KeyedLedger<K, S> {
 }
 
 struct KeyedInner<K, S> {
-    /// `OWNER` | entries (keys with a permit in flight).
+    /// `OWNER` | reclaims in progress | entries (see the module docs).
     state: CachePadded<AtomicU64>,
     cap: AtomicU64,
     max_keys: AtomicU64,
@@ -161,8 +182,11 @@ impl<K: Hash + Eq + Clone> KeyedLedger<K, RandomState> {
 }
 
 impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
-    /// The largest per-key cap, and the largest `max_keys`, a keyed ledger accepts.
+    /// The largest per-key cap a keyed ledger accepts.
     pub const MAX_CAP: usize = MAX_CAP;
+
+    /// The largest `max_keys` a keyed ledger accepts: 2^40 - 1.
+    pub const MAX_KEYS: usize = MAX_KEYS;
 
     /// A ledger with a given hasher builder, as `HashMap::with_hasher`.
     ///
@@ -229,6 +253,20 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn try_acquire(&self, key: &K) -> Result<KeyedPermit<K, S>, Refused> {
+        let (permit, keys) = self.try_acquire_unobserved(key)?;
+        if let Some(keys) = keys {
+            self.observe(keys);
+        }
+        Ok(permit)
+    }
+
+    /// `try_acquire` without recording the keys high-water mark: the permit and, when it
+    /// created the key's entry, the number of keys it brought the ledger to (see
+    /// `CountLedger::try_acquire_unobserved`). A refusal is counted here.
+    pub(crate) fn try_acquire_unobserved(
+        &self,
+        key: &K,
+    ) -> Result<(KeyedPermit<K, S>, Option<u64>), Refused> {
         let inner = self.inner();
         let hash = inner.hasher.hash_one(key);
         let mut table = inner.shard(hash).lock();
@@ -243,41 +281,36 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
             // Relaxed load and store suffice: `held` is only accessed under the lock,
             // whose acquire and release order these accesses.
             entry.held.store(held + 1, Ordering::Relaxed);
-            return Ok(KeyedPermit {
+            let permit = KeyedPermit {
                 inner: self.owner.ptr(),
                 entry: found.0,
-            });
+            };
+            return Ok((permit, None));
         }
         // A new key: take its entry's share of the word first, so `max_keys` is checked
         // across shards (and the entry keeps the ledger alive once it exists).
         let max_keys = inner.max_keys.load(Ordering::Relaxed);
         let mut current = inner.state.load(Ordering::Relaxed);
-        loop {
-            let keys = current & !OWNER;
+        let keys = loop {
+            let keys = current & KEYS;
             if keys >= max_keys {
                 drop(table);
                 inner.refused_table.fetch_add(1, Ordering::Relaxed);
                 return Err(Refused::KeyTable);
             }
             // Relaxed: the increment is made through our live handle (see `raw`). `keys`
-            // is below `MAX_CAP` (every entry holds a distinct live key), so `+ 1` cannot
-            // reach `OWNER`.
+            // is below `MAX_KEYS` (checked against `max_keys`, or bounded by memory: every
+            // entry is a live allocation), so `+ 1` stays in the entries field.
             match inner.state.compare_exchange_weak(
                 current,
                 current + 1,
                 Ordering::Relaxed,
                 Ordering::Relaxed,
             ) {
-                Ok(_) => {
-                    let keys = keys + 1;
-                    if keys > inner.keys_high_water.load(Ordering::Relaxed) {
-                        inner.keys_high_water.fetch_max(keys, Ordering::Relaxed);
-                    }
-                    break;
-                }
+                Ok(_) => break keys + 1,
                 Err(actual) => current = actual,
             }
-        }
+        };
         let entry = raw::alloc(Entry {
             key: key.clone(),
             hash,
@@ -285,10 +318,11 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
             _track: Track::new(),
         });
         table.insert_unique(hash, EntryPtr(entry), |e| e.get().hash);
-        Ok(KeyedPermit {
+        let permit = KeyedPermit {
             inner: self.owner.ptr(),
             entry,
-        })
+        };
+        Ok((permit, Some(keys)))
     }
 
     /// Permits held for `key` now.
@@ -325,7 +359,16 @@ impl<K, S> KeyedLedger<K, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn keys(&self) -> u64 {
-        self.owner.get().state.load(Ordering::Relaxed) & !OWNER
+        self.owner.get().state.load(Ordering::Relaxed) & KEYS
+    }
+
+    /// Records a number of keys an unobserved acquisition reached.
+    pub(crate) fn observe(&self, keys: u64) {
+        let high_water = &self.owner.get().keys_high_water;
+        // Relaxed: a statistic; a plain load first keeps the common case write-free.
+        if keys > high_water.load(Ordering::Relaxed) {
+            high_water.fetch_max(keys, Ordering::Relaxed);
+        }
     }
 
     /// The per-key cap in force; 0 means unlimited.
@@ -381,7 +424,7 @@ impl<K, S> KeyedLedger<K, S> {
     ///
     /// # Errors
     ///
-    /// [`CapacityError`] above `MAX_CAP`; the bound is unchanged.
+    /// [`CapacityError`] above [`MAX_KEYS`](Self::MAX_KEYS); the bound is unchanged.
     ///
     /// # Examples
     ///
@@ -396,7 +439,7 @@ impl<K, S> KeyedLedger<K, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_max_keys(&self, max_keys: usize) -> Result<(), CapacityError> {
-        let max_keys = encode_limit(max_keys)?;
+        let max_keys = limit::encode(max_keys as u64, MAX_KEYS as u64)?;
         self.owner.get().max_keys.store(max_keys, Ordering::Relaxed);
         Ok(())
     }
@@ -526,6 +569,15 @@ impl<K, S> KeyedPermit<K, S> {
             }
             Err(_) => unreachable!("a held permit's entry is always in its shard"),
         }
+        // The key is gone from the table, so it leaves the entries field now, in the
+        // same critical section: an acquire of the same key that follows this unlock
+        // must not count it. Its share of the word becomes a reclaim share (entries - 1,
+        // reclaims + 1 in one addition, `keys >= 1` so nothing borrows across fields),
+        // so the word stays above zero and the ledger, with the lock held here, stays
+        // alive until `put` below. Relaxed: the total share is unchanged, so this
+        // orders nothing for the lifetime protocol; `held` and the table are ordered by
+        // the lock.
+        inner.state.fetch_add(RECLAIM - 1, Ordering::Relaxed);
         // Keep memory proportional to the keys in flight after a burst of many keys.
         if table.capacity() > 64 && table.capacity() > 4 * table.len() {
             let len = table.len();
@@ -537,9 +589,9 @@ impl<K, S> KeyedPermit<K, S> {
         drop(unsafe { Box::from_raw(self.entry.as_ptr()) });
         #[cfg(test)]
         raw::live::change(-1);
-        // SAFETY: the entry held one share of the word, given up once, here; `inner` is
-        // not used after this line.
-        unsafe { raw::put(self.inner, 1) }
+        // SAFETY: the reclaim share taken above, given up once, here; `inner` is not used
+        // after this line.
+        unsafe { raw::put(self.inner, RECLAIM) }
     }
 }
 
@@ -697,6 +749,41 @@ mod tests {
         );
     }
 
+    /// A key whose drop takes a while, to widen any gap between removing a key's entry
+    /// and forgetting it (the key is dropped outside the shard lock).
+    #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+    struct SlowToDrop(u8);
+
+    impl Drop for SlowToDrop {
+        fn drop(&mut self) {
+            for _ in 0..200 {
+                std::hint::spin_loop();
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn a_key_being_reclaimed_is_never_counted_twice_nor_refused_by_max_keys() {
+        let ledger = KeyedLedger::new(2).unwrap();
+        ledger.set_max_keys(1).unwrap();
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    let key = SlowToDrop(7);
+                    for _ in 0..20_000 {
+                        // Two threads, cap 2: one key, never refused for any reason.
+                        let permit = ledger.try_acquire(&key).unwrap();
+                        assert!(ledger.keys() <= 1, "one key counted {}", ledger.keys());
+                        drop(permit);
+                    }
+                });
+            }
+        });
+        assert_eq!(ledger.keys(), 0);
+        assert_eq!(ledger.snapshot().keys_high_water, 1);
+    }
+
     #[test]
     fn concurrent_threads_never_exceed_a_keys_cap() {
         let ledger = KeyedLedger::new(2).unwrap();
@@ -722,12 +809,18 @@ mod tests {
 mod loom_models {
     use super::*;
 
+    /// A hasher with fixed keys. loom replays executions and needs each to take the same
+    /// path, so a key must land in the same shard every time (`RandomState` would not).
+    fn fixed() -> std::hash::BuildHasherDefault<std::collections::hash_map::DefaultHasher> {
+        Default::default()
+    }
+
     /// Invariant 4: two threads on one key with cap 1 (acquire, release, reclaim of the
     /// entry, re-creation) never hold two permits, and the table ends empty.
     #[test]
     fn keyed_acquire_release_reclaim_on_one_key_never_exceeds_the_cap() {
         loom::model(|| {
-            let ledger = KeyedLedger::new(1).unwrap();
+            let ledger = KeyedLedger::with_hasher(1, fixed()).unwrap();
             let other = {
                 let ledger = ledger.clone();
                 loom::thread::spawn(move || {
@@ -746,12 +839,48 @@ mod loom_models {
         });
     }
 
+    /// Reclaim racing a re-acquire of the same key under `max_keys(1)`: the release
+    /// that removes the entry forgets the key before another acquire can see the table
+    /// without it, so the re-acquire is never refused (cap 2: never by the key either).
+    #[test]
+    fn keyed_reclaim_racing_a_reacquire_of_the_same_key_under_max_keys() {
+        loom::model(|| {
+            let ledger = KeyedLedger::with_hasher(2, fixed()).unwrap();
+            ledger.set_max_keys(1).unwrap();
+            let first = ledger.try_acquire(&7_u8).unwrap();
+            let t = loom::thread::spawn(move || drop(first));
+            let second = ledger.try_acquire(&7_u8);
+            assert!(second.is_ok(), "refused {:?}", second.unwrap_err());
+            assert!(ledger.keys() <= 1);
+            t.join().unwrap();
+            assert_eq!(ledger.keys(), 1);
+            drop(second);
+            assert_eq!(ledger.keys(), 0);
+        });
+    }
+
+    /// The last release of a key drops the ledger's last share while another thread
+    /// drops the last handle; the reclaim share keeps the ledger (and the shard lock
+    /// being released) alive until after the unlock, and everything is freed once.
+    #[test]
+    fn keyed_last_release_racing_the_last_handle_frees_after_unlocking() {
+        loom::model(|| {
+            let ledger = KeyedLedger::with_hasher(1, fixed()).unwrap();
+            let a = ledger.try_acquire(&1_u8).unwrap();
+            let b = ledger.try_acquire(&2_u8).unwrap();
+            let t = loom::thread::spawn(move || drop(a));
+            drop(b);
+            drop(ledger);
+            t.join().unwrap();
+        });
+    }
+
     /// Permits of two keys dropped on two threads after the last handle: the entries
     /// and the ledger are freed once (loom fails the model on a leak).
     #[test]
     fn keyed_permits_dropped_after_last_handle_free_everything_once() {
         loom::model(|| {
-            let ledger = KeyedLedger::new(2).unwrap();
+            let ledger = KeyedLedger::with_hasher(2, fixed()).unwrap();
             let a = ledger.try_acquire(&1_u8).unwrap();
             let b = ledger.try_acquire(&1_u8).unwrap();
             let c = ledger.try_acquire(&2_u8).unwrap();

@@ -211,21 +211,36 @@ impl World {
                 }
             }
             Op::Admit(key, n) => {
+                // The reason named: global overload (count, then bytes) before one
+                // key's share. A refusal changes nothing but the refusing dimension's
+                // refusal counter: no high-water mark sees a refused request.
                 let refusal = if !self.model.count_ok() {
                     Some(Refused::Count)
-                } else if key.is_some_and(|k| !self.model.key_ok(k)) {
-                    Some(Refused::Key)
                 } else if !self.model.charge_ok(n) {
                     Some(Refused::Bytes)
+                } else if key.is_some_and(|k| !self.model.key_ok(k)) {
+                    Some(Refused::Key)
                 } else {
                     None
                 };
-                if self.model.count_ok() {
-                    // The gate holds a count permit for a moment even when a later
-                    // dimension refuses; the high-water mark may see it.
-                    self.model.count_high = self.model.count_high.max(self.model.count + 1);
+                let before = self.gate.snapshot();
+                let result = self.gate.try_admit(key.as_ref(), n);
+                if let Some(refused) = refusal {
+                    let after = self.gate.snapshot();
+                    let (b, a) = (before.count.unwrap(), after.count.unwrap());
+                    assert_eq!(a.high_water, b.high_water);
+                    assert_eq!(a.refused, b.refused + u64::from(refused == Refused::Count));
+                    let (b, a) = (before.bytes.unwrap(), after.bytes.unwrap());
+                    assert_eq!(a.high_water, b.high_water);
+                    assert_eq!(a.refused, b.refused + u64::from(refused == Refused::Bytes));
+                    let (b, a) = (before.keyed.unwrap(), after.keyed.unwrap());
+                    assert_eq!(a.keys_high_water, b.keys_high_water);
+                    assert_eq!(
+                        a.refused_key,
+                        b.refused_key + u64::from(refused == Refused::Key)
+                    );
                 }
-                match (self.gate.try_admit(key.as_ref(), n), refusal) {
+                match (result, refusal) {
                     (Ok(p), None) => {
                         self.model.count += 1;
                         if let Some(k) = key {
