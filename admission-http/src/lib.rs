@@ -68,7 +68,7 @@ pub use meter::{
     content_length, BodyRefused, BoxError, MeteredBody, MeteredRequest, Rejection, RequestCharge,
     RequestMeter,
 };
-pub use refusal::{RefusalBody, RefusalContext, Refusals};
+pub use refusal::{BodyRefusalContext, RefusalBody, RefusalContext, Refusals};
 
 pub use admission_core;
 

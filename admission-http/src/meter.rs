@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll};
 
 use admission_core::{ByteLedger, BytePermit, Refused};
@@ -11,6 +11,9 @@ use http::header::CONTENT_LENGTH;
 use http::{HeaderMap, Request, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+
+use crate::refusal::BodyError;
+use crate::Refusals;
 
 /// The error type of a metered body: the inner body's error or a [`BodyRefused`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -143,9 +146,15 @@ pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, Rejection> {
 /// assert_eq!(refused.refused(), Refused::Bytes);
 /// assert_eq!(err.to_string(), "request body refused: byte budget exhausted");
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+///
+/// Its [`source`](std::error::Error::source) is the protocol's own error for the
+/// refusal, when one was configured ([`Refusals::body_error`](crate::Refusals::body_error)):
+/// a gRPC status, say, which a framework that looks for one in an error's chain (tonic)
+/// then answers with.
+#[derive(Debug)]
 pub struct BodyRefused {
     refused: Refused,
+    source: Option<BoxError>,
 }
 
 impl BodyRefused {
@@ -158,7 +167,27 @@ impl BodyRefused {
     /// assert_eq!(BodyRefused::new(Refused::TooLarge).refused(), Refused::TooLarge);
     /// ```
     pub fn new(refused: Refused) -> Self {
-        Self { refused }
+        Self {
+            refused,
+            source: None,
+        }
+    }
+
+    /// An error for `refused` whose source is `source`, a protocol's own error for it.
+    ///
+    /// ```
+    /// use std::error::Error;
+    /// use admission_core::Refused;
+    /// use admission_http::BodyRefused;
+    ///
+    /// let err = BodyRefused::with_source(Refused::Bytes, "busy: retry in 1 s".into());
+    /// assert_eq!(err.source().unwrap().to_string(), "busy: retry in 1 s");
+    /// ```
+    pub fn with_source(refused: Refused, source: BoxError) -> Self {
+        Self {
+            refused,
+            source: Some(source),
+        }
     }
 
     /// What the ledger said.
@@ -180,10 +209,20 @@ impl fmt::Display for BodyRefused {
     }
 }
 
-impl std::error::Error for BodyRefused {}
+impl std::error::Error for BodyRefused {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|source| source as &(dyn std::error::Error + 'static))
+    }
+}
 
 /// What one request has been charged, shared by its metered request body and whatever
 /// holds it until the response ends; the charge is released when the last clone drops.
+///
+/// It also records whether the body was refused while it streamed
+/// ([`refused`](Self::refused)), so the code that answers the request can answer with
+/// the refusal rather than with whatever the handler made of a failed body.
 ///
 /// ```
 /// use admission_core::ByteLedger;
@@ -200,7 +239,15 @@ impl std::error::Error for BodyRefused {}
 /// ```
 #[derive(Clone)]
 pub struct RequestCharge {
-    permit: Arc<Mutex<BytePermit>>,
+    shared: Arc<Charge>,
+}
+
+struct Charge {
+    permit: Mutex<BytePermit>,
+    /// Set once, by the body, when the ledger refuses it.
+    refused: OnceLock<Refused>,
+    /// Makes the source of the body's error (see `Refusals::body_error`).
+    error: Option<BodyError>,
 }
 
 impl RequestCharge {
@@ -216,15 +263,50 @@ impl RequestCharge {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn new(permit: BytePermit) -> Self {
+        Self::with_error(permit, None)
+    }
+
+    /// Shares `permit` as a request's charge, whose body, if refused, fails with the
+    /// error `refusals` configures ([`Refusals::body_error`]) as its source.
+    ///
+    /// ```
+    /// use std::error::Error;
+    /// use admission_core::ByteLedger;
+    /// use admission_http::{BodyRefused, MeteredBody, RequestCharge, Refusals};
+    /// use http_body_util::BodyExt;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let refusals = Refusals::new().body_error(|cx| format!("{} (protocol error)", cx.refused).into());
+    /// let ledger = ByteLedger::new(4)?;
+    /// let _other = ledger.try_charge(4)?;
+    /// let charge = RequestCharge::with_refusals(ledger.try_charge(0)?, &refusals);
+    /// let body = MeteredBody::new(http_body_util::Full::new(bytes::Bytes::from("hello")), charge);
+    /// let err = body.collect().await.unwrap_err();
+    /// let source = err.downcast_ref::<BodyRefused>().unwrap().source().unwrap();
+    /// assert_eq!(source.to_string(), "byte budget exhausted (protocol error)");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn with_refusals(permit: BytePermit, refusals: &Refusals) -> Self {
+        Self::with_error(permit, refusals.body_error_fn())
+    }
+
+    fn with_error(permit: BytePermit, error: Option<BodyError>) -> Self {
         Self {
-            permit: Arc::new(Mutex::new(permit)),
+            shared: Arc::new(Charge {
+                permit: Mutex::new(permit),
+                refused: OnceLock::new(),
+                error,
+            }),
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, BytePermit> {
         // The lock guards plain arithmetic on the permit; a panic under it cannot leave
         // the permit inconsistent, so a poisoned lock is still good.
-        self.permit
+        self.shared
+            .permit
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
     }
@@ -242,12 +324,47 @@ impl RequestCharge {
     pub fn charged(&self) -> u64 {
         self.lock().charged()
     }
+
+    /// Why the request's metered body was refused while it streamed, if it was: the
+    /// request should be answered as refused ([`Rejection::Refused`]), whatever the
+    /// handler answered to the body error it saw.
+    ///
+    /// ```
+    /// use admission_core::{ByteLedger, Refused};
+    /// use admission_http::{MeteredBody, RequestCharge};
+    /// use http_body_util::BodyExt;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ledger = ByteLedger::new(4)?;
+    /// let _other = ledger.try_charge(1)?;
+    /// let charge = RequestCharge::new(ledger.try_charge(0)?);
+    /// assert_eq!(charge.refused(), None);
+    /// let body = MeteredBody::new(http_body_util::Full::new(bytes::Bytes::from("hello")), charge.clone());
+    /// assert!(body.collect().await.is_err());
+    /// assert_eq!(charge.refused(), Some(Refused::Bytes));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn refused(&self) -> Option<Refused> {
+        self.shared.refused.get().copied()
+    }
+
+    /// Records that the body was refused, and makes the error its reader sees.
+    fn refuse(&self, refused: Refused) -> BodyRefused {
+        let _ = self.shared.refused.set(refused);
+        match &self.shared.error {
+            Some(error) => BodyRefused::with_source(refused, error.make(refused)),
+            None => BodyRefused::new(refused),
+        }
+    }
 }
 
 impl fmt::Debug for RequestCharge {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RequestCharge")
             .field("charged", &self.charged())
+            .field("refused", &self.refused())
             .finish()
     }
 }
@@ -554,9 +671,10 @@ where
                         this.charge.as_ref().filter(|_| *this.seen > *this.covered)
                     {
                         let more = *this.seen - *this.covered;
-                        if let Err(refused) = charge.lock().try_grow(more) {
+                        let grown = charge.lock().try_grow(more);
+                        if let Err(refused) = grown {
                             *this.failed = true;
-                            return Poll::Ready(Some(Err(Box::new(BodyRefused::new(refused)))));
+                            return Poll::Ready(Some(Err(Box::new(charge.refuse(refused)))));
                         }
                         *this.covered = *this.seen;
                     }

@@ -8,7 +8,9 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
 
-use crate::Rejection;
+use admission_core::Refused;
+
+use crate::{BoxError, Rejection};
 
 /// What a refusal's body closure sees: the request's head and the rejection.
 #[derive(Debug)]
@@ -113,6 +115,34 @@ impl RefusalBody {
 
 type Shape = dyn Fn(&RefusalContext<'_>) -> RefusalBody + Send + Sync;
 type Whole = dyn Fn(&RefusalContext<'_>) -> Response<Bytes> + Send + Sync;
+type ErrorShape = dyn Fn(&BodyRefusalContext) -> BoxError + Send + Sync;
+
+/// What a [`Refusals::body_error`] closure sees: why a request's body was refused while
+/// it streamed, and the configured retry delay when retrying can help.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct BodyRefusalContext {
+    /// What the ledger said.
+    pub refused: Refused,
+    /// The configured retry delay, when `refused` is retryable.
+    pub retry_delay: Option<Duration>,
+}
+
+/// A body-error closure and the retry delay it is told, as a request's charge holds it.
+#[derive(Clone)]
+pub(crate) struct BodyError {
+    shape: Arc<ErrorShape>,
+    retry_delay: Duration,
+}
+
+impl BodyError {
+    pub(crate) fn make(&self, refused: Refused) -> BoxError {
+        (self.shape)(&BodyRefusalContext {
+            refused,
+            retry_delay: refused.is_retryable().then_some(self.retry_delay),
+        })
+    }
+}
 
 /// How refused requests are answered.
 ///
@@ -157,6 +187,7 @@ pub struct Refusals {
     retry_delay: Duration,
     shape: Option<Arc<Shape>>,
     whole: Option<Arc<Whole>>,
+    error: Option<Arc<ErrorShape>>,
 }
 
 impl Default for Refusals {
@@ -184,6 +215,7 @@ impl Refusals {
             retry_delay: Duration::from_secs(1),
             shape: None,
             whole: None,
+            error: None,
         }
     }
 
@@ -279,6 +311,47 @@ impl Refusals {
         self
     }
 
+    /// The source of the error a metered request body fails with when it is refused
+    /// while it streams ([`BodyRefused::source`](std::error::Error::source)): a
+    /// protocol's own error for the refusal, for frameworks that answer a body error
+    /// from its source chain. tonic does: given a `tonic::Status` here, a handler that
+    /// propagates the body error answers with that status. (`admission-grpc` sets this.)
+    ///
+    /// ```
+    /// use admission_core::Refused;
+    /// use admission_http::Refusals;
+    ///
+    /// let refusals = Refusals::new().body_error(|cx| format!("busy: {}", cx.refused).into());
+    /// assert!(refusals.has_body_error());
+    /// ```
+    ///
+    /// [`BodyRefused::source`]: crate::BodyRefused
+    pub fn body_error<F>(mut self, error: F) -> Self
+    where
+        F: Fn(&BodyRefusalContext) -> BoxError + Send + Sync + 'static,
+    {
+        self.error = Some(Arc::new(error));
+        self
+    }
+
+    /// Whether a [`body_error`](Self::body_error) closure is set.
+    ///
+    /// ```
+    /// use admission_http::Refusals;
+    ///
+    /// assert!(!Refusals::new().has_body_error());
+    /// ```
+    pub fn has_body_error(&self) -> bool {
+        self.error.is_some()
+    }
+
+    pub(crate) fn body_error_fn(&self) -> Option<BodyError> {
+        self.error.as_ref().map(|shape| BodyError {
+            shape: shape.clone(),
+            retry_delay: self.retry_delay,
+        })
+    }
+
     /// The refusal for `request`'s head and `rejection`.
     ///
     /// ```
@@ -365,6 +438,7 @@ impl fmt::Debug for Refusals {
             .field("retry_delay", &self.retry_delay)
             .field("custom_body", &self.shape.is_some())
             .field("custom_response", &self.whole.is_some())
+            .field("body_error", &self.error.is_some())
             .finish()
     }
 }

@@ -246,8 +246,26 @@ async fn concurrent_bodies_past_the_budget_get_503_and_a_lone_oversized_one_is_a
     assert_idle(&layer);
 }
 
+/// Sends `/upload` with a chunked body of `chunks`, and returns the response.
+async fn upload_chunked(
+    addr: std::net::SocketAddr,
+    chunks: &[usize],
+) -> http::Response<hyper::body::Incoming> {
+    let (tx, rx) = tokio::sync::mpsc::channel(chunks.len().max(1));
+    for &n in chunks {
+        tx.send(Bytes::from(vec![3; n])).await.unwrap();
+    }
+    drop(tx);
+    // A channel-fed client body has no length: hyper sends it chunked.
+    let request = http::Request::post("/upload")
+        .body(support::ChannelBody::new(rx))
+        .unwrap();
+    send(addr, request).await
+}
+
 #[tokio::test]
-async fn a_chunked_body_past_the_budget_fails_in_the_handler_not_in_a_hang() {
+async fn a_chunked_body_refused_by_the_budget_mid_stream_gets_503_with_retry_after_not_the_handlers_answer(
+) {
     let layer = AdmissionLayer::builder()
         .bytes(1_000)
         .build()
@@ -255,24 +273,46 @@ async fn a_chunked_body_past_the_budget_fails_in_the_handler_not_in_a_hang() {
         .unwrap();
     let (addr, seen) = start(&layer).await;
     let bytes = layer.gate().bytes().unwrap().clone();
-    let _other = bytes.try_charge(900).unwrap();
+    let other = bytes.try_charge(900).unwrap();
 
-    // A body with no Content-Length (a channel-fed client body is sent chunked).
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    let body = support::ChannelBody::new(rx);
-    let request = http::Request::post("/upload").body(body).unwrap();
-    let sending = tokio::spawn(send(addr, request));
-    tx.send(Bytes::from(vec![3; 50])).await.unwrap();
-    tx.send(Bytes::from(vec![3; 100])).await.unwrap();
-    drop(tx);
-    let response = sending.await.unwrap();
-    assert_eq!(response.status(), StatusCode::INSUFFICIENT_STORAGE);
+    let response = upload_chunked(addr, &[50, 100]).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()["retry-after"], "1");
     assert_eq!(
-        text(response).await,
-        "request body refused: byte budget exhausted"
+        response.headers()["connection"],
+        "close",
+        "the rest of the body is unread"
     );
-    assert_eq!(seen.body_errors.load(Ordering::SeqCst), 1);
-    drop(_other);
+    assert_eq!(text(response).await, "overloaded: byte budget exhausted\n");
+    assert_eq!(
+        seen.body_errors.load(Ordering::SeqCst),
+        1,
+        "the handler saw the body fail, and its answer (507) was replaced"
+    );
+    assert_eq!(layer.snapshot().gate.bytes.unwrap().refused, 1);
+    drop(other);
     eventually("idle", || bytes.in_flight() == 0).await;
+    assert_idle(&layer);
+}
+
+#[tokio::test]
+async fn a_chunked_body_past_the_maximum_mid_stream_gets_413_without_retry_after() {
+    let layer = AdmissionLayer::builder()
+        .max_request_bytes(100)
+        .build()
+        .unwrap()
+        .unwrap();
+    let (addr, seen) = start(&layer).await;
+
+    let response = upload_chunked(addr, &[60, 60]).await;
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(response.headers().get("retry-after").is_none());
+    assert_eq!(text(response).await, "request too large\n");
+    assert_eq!(seen.body_errors.load(Ordering::SeqCst), 1);
+
+    let fits = upload_chunked(addr, &[60, 40]).await;
+    assert_eq!(fits.status(), StatusCode::OK);
+    assert_eq!(text(fits).await, "100");
+    eventually("idle", || layer.gate().bytes().unwrap().in_flight() == 0).await;
     assert_idle(&layer);
 }

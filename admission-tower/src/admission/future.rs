@@ -2,48 +2,113 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
+use admission_core::Refused;
+use admission_http::Rejection;
 use bytes::Bytes;
-use http::Response;
+use http::request::Parts;
+use http::{HeaderMap, Method, Request, Response, Uri, Version};
 use http_body::Body;
 use pin_project_lite::pin_project;
 
+use super::drain::{self, Drain};
+use super::layer::Shared;
 use super::service::AdmissionPermit;
 use super::ResponseBody;
 
 pin_project! {
     /// The response future of [`Admission`](super::Admission): the inner future with the
-    /// request's permits, which it hands to the response body; or a refusal, ready at once.
+    /// request's permits, which it hands to the response body; or a refusal, ready once
+    /// the refused request's small body (HTTP/1.x) has been drained.
     ///
     /// Dropping it before it resolves releases the permits.
+    ///
+    /// `B` is the request's body type: a refusal may hold the body to drain it.
     ///
     /// # Panics
     ///
     /// If polled again after it returned `Ready`, as futures may.
-    pub struct ResponseFuture<F, K, H> {
+    pub struct ResponseFuture<F, B, K, H> {
         #[pin]
-        state: State<F, K, H>,
+        state: State<F, B, K, H>,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    enum State<F, K, H> {
-        Admitted { #[pin] future: F, permit: Option<AdmissionPermit<K, H>> },
+    enum State<F, B, K, H> {
+        Admitted {
+            #[pin] future: F,
+            permit: Option<AdmissionPermit<K, H>>,
+            late: Option<Box<LateRefusal<K, H>>>,
+        },
         Unguarded { #[pin] future: F },
         // Boxed: a refusal is the cold path, and an inline `Response` would make every
         // admitted request's future (moved at each poll site) a hundred bytes larger.
-        Refused { response: Option<Box<Response<Bytes>>> },
+        Refused {
+            response: Option<Box<Response<Bytes>>>,
+            drain: Option<Pin<Box<Drain<B>>>>,
+        },
     }
 }
 
-impl<F, K, H> ResponseFuture<F, K, H> {
-    pub(crate) fn admitted(future: F, permit: AdmissionPermit<K, H>) -> Self {
+/// What answering a request whose body is refused while it streams takes: the request's
+/// head, kept for the refusal (its body closure sees the method, URI and headers), and
+/// the layer's configuration. Kept only for a request whose body may still be refused.
+pub(crate) struct LateRefusal<K, H> {
+    shared: Arc<Shared<K, H>>,
+    method: Method,
+    uri: Uri,
+    version: Version,
+    headers: HeaderMap,
+}
+
+impl<K, H> LateRefusal<K, H> {
+    pub(crate) fn new(shared: &Arc<Shared<K, H>>, parts: &Parts) -> Box<Self> {
+        Box::new(Self {
+            shared: shared.clone(),
+            method: parts.method.clone(),
+            uri: parts.uri.clone(),
+            version: parts.version,
+            headers: parts.headers.clone(),
+        })
+    }
+
+    /// The refusal, in place of the handler's answer to a body it could not read.
+    #[cold]
+    fn respond(self, refused: Refused) -> Response<Bytes> {
+        let rejection = Rejection::Refused(refused);
+        let (mut parts, ()) = Request::new(()).into_parts();
+        parts.method = self.method;
+        parts.uri = self.uri;
+        parts.version = self.version;
+        parts.headers = self.headers;
+        self.shared.refused(&parts, rejection);
+        let mut response =
+            self.shared
+                .refusals
+                .respond_to(&parts.method, &parts.uri, &parts.headers, rejection);
+        // The rest of the body is unread: on HTTP/1.x this is the connection's last.
+        if drain::is_http1(parts.version) {
+            drain::close(&mut response);
+        }
+        response
+    }
+}
+
+impl<F, B, K, H> ResponseFuture<F, B, K, H> {
+    pub(crate) fn admitted(
+        future: F,
+        permit: AdmissionPermit<K, H>,
+        late: Option<Box<LateRefusal<K, H>>>,
+    ) -> Self {
         Self {
             state: State::Admitted {
                 future,
                 permit: Some(permit),
+                late,
             },
         }
     }
@@ -55,31 +120,46 @@ impl<F, K, H> ResponseFuture<F, K, H> {
         }
     }
 
-    pub(crate) fn refused(response: Response<Bytes>) -> Self {
+    /// A refusal, sent once `drain` (if any) has read the request's body.
+    pub(crate) fn refused(response: Response<Bytes>, drain: Option<Drain<B>>) -> Self {
         Self {
             state: State::Refused {
                 response: Some(Box::new(response)),
+                drain: drain.map(Box::pin),
             },
         }
     }
 }
 
-impl<F, B, E, K, H> Future for ResponseFuture<F, K, H>
+impl<F, B, RB, E, K, H> Future for ResponseFuture<F, B, K, H>
 where
-    F: Future<Output = Result<Response<B>, E>>,
+    F: Future<Output = Result<Response<RB>, E>>,
     B: Body,
-    B::Data: From<Bytes>,
+    RB: Body,
+    RB::Data: From<Bytes>,
 {
-    type Output = Result<Response<ResponseBody<B, K, H>>, E>;
+    type Output = Result<Response<ResponseBody<RB, K, H>>, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         match self.project().state.project() {
-            StateProj::Admitted { future, permit } => match future.poll(cx) {
+            StateProj::Admitted {
+                future,
+                permit,
+                late,
+            } => match future.poll(cx) {
                 Poll::Pending => Poll::Pending,
                 Poll::Ready(Ok(response)) => {
                     let permit = permit
                         .take()
                         .expect("ResponseFuture polled after it completed");
+                    // The meter refused the body while it streamed: whatever the handler
+                    // made of the body error (axum: 400; tonic: UNKNOWN), the request is
+                    // answered as the refusal it is. The request is over: release now.
+                    if let (Some(refused), Some(late)) = (permit.refused(), late.take()) {
+                        drop((response, permit));
+                        let response = late.respond(refused);
+                        return Poll::Ready(Ok(response.map(ResponseBody::refused)));
+                    }
                     Poll::Ready(Ok(response.map(|body| ResponseBody::admitted(body, permit))))
                 }
                 Poll::Ready(Err(err)) => {
@@ -92,17 +172,28 @@ where
                 Poll::Pending => Poll::Pending,
                 Poll::Ready(result) => Poll::Ready(result.map(|r| r.map(ResponseBody::unguarded))),
             },
-            StateProj::Refused { response } => {
-                let response = response
+            StateProj::Refused { response, drain } => {
+                let mut close = false;
+                if let Some(pending) = drain {
+                    match pending.as_mut().poll(cx) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(read_all) => close = !read_all,
+                    }
+                    *drain = None;
+                }
+                let mut response = response
                     .take()
                     .expect("ResponseFuture polled after it completed");
+                if close {
+                    drain::close(&mut response);
+                }
                 Poll::Ready(Ok((*response).map(ResponseBody::refused)))
             }
         }
     }
 }
 
-impl<F, K, H> std::fmt::Debug for ResponseFuture<F, K, H> {
+impl<F, B, K, H> std::fmt::Debug for ResponseFuture<F, B, K, H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match &self.state {
             State::Admitted { .. } => "admitted",

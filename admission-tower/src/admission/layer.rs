@@ -8,10 +8,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use admission_core::{CapacityError, Gate, GateBuilder, GatePermit, GateSnapshot};
-use admission_http::{content_length, RefusalBody, RefusalContext, Refusals, Rejection};
+use admission_http::{
+    content_length, BodyRefusalContext, RefusalBody, RefusalContext, Refusals, Rejection,
+};
 use http::request::Parts;
 use tower_layer::Layer;
 
+use super::drain::DrainLimits;
 use super::Admission;
 
 type KeyFn<K> = Box<dyn Fn(&Parts) -> Option<K> + Send + Sync>;
@@ -38,6 +41,7 @@ pub(crate) struct Shared<K, H> {
     pub(crate) refusals: Refusals,
     observer: Option<ObserverFn>,
     pub(crate) dry_run: bool,
+    pub(crate) drain: DrainLimits,
     would_shed: AtomicU64,
 }
 
@@ -56,7 +60,9 @@ impl<K: Hash + Eq + Clone, H: BuildHasher> Shared<K, H> {
         let key = self.key.as_ref().and_then(|key| key(parts));
         Ok(self.gate.try_admit(key.as_ref(), declared)?)
     }
+}
 
+impl<K, H> Shared<K, H> {
     /// The cold path of a refusal: the hook, and the dry-run count.
     #[cold]
     pub(crate) fn refused(&self, parts: &Parts, rejection: Rejection) {
@@ -71,9 +77,7 @@ impl<K: Hash + Eq + Clone, H: BuildHasher> Shared<K, H> {
             });
         }
     }
-}
 
-impl<K, H> Shared<K, H> {
     pub(crate) fn snapshot(&self) -> AdmissionSnapshot {
         AdmissionSnapshot {
             gate: self.gate.snapshot(),
@@ -130,6 +134,7 @@ impl AdmissionLayer {
             refusals: Refusals::new(),
             observer: None,
             dry_run: false,
+            drain: DrainLimits::default(),
         }
     }
 }
@@ -211,6 +216,7 @@ pub struct AdmissionBuilder<K = ()> {
     refusals: Refusals,
     observer: Option<ObserverFn>,
     dry_run: bool,
+    drain: DrainLimits,
 }
 
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
@@ -288,6 +294,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
             refusals: self.refusals,
             observer: self.observer,
             dry_run: self.dry_run,
+            drain: self.drain,
         }
     }
 
@@ -484,6 +491,65 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
         self
     }
 
+    /// How much of a refused HTTP/1.1 request's unread body is drained (read and
+    /// dropped) so the connection can carry the next request: bodies up to `max_bytes`
+    /// that arrive `within` the time given (default 64 KiB within 1 s; `max_bytes` 0
+    /// drains none).
+    ///
+    /// A refused request's body is never handed to the service. Over HTTP/1.x that
+    /// body stands between the refusal and the connection's next request, so the layer
+    /// either drains it before sending the refusal (small bodies, read at once from
+    /// the socket: the connection stays open) or answers at once with
+    /// `connection: close` (a larger body, one sent with `expect: 100-continue`, one that
+    /// does not arrive in time, and every refusal made while a body streamed): the
+    /// client's pool then opens a new connection for its next request instead of
+    /// failing it on this one. Above `max_bytes` the server closes with the body unread,
+    /// which can make the client's kernel report a reset before the client reads the
+    /// refusal. Draining holds no permit, and waits on tokio's timer (feature `tokio`,
+    /// on by default; without it, or outside a tokio runtime, nothing is waited for).
+    /// HTTP/2 needs none of this: each request is its own stream.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder()
+    ///     .count(64)
+    ///     .drain_refused(16 << 10, Duration::from_millis(200))
+    ///     .build()?
+    ///     .unwrap();
+    /// # drop(layer);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn drain_refused(mut self, max_bytes: u64, within: Duration) -> Self {
+        self.drain = DrainLimits { max_bytes, within };
+        self
+    }
+
+    /// The source of the error a request body fails with when the byte budget refuses
+    /// it while it streams; see [`Refusals::body_error`]. `admission-grpc` sets a
+    /// `tonic::Status` here, so a streaming handler that propagates the body error
+    /// answers with the refusal's gRPC status.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder()
+    ///     .bytes(1 << 20)
+    ///     .body_error(|cx| format!("busy: {}", cx.refused).into())
+    ///     .build()?
+    ///     .unwrap();
+    /// # drop(layer);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn body_error<F>(mut self, error: F) -> Self
+    where
+        F: Fn(&BodyRefusalContext) -> admission_http::BoxError + Send + Sync + 'static,
+    {
+        self.refusals = self.refusals.body_error(error);
+        self
+    }
+
     /// Dry run: count and report what would be shed (the hook and
     /// [`AdmissionSnapshot::would_shed`]) but admit it, for rolling out a limit safely.
     /// Requests admitted over a limit this way hold no permit.
@@ -544,6 +610,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
                 refusals: self.refusals,
                 observer: self.observer,
                 dry_run: self.dry_run,
+                drain: self.drain,
                 would_shed: AtomicU64::new(0),
             }),
         }))

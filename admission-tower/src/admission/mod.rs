@@ -77,6 +77,7 @@
 //! gRPC-shaped refusals).
 
 mod body;
+mod drain;
 mod future;
 mod layer;
 mod service;

@@ -7,13 +7,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use admission_core::{Gate, GatePermit};
-use admission_http::{MeteredBody, RequestCharge};
+use admission_http::{content_length, MeteredBody, RequestCharge};
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use super::future::ResponseFuture;
+use super::drain::{self, Drain, Plan};
+use super::future::{LateRefusal, ResponseFuture};
 use super::layer::{AdmissionSnapshot, Shared};
 use super::ResponseBody;
 
@@ -25,6 +26,11 @@ pub struct AdmissionPermit<K = (), H = RandomState> {
 }
 
 impl<K, H> AdmissionPermit<K, H> {
+    /// Why the request's body was refused while it streamed, if it was.
+    pub(crate) fn refused(&self) -> Option<admission_core::Refused> {
+        self.charge.as_ref().and_then(RequestCharge::refused)
+    }
+
     /// Bytes charged for the request's body, if a byte budget is configured.
     ///
     /// ```
@@ -162,6 +168,7 @@ impl<S: Clone, K, H> Clone for Admission<S, K, H> {
 impl<S, K, H, ReqBody, ResBody> Service<Request<ReqBody>> for Admission<S, K, H>
 where
     S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
+    ReqBody: Body,
     ResBody: Body,
     ResBody::Data: From<Bytes>,
     K: Hash + Eq + Clone,
@@ -169,7 +176,7 @@ where
 {
     type Response = Response<ResponseBody<ResBody, K, H>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, K, H>;
+    type Future = ResponseFuture<S::Future, ReqBody, K, H>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -184,12 +191,16 @@ where
         }
         match shared.admit(&parts) {
             Ok(mut permit) => {
-                let (body, charge) = match permit.take_bytes() {
+                let (body, charge, late) = match permit.take_bytes() {
                     Some(bytes) => {
-                        let charge = RequestCharge::new(bytes);
-                        (MeteredBody::new(body, charge.clone()), Some(charge))
+                        // A body that may still outgrow its charge may be refused as it
+                        // streams; keep what answering that refusal takes.
+                        let late = (!shared.dry_run && may_outgrow(&body, bytes.charged()))
+                            .then(|| LateRefusal::new(&self.shared, &parts));
+                        let charge = RequestCharge::with_refusals(bytes, &shared.refusals);
+                        (MeteredBody::new(body, charge.clone()), Some(charge), late)
                     }
-                    None => (MeteredBody::unmetered(body), None),
+                    None => (MeteredBody::unmetered(body), None, None),
                 };
                 let future = self.inner.call(Request::from_parts(parts, body));
                 ResponseFuture::admitted(
@@ -198,6 +209,7 @@ where
                         _gate: permit,
                         charge,
                     },
+                    late,
                 )
             }
             Err(rejection) => {
@@ -206,16 +218,32 @@ where
                     let request = Request::from_parts(parts, MeteredBody::unmetered(body));
                     return ResponseFuture::unguarded(self.inner.call(request));
                 }
-                let response = shared.refusals.respond_to(
+                let mut response = shared.refusals.respond_to(
                     &parts.method,
                     &parts.uri,
                     &parts.headers,
                     rejection,
                 );
-                ResponseFuture::refused(response)
+                let declared = content_length(&parts.headers).ok().flatten();
+                let drain = match shared.drain.plan(&parts, &body, declared) {
+                    Plan::Answer => None,
+                    Plan::Drain => Some(Drain::new(body, shared.drain)),
+                    Plan::Close => {
+                        drain::close(&mut response);
+                        None
+                    }
+                };
+                ResponseFuture::refused(response, drain)
             }
         }
     }
+}
+
+/// Whether `body` may carry more than the `charged` bytes its request declared: then the
+/// meter may refuse it as it streams. (A server that enforces `Content-Length`, as hyper
+/// does, reports its exact size: such a body never outgrows its charge.)
+fn may_outgrow<B: Body>(body: &B, charged: u64) -> bool {
+    !body.is_end_stream() && body.size_hint().upper().is_none_or(|upper| upper > charged)
 }
 
 impl<S: fmt::Debug, K, H> fmt::Debug for Admission<S, K, H> {
