@@ -304,6 +304,15 @@ fn ok_service() -> impl tower::Service<
     tower::service_fn(|_req| async { Ok::<_, Infallible>(http::Response::new(Full::default())) })
 }
 
+/// A refused request (version, body length, extra headers) and the connection header
+/// its refusal must carry.
+type Case = (
+    Version,
+    usize,
+    &'static [(&'static str, &'static str)],
+    Option<&'static str>,
+);
+
 fn request(version: Version, body: usize, headers: &[(&str, &str)]) -> Request<Full<Bytes>> {
     let mut builder = Request::post("/upload").version(version);
     for (name, value) in headers {
@@ -336,7 +345,7 @@ async fn the_connection_header_is_sent_only_on_http1_and_only_when_the_body_stay
             .get("connection")
             .map(|v| v.to_str().unwrap().to_owned())
     };
-    let cases: [(Version, usize, &[(&str, &str)], Option<&str>); 6] = [
+    let cases: [Case; 6] = [
         // No body: nothing unread.
         (Version::HTTP_11, 0, &[], None),
         // A small body is drained: the connection stays open.
