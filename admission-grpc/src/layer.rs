@@ -5,7 +5,7 @@ use std::hash::Hash;
 use admission_tower::AdmissionBuilder;
 use http::request::Parts;
 
-use crate::status::{trailers_only, RefusalCode};
+use crate::status::{body_status, trailers_only, RefusalCode};
 
 /// gRPC refusals for [`AdmissionBuilder`]: the same gate and service as for HTTP, with
 /// a trailers-only gRPC response instead of 503 / 429 / 413.
@@ -20,6 +20,17 @@ use crate::status::{trailers_only, RefusalCode};
 ///
 /// Permits are held until the response stream ends, so server-streaming calls stay
 /// bounded for as long as they stream.
+///
+/// A request body is refused while it streams when it has no length to charge up front,
+/// as every tonic client's: with a byte budget or a maximum request size, the refusal
+/// comes as the message arrives. The call is then answered the same way: if the handler
+/// has not answered yet (unary, server-streaming and client-streaming calls: tonic
+/// decodes the request before the handler answers), its answer to the failed body is
+/// replaced by the trailers-only refusal; if it has (a bidirectional stream that sent
+/// its response head first), the body error it reads carries the refusal's
+/// `tonic::Status`, so a handler that propagates it (`?`) ends the stream with that
+/// status, pushback and `RetryInfo` included. A request too large is
+/// `RESOURCE_EXHAUSTED` without a retry hint in every case.
 ///
 /// # Examples
 ///
@@ -72,6 +83,7 @@ pub trait GrpcAdmission: Sized {
 impl<K: Hash + Eq + Clone + Send + Sync + 'static> GrpcAdmission for AdmissionBuilder<K> {
     fn grpc_with(self, code: RefusalCode) -> Self {
         self.refusal_response(move |cx| trailers_only(code, cx))
+            .body_error(move |cx| Box::new(body_status(code, cx)))
     }
 }
 

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use admission_core::Refused;
-use admission_http::{RefusalContext, Rejection};
+use admission_http::{BodyRefusalContext, RefusalContext, Rejection};
 use bytes::Bytes;
 use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
@@ -122,6 +122,12 @@ pub(crate) fn rejection_status(code: RefusalCode, cx: &RefusalContext<'_>) -> St
         }
         other => Status::new(Code::InvalidArgument, format!("admission refused: {other}")),
     }
+}
+
+/// The `Status` a request body refused while it streams fails with (its reader, tonic,
+/// finds it in the error's source chain).
+pub(crate) fn body_status(code: RefusalCode, cx: &BodyRefusalContext) -> Status {
+    status_with(code, cx.refused, cx.retry_delay.unwrap_or_default())
 }
 
 /// The trailers-only response for a refusal: HTTP 200, `content-type: application/grpc`,

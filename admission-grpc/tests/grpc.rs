@@ -11,7 +11,7 @@ use admission_tower::AdmissionLayer;
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use support::{channel, eventually, hold, put, serve, Batch, State};
+use support::{ack, channel, eventually, hold, put, serve, Batch, State};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
 use tonic::Code;
@@ -28,6 +28,38 @@ fn grpc_layer(count: usize, code: RefusalCode) -> AdmissionLayer {
         .build()
         .unwrap()
         .unwrap()
+}
+
+fn byte_layer(budget: u64, max: u64, code: RefusalCode) -> AdmissionLayer {
+    AdmissionLayer::builder()
+        .bytes(budget)
+        .max_request_bytes(max)
+        .retry_after(RETRY)
+        .bypass(is_health_check)
+        .grpc_with(code)
+        .build()
+        .unwrap()
+        .unwrap()
+}
+
+/// Asserts `status` is the retryable refusal `code` with pushback and `RetryInfo`.
+fn assert_retryable(status: &tonic::Status, code: Code, reason: &str) {
+    assert_eq!(status.code(), code, "{status:?}");
+    assert_eq!(status.message(), format!("admission refused: {reason}"));
+    assert_eq!(
+        status.metadata().get("grpc-retry-pushback-ms").unwrap(),
+        "250"
+    );
+    let retry = status.get_details_retry_info().expect("RetryInfo");
+    assert_eq!(retry.retry_delay, Some(RETRY));
+}
+
+/// Asserts `status` is a request too large: `RESOURCE_EXHAUSTED` without a retry hint.
+fn assert_too_large(status: &tonic::Status) {
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert_eq!(status.message(), "admission refused: request too large");
+    assert!(status.metadata().get("grpc-retry-pushback-ms").is_none());
+    assert!(status.get_details_retry_info().is_none());
 }
 
 async fn start(layer: &AdmissionLayer, state: &std::sync::Arc<State>) -> std::net::SocketAddr {
@@ -279,4 +311,78 @@ async fn the_refusal_is_trailers_only_on_the_wire() {
     assert_eq!(state.calls(), 0);
     drop(held);
     assert_eq!(in_flight(&layer), 0);
+}
+
+#[tokio::test]
+async fn a_unary_request_refused_by_the_byte_budget_as_it_streams_gets_the_refusal_code_with_retry_info(
+) {
+    for code in [RefusalCode::ResourceExhausted, RefusalCode::Unavailable] {
+        let layer = byte_layer(1_000, 0, code);
+        let state = State::new(1_000_000);
+        let addr = start(&layer, &state).await;
+        let channel = channel(addr).await;
+        let budget = layer.gate().bytes().unwrap().clone();
+
+        // tonic sends no content-length: the charge comes as the message arrives.
+        let others = budget.try_charge(900).unwrap();
+        let status = put(&channel, &"x".repeat(200), &[]).await.unwrap_err();
+        assert_retryable(&status, code.code(), "byte budget exhausted");
+        assert_eq!(state.calls(), 0, "the handler never saw the request");
+
+        drop(others);
+        assert_eq!(
+            put(&channel, &"x".repeat(200), &[]).await.unwrap().status,
+            1
+        );
+        eventually("idle", || budget.in_flight() == 0).await;
+    }
+}
+
+#[tokio::test]
+async fn a_unary_request_too_large_as_it_streams_gets_resource_exhausted_without_retry_hint() {
+    let layer = byte_layer(0, 500, RefusalCode::Unavailable);
+    let state = State::new(1_000_000);
+    let addr = start(&layer, &state).await;
+    let channel = channel(addr).await;
+
+    let status = put(&channel, &"x".repeat(600), &[]).await.unwrap_err();
+    assert_too_large(&status);
+    assert_eq!(
+        put(&channel, &"x".repeat(400), &[]).await.unwrap().status,
+        1
+    );
+    let bytes = layer.gate().bytes().unwrap().clone();
+    eventually("idle", || bytes.in_flight() == 0).await;
+}
+
+#[tokio::test]
+async fn a_bidi_stream_that_answered_first_ends_with_the_refusal_status_when_its_body_is_refused() {
+    let layer = byte_layer(1_000, 700, RefusalCode::ResourceExhausted);
+    let state = State::new(1_000_000);
+    let addr = start(&layer, &state).await;
+    let channel = channel(addr).await;
+    let budget = layer.gate().bytes().unwrap().clone();
+
+    // Over the budget on the third message: two acknowledgements, then the refusal.
+    let others = budget.try_charge(600).unwrap();
+    let (tx, acks) = ack(&channel).await;
+    let mut acks = acks.unwrap();
+    for payload in ["a".repeat(100), "b".repeat(100)] {
+        tx.send(payload).await.unwrap();
+        assert_eq!(acks.message().await.unwrap().unwrap().status, 100);
+    }
+    tx.send("c".repeat(300)).await.unwrap();
+    let status = acks.message().await.unwrap_err();
+    assert_retryable(&status, Code::ResourceExhausted, "byte budget exhausted");
+    drop((tx, acks, others));
+
+    // Past the maximum size on the second message.
+    let (tx, acks) = ack(&channel).await;
+    let mut acks = acks.unwrap();
+    tx.send("a".repeat(400)).await.unwrap();
+    assert_eq!(acks.message().await.unwrap().unwrap().status, 400);
+    tx.send("b".repeat(400)).await.unwrap();
+    assert_too_large(&acks.message().await.unwrap_err());
+    drop(acks);
+    eventually("idle", || budget.in_flight() == 0).await;
 }

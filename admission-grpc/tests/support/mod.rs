@@ -19,7 +19,7 @@ use bytes::Bytes;
 use http::uri::PathAndQuery;
 use tokio::sync::mpsc;
 use tonic::codec::Streaming;
-use tonic::server::{NamedService, ServerStreamingService, UnaryService};
+use tonic::server::{NamedService, ServerStreamingService, StreamingService, UnaryService};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status};
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
@@ -30,6 +30,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 pub const PUT: &str = "/admission.test.Batch/Put";
 pub const HOLD: &str = "/admission.test.Batch/Hold";
+pub const ACK: &str = "/admission.test.Batch/Ack";
 
 /// What the service saw.
 #[derive(Debug)]
@@ -63,7 +64,7 @@ impl State {
     }
 }
 
-/// `admission.test.Batch`: unary `Put`, server-streaming `Hold`.
+/// `admission.test.Batch`: unary `Put`, server-streaming `Hold`, bidirectional `Ack`.
 #[derive(Debug, Clone)]
 pub struct Batch(pub Arc<State>);
 
@@ -126,6 +127,40 @@ impl ServerStreamingService<HealthCheckRequest> for Hold {
     }
 }
 
+struct Ack;
+
+impl StreamingService<HealthCheckRequest> for Ack {
+    type Response = HealthCheckResponse;
+    type ResponseStream = Items;
+    type Future = BoxFuture<Result<Response<Items>, Status>>;
+
+    /// Answers at once (the response head goes out before any message is read), then
+    /// acknowledges each message with its length, and ends the stream with the request
+    /// stream's error as a handler that propagates errors does.
+    fn call(&mut self, request: Request<Streaming<HealthCheckRequest>>) -> Self::Future {
+        Box::pin(async move {
+            let mut inbound = request.into_inner();
+            let (tx, rx) = mpsc::channel(4);
+            tokio::spawn(async move {
+                loop {
+                    let item = match inbound.message().await {
+                        Ok(Some(message)) => Ok(HealthCheckResponse {
+                            status: message.service.len() as i32,
+                        }),
+                        Ok(None) => return,
+                        Err(status) => Err(status),
+                    };
+                    let failed = item.is_err();
+                    if tx.send(item).await.is_err() || failed {
+                        return;
+                    }
+                }
+            });
+            Ok(Response::new(Items(rx)))
+        })
+    }
+}
+
 impl<B> tower::Service<http::Request<B>> for Batch
 where
     B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -146,6 +181,7 @@ where
             Ok(match request.uri().path() {
                 PUT => grpc.unary(Put(state), request).await,
                 HOLD => grpc.server_streaming(Hold(state), request).await,
+                ACK => grpc.streaming(Ack, request).await,
                 _ => Status::unimplemented("no such method").into_http(),
             })
         })
@@ -221,4 +257,31 @@ pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// Opens an `Ack` stream; each payload the test sends on the returned sender goes out
+/// as one message, when the test sends it.
+pub async fn ack(
+    channel: &Channel,
+) -> (
+    mpsc::Sender<String>,
+    Result<Streaming<HealthCheckResponse>, Status>,
+) {
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.unwrap();
+    let (tx, rx) = mpsc::channel::<String>(4);
+    let messages =
+        tokio_stream::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(rx), |service| {
+            HealthCheckRequest { service }
+        });
+    let request = Request::new(messages);
+    let response = grpc
+        .streaming(
+            request,
+            PathAndQuery::from_static(ACK),
+            ProstCodec::default(),
+        )
+        .await
+        .map(Response::into_inner);
+    (tx, response)
 }
