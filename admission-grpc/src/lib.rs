@@ -13,6 +13,20 @@
 //! | admit in an interceptor (count and key; scope: the handler) | [`AdmissionInterceptor`] |
 //! | refuse a charge made inside a handler (decoded bytes, say) | [`refused_status`] |
 //!
+//! # What a refused call sees
+//!
+//! | Refused by | Code | `grpc-retry-pushback-ms`, `RetryInfo` |
+//! |---|---|---|
+//! | count, byte budget, per-key cap, key table | `RESOURCE_EXHAUSTED` (or `UNAVAILABLE`: [`RefusalCode`]) | yes, from `retry_after` |
+//! | one request too large | `RESOURCE_EXHAUSTED` | no: retrying cannot help |
+//! | a malformed `Content-Length` | `INVALID_ARGUMENT` | no |
+//!
+//! The same at the head and while the request streams in: tonic clients send no
+//! `Content-Length`, so a byte budget or a maximum request size refuses as the message
+//! arrives; the call is answered with the refusal rather than with the handler's
+//! `UNKNOWN` (see [`GrpcAdmission`]). The OpenTelemetry OTLP exporter retries these
+//! refusals by its own policy (the workspace tests it against the real exporter).
+//!
 //! # Example
 //!
 //! A tonic server behind the layer, its health service bypassed, and a client:

@@ -180,7 +180,10 @@ async fn the_otlp_exporter_retries_head_and_mid_stream_refusals_and_every_span_a
     // client has read it.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while layer.gate().count().unwrap().in_flight() + bytes.in_flight() != 0 {
-        assert!(tokio::time::Instant::now() < deadline, "ledgers back to zero");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "ledgers back to zero"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }

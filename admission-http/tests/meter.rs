@@ -92,12 +92,18 @@ fn a_streamed_body_is_charged_frame_by_frame_and_refused_midway_with_the_error_r
     assert!(poll(&mut body).is_pending());
     assert_eq!(data(&mut body), "x");
     assert_eq!((ledger.in_flight(), charge.charged()), (31, 11));
+    assert_eq!(charge.refused(), None, "not refused while it fits");
 
     let Poll::Ready(Some(Err(err))) = poll(&mut body) else {
         panic!("the refusal must reach the reader as a body error");
     };
     let refused = err.downcast_ref::<BodyRefused>().expect("a BodyRefused");
     assert_eq!(refused.refused(), Refused::Bytes);
+    assert_eq!(
+        charge.refused(),
+        Some(Refused::Bytes),
+        "the charge tells whoever answers the request"
+    );
     assert_eq!(ledger.in_flight(), 31, "the refused frame was not charged");
     assert!(
         matches!(poll(&mut body), Poll::Ready(None)),

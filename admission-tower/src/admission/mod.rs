@@ -7,12 +7,26 @@
 //!    layer that runs before this one) and the declared `Content-Length`;
 //! 3. admits the request through the gate (count, per-key, bytes; all or nothing) or
 //!    refuses it at once: 503 + `Retry-After` for overload, 429 + `Retry-After` for one
-//!    key over its cap, 413 for a body above the maximum, 400 for a malformed
-//!    `Content-Length`. A refused request's body is never read and the inner service is
-//!    never called. Nothing waits: there is no queue;
-//! 4. holds the permits in the response future and then in the response body, until the
+//!    key over its cap, 413 for a body above the maximum (checked first: never a
+//!    retryable answer to a request that can never fit), 400 for a malformed
+//!    `Content-Length`. The inner service is never called and the refused body is never
+//!    handed to it. Nothing waits for capacity: there is no queue;
+//! 4. charges a body that has no `Content-Length` (chunked uploads, gRPC) as it arrives.
+//!    If the byte budget refuses it before the service has answered, the request is
+//!    answered as refused (503 + `Retry-After`, or 413 past the maximum), in place of
+//!    whatever the service made of the body error it read (axum's extractors answer 400);
+//!    no setup is needed. A service that has already sent its response head sees the
+//!    body error (a [`BodyRefused`](admission_http::BodyRefused)) and ends as it sees fit;
+//! 5. holds the permits in the response future and then in the response body, until the
 //!    body ends, fails or is dropped. A streaming response (server-sent events, a gRPC
 //!    server stream, a download) counts for as long as it streams.
+//!
+//! Over HTTP/1.1, a refused request's unread body stands between the refusal and the
+//! connection's next request. Small bodies (64 KiB within 1 s by default) are drained
+//! before the refusal is sent and the connection stays open; any other refusal of a
+//! request with an unread body says `connection: close`, so a pooled client does not send
+//! its next request on a connection that is about to close
+//! ([`AdmissionBuilder::drain_refused`]). HTTP/2 refusals carry no connection header.
 //!
 //! What it does not bound: connections (the server's accept loop), how long a request
 //! takes (compose `tower::timeout`), memory a handler allocates beyond the request body
@@ -67,6 +81,38 @@
 //!
 //! let count = admission.snapshot().gate.count.unwrap();
 //! assert_eq!((count.in_flight, count.high_water), (0, 1));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A body without a length (a chunked upload) is charged as it arrives, and refused with
+//! the same answers, whatever the handler's extractor would have said:
+//!
+//! ```
+//! use admission_tower::AdmissionLayer;
+//! use axum::{body::{Body, Bytes}, routing::post, Router};
+//! use http::{Request, StatusCode};
+//! use http_body::Frame;
+//! use http_body_util::StreamBody;
+//! use tower::ServiceExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let admission = AdmissionLayer::builder()
+//!     .bytes(64 << 10)
+//!     .max_request_bytes(1024)
+//!     .build()?
+//!     .expect("limits are configured");
+//! let app = Router::new()
+//!     .route("/upload", post(|body: Bytes| async move { body.len().to_string() }))
+//!     .layer(admission);
+//!
+//! // Two 800-byte chunks, no Content-Length: past the maximum on the second chunk.
+//! let chunks = [Bytes::from(vec![0; 800]), Bytes::from(vec![0; 800])];
+//! let frames = chunks.map(|c| Ok::<_, std::convert::Infallible>(Frame::data(c)));
+//! let body = Body::new(StreamBody::new(tokio_stream::iter(frames)));
+//! let response = app.oneshot(Request::post("/upload").body(body)?).await?;
+//! assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE); // not axum's 400
 //! # Ok(())
 //! # }
 //! ```

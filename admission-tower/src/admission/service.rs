@@ -67,7 +67,9 @@ impl<K, H> fmt::Debug for AdmissionPermit<K, H> {
 ///
 /// The inner service receives the request body as a [`MeteredBody`], which charges a
 /// body that arrives without a `Content-Length` (or longer than it said) against the
-/// byte budget, and fails it with `BodyRefused` when the budget refuses.
+/// byte budget, and fails it with `BodyRefused` when the budget refuses. The request is
+/// then answered as refused, in place of the service's answer, unless the service had
+/// already sent its response head.
 ///
 /// [`AdmissionLayer`]: super::AdmissionLayer
 pub struct Admission<S, K = (), H = RandomState> {
