@@ -376,3 +376,32 @@ async fn the_connection_header_is_sent_only_on_http1_and_only_when_the_body_stay
         );
     }
 }
+
+#[tokio::test]
+async fn a_declared_length_no_budget_could_hold_is_413_even_when_count_and_key_are_full() {
+    let layer = AdmissionLayer::builder()
+        .count(1)
+        .bytes(1 << 20) // no maximum request size configured
+        .per_key(1, |req| {
+            req.headers.get("x-client").map(|v| v.as_bytes().to_vec())
+        })
+        .build()
+        .unwrap()
+        .unwrap();
+    let service = layer.layer(ok_service());
+    let held = Request::get("/")
+        .header("x-client", "a")
+        .body(Full::<Bytes>::default())
+        .unwrap();
+    let _held = service.clone().oneshot(held).await.unwrap();
+
+    // 2 TiB declared: beyond what any byte ledger holds, so retrying can never help.
+    let huge = Request::post("/upload")
+        .header("x-client", "a")
+        .header("content-length", (2_u64 << 40).to_string())
+        .body(Full::<Bytes>::default())
+        .unwrap();
+    let response = service.oneshot(huge).await.unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(response.headers().get("retry-after").is_none());
+}
