@@ -147,6 +147,19 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn try_admit(&self, key: Option<&K>, bytes: u64) -> Result<GatePermit<K, S>, Refused> {
+        let keyed = self.keyed.as_ref().zip(key);
+        if keyed.is_none() && self.bytes.is_none() {
+            // Count alone (or nothing): one compare-exchange, nothing to check ahead.
+            let count = match &self.count {
+                Some(ledger) => Some(ledger.try_acquire()?),
+                None => None,
+            };
+            return Ok(GatePermit {
+                count,
+                bytes: None,
+                keyed: None,
+            });
+        }
         // Checks first, by loads: the reason a refusal names, before anything is taken.
         if let Some(ledger) = &self.bytes {
             ledger.check_size(bytes)?;
@@ -158,10 +171,9 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             ledger.check_room(bytes)?;
         }
         // Then take. Each `?` drops the permits taken so far: that is the all-or-nothing.
-        let keyed = match (&self.keyed, key) {
-            (Some(ledger), Some(key)) => Some(ledger.try_acquire_unobserved(key)?),
-            _ => None,
-        };
+        let keyed = keyed
+            .map(|(ledger, key)| ledger.try_acquire_unobserved(key))
+            .transpose()?;
         let count = self
             .count
             .as_ref()

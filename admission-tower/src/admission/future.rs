@@ -155,10 +155,13 @@ where
                     // The meter refused the body while it streamed: whatever the handler
                     // made of the body error (axum: 400; tonic: UNKNOWN), the request is
                     // answered as the refusal it is. The request is over: release now.
-                    if let (Some(refused), Some(late)) = (permit.refused(), late.take()) {
-                        drop((response, permit));
-                        let response = late.respond(refused);
-                        return Poll::Ready(Ok(response.map(ResponseBody::refused)));
+                    if late.is_some() {
+                        if let Some(refused) = permit.refused() {
+                            drop((response, permit));
+                            let late = late.take().expect("checked just above");
+                            let response = late.respond(refused);
+                            return Poll::Ready(Ok(response.map(ResponseBody::refused)));
+                        }
                     }
                     Poll::Ready(Ok(response.map(|body| ResponseBody::admitted(body, permit))))
                 }

@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use admission_core::{Gate, GatePermit};
-use admission_http::{content_length, MeteredBody, RequestCharge};
+use admission_http::{content_length, MeteredBody, Rejection, RequestCharge};
 use bytes::Bytes;
+use http::request::Parts;
 use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
@@ -214,30 +215,46 @@ where
                     late,
                 )
             }
-            Err(rejection) => {
-                shared.refused(&parts, rejection);
-                if shared.dry_run {
-                    let request = Request::from_parts(parts, MeteredBody::unmetered(body));
-                    return ResponseFuture::unguarded(self.inner.call(request));
-                }
-                let mut response = shared.refusals.respond_to(
-                    &parts.method,
-                    &parts.uri,
-                    &parts.headers,
-                    rejection,
-                );
-                let declared = content_length(&parts.headers).ok().flatten();
-                let drain = match shared.drain.plan(&parts, &body, declared) {
-                    Plan::Answer => None,
-                    Plan::Drain => Some(Drain::new(body, shared.drain)),
-                    Plan::Close => {
-                        drain::close(&mut response);
-                        None
-                    }
-                };
-                ResponseFuture::refused(response, drain)
-            }
+            Err(rejection) => self.refuse(parts, body, rejection),
         }
+    }
+}
+
+impl<S, K, H> Admission<S, K, H> {
+    /// The cold path: a refused request (or, in a dry run, one admitted over a limit).
+    /// Kept out of `call` so the admit path stays small.
+    #[cold]
+    #[inline(never)]
+    fn refuse<ReqBody>(
+        &mut self,
+        parts: Parts,
+        body: ReqBody,
+        rejection: Rejection,
+    ) -> ResponseFuture<S::Future, ReqBody, K, H>
+    where
+        S: Service<Request<MeteredBody<ReqBody>>>,
+        ReqBody: Body,
+    {
+        let shared = &*self.shared;
+        shared.refused(&parts, rejection);
+        if shared.dry_run {
+            let request = Request::from_parts(parts, MeteredBody::unmetered(body));
+            return ResponseFuture::unguarded(self.inner.call(request));
+        }
+        let mut response =
+            shared
+                .refusals
+                .respond_to(&parts.method, &parts.uri, &parts.headers, rejection);
+        let declared = content_length(&parts.headers).ok().flatten();
+        let drain = match shared.drain.plan(&parts, &body, declared) {
+            Plan::Answer => None,
+            Plan::Drain => Some(Drain::new(body, shared.drain)),
+            Plan::Close => {
+                drain::close(&mut response);
+                None
+            }
+        };
+        ResponseFuture::refused(response, drain)
     }
 }
 
