@@ -50,11 +50,13 @@
 //! # What is verified, and how
 //!
 //! The invariants (never above a limit outside the lone-request exemption; back to zero
-//! and an empty key table once every permit is gone; a refused call changes nothing; a
-//! key's cap holds while its entry is reclaimed; one of two concurrent oversized charges
-//! on an idle byte ledger; a lowered limit revokes nothing and admits nothing above it)
-//! are checked by unit tests, by property tests against a plain reference model, and by
-//! loom models of every atomic protocol (`cargo xtask loom` in the workspace).
+//! and an empty key table once every permit is gone; a refused call changes nothing but
+//! the refusing dimension's refusal counter, and holds nothing that could make another
+//! request be refused; a key's cap holds, and the key is counted once, while its entry
+//! is reclaimed; one of two concurrent oversized charges on an idle byte ledger; a
+//! lowered limit revokes nothing and admits nothing above it) are checked by unit tests,
+//! by property tests against a plain reference model, and by loom models of every
+//! atomic protocol (`cargo xtask loom` in the workspace).
 
 #![deny(unsafe_code)] // Allowed in `raw`, `count`, `bytes` and `keyed`, each block argued.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
