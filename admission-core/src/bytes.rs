@@ -98,7 +98,7 @@ struct ByteInner {
     hot: CachePadded<Hot>,
     stats: CachePadded<Stats>,
     too_large: AtomicU64,
-    _track: Track,
+    track: Track,
 }
 
 struct Hot {
@@ -110,6 +110,10 @@ struct Hot {
 impl Counted for ByteInner {
     fn word(&self) -> &AtomicU64 {
         &self.hot.state
+    }
+
+    fn track(&self) -> &Track {
+        &self.track
     }
 }
 
@@ -147,7 +151,7 @@ impl ByteLedger {
             }),
             stats: CachePadded::new(Stats::new()),
             too_large: AtomicU64::new(0),
-            _track: Track::new(),
+            track: Track::new(),
         };
         Ok(Self {
             owner: Arc::new(Owner::new(inner)),

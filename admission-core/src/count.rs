@@ -92,7 +92,7 @@ struct CountInner {
     /// prefetch pairs lines.)
     hot: CachePadded<Hot>,
     stats: CachePadded<Stats>,
-    _track: Track,
+    track: Track,
 }
 
 struct Hot {
@@ -104,6 +104,10 @@ struct Hot {
 impl Counted for CountInner {
     fn word(&self) -> &AtomicU64 {
         &self.hot.state
+    }
+
+    fn track(&self) -> &Track {
+        &self.track
     }
 }
 
@@ -135,7 +139,7 @@ impl CountLedger {
                 capacity: AtomicU64::new(capacity),
             }),
             stats: CachePadded::new(Stats::new()),
-            _track: Track::new(),
+            track: Track::new(),
         };
         Ok(Self {
             owner: Arc::new(Owner::new(inner)),

@@ -115,7 +115,7 @@ struct KeyedInner<K, S> {
     keys_high_water: AtomicU64,
     hasher: S,
     shards: Box<[Shard<K>]>,
-    _track: Track,
+    track: Track,
 }
 
 struct Entry<K> {
@@ -148,6 +148,10 @@ impl<K> EntryPtr<K> {
 impl<K, S> Counted for KeyedInner<K, S> {
     fn word(&self) -> &AtomicU64 {
         &self.state
+    }
+
+    fn track(&self) -> &Track {
+        &self.track
     }
 }
 
@@ -219,7 +223,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
             keys_high_water: AtomicU64::new(0),
             hasher,
             shards,
-            _track: Track::new(),
+            track: Track::new(),
         };
         Ok(Self {
             owner: Arc::new(Owner::new(inner)),

@@ -21,15 +21,29 @@
 //! # Memory ordering
 //!
 //! This is `Arc`'s protocol with a richer count. Every decrement is a `Release`, so
-//! everything a holder did with the cell happens before the final decrement; the thread
-//! that reaches zero issues an `Acquire` fence before freeing, so it synchronises with all
-//! of those releases. Increments need no ordering: they happen through a live reference
-//! (a handle, or under a lock that a live reference protects), never through a count
-//! that could be zero.
+//! everything a holder did with the cell happens before its decrement; the thread that
+//! reaches zero then makes an `Acquire` load of the word before freeing. That load reads
+//! the zero its own decrement wrote, the last of a release sequence made of every
+//! holder's decrement (read-modify-writes all), so it synchronises with all of them: all
+//! their uses of the cell happen before the free. Increments need no ordering: they
+//! happen through a live reference (a handle, or under a lock that a live reference
+//! protects), never through a count that could be zero.
+//!
+//! An acquire load rather than `Arc`'s acquire fence, on this cold path: the two give the
+//! same guarantee, but ThreadSanitizer does not model standalone fences and would report
+//! the free as a data race in a user's tests (std's `Arc` switches to the load under
+//! `cfg(sanitize = "thread")` for the same reason).
+//!
+//! Both orderings are load-bearing in the checks: under loom every holder reads a cell
+//! standing for the allocation just before its decrement and the free writes it (see
+//! `sync::Track`), so weakening either ordering fails the loom models of a last release
+//! on another thread; Miri's race detector sees the same as a deallocation racing a
+//! holder's access, in the unit tests that drop the last permit and the last handle on
+//! two threads at once.
 
 use std::ptr::NonNull;
 
-use crate::sync::{fence, AtomicU64, Ordering};
+use crate::sync::{AtomicU64, Ordering, Track};
 
 /// The bit of the word that stands for every public handle of the ledger together.
 pub(crate) const OWNER: u64 = 1 << 63;
@@ -38,6 +52,10 @@ pub(crate) const OWNER: u64 = 1 << 63;
 pub(crate) trait Counted {
     /// The word that counts every reference to `self` (see the module docs).
     fn word(&self) -> &AtomicU64;
+
+    /// The allocation's tracker: a leak check and an access model under loom, nothing
+    /// otherwise.
+    fn track(&self) -> &Track;
 }
 
 /// Moves `value` to the heap and returns its address; nothing frees it but [`put`].
@@ -55,20 +73,29 @@ pub(crate) fn alloc<T>(value: T) -> NonNull<T> {
 /// `amount` on behalf of the caller, who neither uses `ptr` after this call nor gives
 /// up the same `amount` twice.
 pub(crate) unsafe fn put<T: Counted>(ptr: NonNull<T>, amount: u64) {
-    // SAFETY: the caller's share of the count keeps the cell alive until this decrement.
-    // The reference is a temporary that ends with the expression, so nothing of ours
-    // refers to the cell once another holder may free it. (`Arc` has the same gap
+    // SAFETY (both): the caller's share of the count keeps the cell alive until this
+    // decrement. Each reference is a temporary that ends with its expression, so nothing
+    // of ours refers to the cell once another holder may free it. (`Arc` has the same gap
     // between its decrement and the function's return: rust-lang/rust#55005.)
+    unsafe { ptr.as_ref() }.track().touch();
+    // Must be a release so that this holder's every use of the cell happens before the
+    // free, by whichever thread makes it.
     let prev = unsafe { ptr.as_ref() }
         .word()
         .fetch_sub(amount, Ordering::Release);
     debug_assert!(prev >= amount, "a ledger's reference count went below zero");
     if prev == amount {
+        // SAFETY: the word is zero: no handle and no permit refers to the cell, none can
+        // appear (new references are made only through live ones), and only this thread
+        // may free it. It is ours until the free below.
+        let cell = unsafe { ptr.as_ref() };
         // Must be an acquire so that it synchronises with every holder's release
-        // decrement: all their uses of the cell happen before the free below.
-        fence(Ordering::Acquire);
-        // SAFETY: the word is now zero, so no handle and no permit refers to the cell,
-        // and none can appear (new references are made only through live ones).
+        // decrement: all their uses of the cell happen before the free below. (A load,
+        // not a fence: see the module docs.)
+        let word = cell.word().load(Ordering::Acquire);
+        debug_assert_eq!(word, 0, "a reference appeared after the last one went");
+        cell.track().retire();
+        // SAFETY: as above; `cell` is not used after this line.
         drop(unsafe { Box::from_raw(ptr.as_ptr()) });
         #[cfg(test)]
         live::change(-1);

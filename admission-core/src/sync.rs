@@ -6,13 +6,14 @@
 
 #[cfg(not(admission_loom))]
 mod imp {
-    pub(crate) use std::sync::atomic::{fence, AtomicU64, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicU64, Ordering};
     pub(crate) use std::sync::Arc;
 
     /// A mutex whose `lock` cannot fail (`parking_lot` has no poisoning).
     pub(crate) type Mutex<T> = parking_lot::Mutex<T>;
 
-    /// Allocation tracking exists only under loom; here it is a zero-sized no-op.
+    /// Allocation and access tracking exist only under loom; here they are zero-sized
+    /// no-ops that compile away.
     #[derive(Debug)]
     pub(crate) struct Track;
 
@@ -20,12 +21,18 @@ mod imp {
         pub(crate) fn new() -> Self {
             Track
         }
+
+        #[inline(always)]
+        pub(crate) fn touch(&self) {}
+
+        #[inline(always)]
+        pub(crate) fn retire(&self) {}
     }
 }
 
 #[cfg(admission_loom)]
 mod imp {
-    pub(crate) use loom::sync::atomic::{fence, AtomicU64, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicU64, Ordering};
     pub(crate) use loom::sync::Arc;
 
     /// loom's mutex behind `parking_lot`'s signature.
@@ -46,13 +53,36 @@ mod imp {
     }
 
     /// Every ledger allocation carries one of these under loom, so a leaked or
-    /// never-freed ledger fails the model at the end of the execution.
+    /// never-freed ledger fails the model at the end of the execution, and a free that
+    /// does not happen after every holder's last use fails it at once.
+    ///
+    /// loom does not see freeing memory as an access, so the cell stands for the
+    /// allocation's memory: each holder reads it just before giving up its share
+    /// ([`touch`](Self::touch)), and the free writes it ([`retire`](Self::retire)). A
+    /// write that is not ordered after every earlier read is a causality violation in
+    /// loom's model, which is exactly a free racing a holder's use.
     #[derive(Debug)]
-    pub(crate) struct Track(#[allow(dead_code)] loom::alloc::Track<()>);
+    pub(crate) struct Track {
+        _alloc: loom::alloc::Track<()>,
+        memory: loom::cell::UnsafeCell<()>,
+    }
 
     impl Track {
         pub(crate) fn new() -> Self {
-            Self(loom::alloc::Track::new(()))
+            Self {
+                _alloc: loom::alloc::Track::new(()),
+                memory: loom::cell::UnsafeCell::new(()),
+            }
+        }
+
+        /// A holder's use of the allocation (a read), before it gives up its share.
+        pub(crate) fn touch(&self) {
+            self.memory.with(|_| ());
+        }
+
+        /// The free (a write): must happen after every `touch`.
+        pub(crate) fn retire(&self) {
+            self.memory.with_mut(|_| ());
         }
     }
 }
