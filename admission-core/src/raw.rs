@@ -73,13 +73,15 @@ pub(crate) fn alloc<T>(value: T) -> NonNull<T> {
 /// `amount` on behalf of the caller, who neither uses `ptr` after this call nor gives
 /// up the same `amount` twice.
 pub(crate) unsafe fn put<T: Counted>(ptr: NonNull<T>, amount: u64) {
-    // SAFETY (both): the caller's share of the count keeps the cell alive until this
-    // decrement. Each reference is a temporary that ends with its expression, so nothing
-    // of ours refers to the cell once another holder may free it. (`Arc` has the same gap
-    // between its decrement and the function's return: rust-lang/rust#55005.)
+    // SAFETY: the caller's share of the count keeps the cell alive until the decrement
+    // below, and the reference ends with this expression.
     unsafe { ptr.as_ref() }.track().touch();
     // Must be a release so that this holder's every use of the cell happens before the
     // free, by whichever thread makes it.
+    // SAFETY: as above, up to this decrement. The reference is a temporary that ends
+    // with the expression, so nothing of ours refers to the cell once another holder may
+    // free it. (`Arc` has the same gap between its decrement and the function's return:
+    // rust-lang/rust#55005.)
     let prev = unsafe { ptr.as_ref() }
         .word()
         .fetch_sub(amount, Ordering::Release);
