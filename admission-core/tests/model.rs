@@ -315,7 +315,12 @@ impl World {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+    // Under Miri every step is interpreted: a handful of cases, the same checks.
+    #![proptest_config(ProptestConfig {
+        cases: if cfg!(miri) { 4 } else { 512 },
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn ledgers_follow_the_reference_model(ops in proptest::collection::vec(op(), 1..80)) {

@@ -69,7 +69,7 @@ fn loom(filter: &[String]) -> Result<(), String> {
         )
         .env(
             "LOOM_MAX_PREEMPTIONS",
-            env::var("LOOM_MAX_PREEMPTIONS").unwrap_or_else(|_| "2".into()),
+            env::var("LOOM_MAX_PREEMPTIONS").unwrap_or_else(|_| "3".into()),
         );
     run("loom models", &mut cmd)
 }
