@@ -777,13 +777,15 @@ mod loom_models {
     }
 
     /// Two requests race for a byte budget that fits one: both may pass the checks, so
-    /// a loser with a key takes its key before its charge fails. It gives the key back,
-    /// and the keys high-water mark never saw it: marks record only complete admissions.
+    /// a loser with a key takes its key and a count slot before its charge fails. It
+    /// gives both back (the gate's rollback), and the keys high-water mark never saw it:
+    /// marks record only complete admissions.
     #[test]
     fn gate_race_at_the_byte_budget_leaves_no_trace_of_the_loser_in_high_water_marks() {
         loom::model(|| {
             let gate = Gate::<u8>::builder()
                 .hasher(fixed())
+                .count(3)
                 .bytes(100)
                 .per_key(1)
                 .build()
@@ -805,6 +807,9 @@ mod loom_models {
             );
             assert_eq!(snap.bytes.unwrap().high_water, 61);
             assert_eq!(snap.bytes.unwrap().refused, 1);
+            // Rolled back: the count and the key hold only the admitted requests.
+            assert_eq!(snap.count.unwrap().in_flight, 2);
+            assert_eq!(snap.keyed.unwrap().keys, keyed.is_some() as u64);
         });
     }
 

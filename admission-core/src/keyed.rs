@@ -915,4 +915,32 @@ mod loom_models {
             t.join().unwrap();
         });
     }
+
+    /// `max_keys` across shards: one key held, two new keys in different shards race for
+    /// the last of two slots. The slot is the word's, not a shard's: exactly one of them
+    /// is admitted, and the other is refused `KeyTable`.
+    #[test]
+    fn keyed_two_new_keys_in_two_shards_race_for_the_last_slot() {
+        // The shard a key lands in, as `KeyedInner::shard` chooses it.
+        let shard = |k: &u8| (fixed().hash_one(k) >> 32) as usize & (SHARDS - 1);
+        let first = (0..u8::MAX).find(|k| shard(k) == 0).unwrap();
+        let second = (0..u8::MAX).find(|k| shard(k) == 1).unwrap();
+        let held = (0..u8::MAX).find(|k| *k != first && *k != second).unwrap();
+        loom::model(move || {
+            let ledger = KeyedLedger::with_hasher(1, fixed()).unwrap();
+            ledger.set_max_keys(2).unwrap();
+            let _held = ledger.try_acquire(&held).unwrap();
+            let other = {
+                let ledger = ledger.clone();
+                loom::thread::spawn(move || ledger.try_acquire(&second))
+            };
+            let mine = ledger.try_acquire(&first);
+            let theirs = other.join().unwrap();
+            assert_eq!(mine.is_ok() as u8 + theirs.is_ok() as u8, 1);
+            assert_eq!(ledger.keys(), 2);
+            let refused = mine.as_ref().err().or(theirs.as_ref().err());
+            assert_eq!(refused, Some(&Refused::KeyTable));
+            assert_eq!(ledger.snapshot().keys_high_water, 2);
+        });
+    }
 }
