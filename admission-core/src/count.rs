@@ -78,7 +78,8 @@ use crate::{CapacityError, Refused};
 /// Admission itself is a counter: an acquisition synchronises with nothing, and the
 /// ledger makes no promise about the order of work done under different permits. (The
 /// release decrement and the final free are ordered: every release is a `Release`
-/// decrement and the one that frees issues an `Acquire` fence first, as `Arc` does.)
+/// decrement and the one that frees makes an `Acquire` load of the word first, as `Arc`
+/// does under ThreadSanitizer; weakening either fails the loom models and Miri.)
 #[derive(Clone)]
 pub struct CountLedger {
     owner: Arc<Owner<CountInner>>,
