@@ -713,6 +713,20 @@ mod tests {
     }
 
     #[test]
+    fn a_builder_shows_its_limits() {
+        let builder = Gate::<u8>::builder().count(3).per_key(2);
+        let shown = format!("{builder:?}");
+        assert!(
+            shown.starts_with("GateBuilder { limits: Limits {"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("count: 3") && shown.contains("per_key: 2"),
+            "{shown}"
+        );
+    }
+
+    #[test]
     fn a_disabled_gate_admits_everything_and_holds_nothing() {
         let gate = Gate::<u8>::builder().build().unwrap();
         assert!(gate.is_disabled());

@@ -473,6 +473,14 @@ impl<K, S> KeyedLedger<K, S> {
     }
 }
 
+/// Whether a shard's table should give memory back: memory stays proportional to the
+/// keys in flight after a burst of many keys. Tables of up to 64 entries are left alone,
+/// and a table is shrunk (to twice its length: slack, so a key that comes and goes does
+/// not rehash it each time) only when it is at most a quarter full.
+fn worth_shrinking(capacity: usize, len: usize) -> bool {
+    capacity > 64 && capacity > 4 * len
+}
+
 fn encode_limit(value: usize) -> Result<u64, CapacityError> {
     limit::encode(value as u64, MAX_CAP as u64)
 }
@@ -582,8 +590,7 @@ impl<K, S> KeyedPermit<K, S> {
         // orders nothing for the lifetime protocol; `held` and the table are ordered by
         // the lock.
         inner.state.fetch_add(RECLAIM - 1, Ordering::Relaxed);
-        // Keep memory proportional to the keys in flight after a burst of many keys.
-        if table.capacity() > 64 && table.capacity() > 4 * table.len() {
+        if worth_shrinking(table.capacity(), table.len()) {
             let len = table.len();
             table.shrink_to(len * 2, |e| e.get().hash);
         }
@@ -807,6 +814,72 @@ mod tests {
         });
         assert_eq!(ledger.keys(), 0);
         assert_eq!(ledger.snapshot().keys_high_water, 1);
+    }
+
+    /// Entries per shard, each shard table's capacity, and the bytes it has allocated.
+    fn shards<K, S>(ledger: &KeyedLedger<K, S>) -> Vec<(usize, usize, usize)> {
+        let inner = ledger.owner.get();
+        inner
+            .shards
+            .iter()
+            .map(|s| {
+                let table = s.lock();
+                (table.len(), table.capacity(), table.allocation_size())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn keys_spread_over_every_shard() {
+        let ledger = KeyedLedger::new(1).unwrap();
+        let keys = SHARDS as u64 * 100;
+        let held: Vec<_> = (0..keys).map(|k| ledger.try_acquire(&k).unwrap()).collect();
+        let lens: Vec<usize> = shards(&ledger).into_iter().map(|(len, ..)| len).collect();
+        let (min, max) = (*lens.iter().min().unwrap(), *lens.iter().max().unwrap());
+        // 100 a shard on average; a fair hash keeps every shard within a factor of two.
+        assert!(
+            min >= 50 && max <= 200,
+            "keys per shard from {min} to {max}"
+        );
+        drop(held);
+    }
+
+    #[test]
+    fn a_shard_returns_memory_as_its_keys_go_but_keeps_slack_and_small_tables() {
+        let ledger = KeyedLedger::new(1).unwrap();
+        let hasher = &ledger.inner().hasher;
+        // 100 keys that all land in shard 0.
+        let keys: Vec<u64> = (0..)
+            .filter(|k| (hasher.hash_one(k) >> 32) as usize & (SHARDS - 1) == 0)
+            .take(100)
+            .collect();
+        let mut held: Vec<_> = keys
+            .iter()
+            .map(|k| ledger.try_acquire(k).unwrap())
+            .collect();
+        let (mut len, mut capacity, mut allocated) = shards(&ledger)[0];
+        assert_eq!(len, 100);
+        let mut shrunk = 0;
+        while let Some(permit) = held.pop() {
+            drop(permit);
+            let before = (capacity, allocated);
+            (len, capacity, allocated) = shards(&ledger)[0];
+            if before.0 <= 64 {
+                assert_eq!(allocated, before.1, "a small table is never shrunk");
+            } else if allocated != before.1 {
+                shrunk += 1;
+                // Slack is kept, so a key that comes and goes does not rehash each time.
+                assert!(capacity >= 2 * len, "shrunk to {capacity} for {len} keys");
+            }
+            // Memory follows the keys: never more than four times what is held, past
+            // a small table.
+            assert!(
+                capacity <= 64 || capacity <= 4 * len,
+                "{capacity} for {len} keys"
+            );
+        }
+        assert!(shrunk >= 1, "the table never gave memory back");
+        assert!(capacity <= 64, "{capacity} left for no keys");
     }
 
     #[test]
