@@ -708,6 +708,16 @@ mod tests {
     }
 
     #[test]
+    fn the_maximum_charge_reads_back_as_set_and_zero_when_unset() {
+        let ledger = ByteLedger::new(100).unwrap();
+        assert_eq!(ledger.max_charge(), 0);
+        ledger.set_max_charge(40).unwrap();
+        assert_eq!(ledger.max_charge(), 40);
+        ledger.set_max_charge(0).unwrap();
+        assert_eq!(ledger.max_charge(), 0);
+    }
+
+    #[test]
     #[cfg_attr(miri, ignore = "8 million permits: too many to interpret")]
     fn the_permit_count_is_bounded_and_refuses_rather_than_overflowing() {
         let ledger = ByteLedger::new(0).unwrap();

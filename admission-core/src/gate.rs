@@ -713,6 +713,43 @@ mod tests {
     }
 
     #[test]
+    fn a_gate_is_disabled_only_with_no_dimension_at_all() {
+        assert!(Gate::<u8>::builder().build().unwrap().is_disabled());
+        assert!(!Gate::<u8>::builder()
+            .count(1)
+            .build()
+            .unwrap()
+            .is_disabled());
+        assert!(!Gate::<u8>::builder()
+            .bytes(1)
+            .build()
+            .unwrap()
+            .is_disabled());
+        assert!(!Gate::<u8>::builder()
+            .per_key(1)
+            .build()
+            .unwrap()
+            .is_disabled());
+    }
+
+    #[test]
+    fn the_byte_permit_taken_out_keeps_its_charge_and_the_rest_stays() {
+        let gate = gate();
+        let mut permit = gate.try_admit(Some(&1), 40).unwrap();
+        let bytes = permit.take_bytes().expect("the gate has a byte dimension");
+        assert_eq!(bytes.charged(), 40);
+        assert!(permit.take_bytes().is_none(), "taken once");
+        drop(permit);
+        assert_eq!(
+            levels(&gate),
+            (0, 40, 0),
+            "count and key released, bytes held"
+        );
+        drop(bytes);
+        assert_eq!(levels(&gate), (0, 0, 0));
+    }
+
+    #[test]
     fn a_builder_shows_its_limits() {
         let builder = Gate::<u8>::builder().count(3).per_key(2);
         let shown = format!("{builder:?}");

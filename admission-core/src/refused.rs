@@ -150,3 +150,50 @@ impl fmt::Display for CapacityError {
 }
 
 impl std::error::Error for CapacityError {}
+
+#[cfg(all(test, not(admission_loom)))]
+mod tests {
+    use super::*;
+
+    const ALL: [Refused; 5] = [
+        Refused::Count,
+        Refused::Bytes,
+        Refused::Key,
+        Refused::KeyTable,
+        Refused::TooLarge,
+    ];
+
+    #[test]
+    fn only_too_large_is_not_worth_retrying() {
+        let retryable: Vec<bool> = ALL.iter().map(|r| r.is_retryable()).collect();
+        assert_eq!(retryable, [true, true, true, true, false]);
+    }
+
+    #[test]
+    fn each_refusal_names_its_dimension_and_reads_as_a_sentence() {
+        let names: Vec<&str> = ALL.iter().map(|r| r.dimension()).collect();
+        assert_eq!(names, ["count", "bytes", "key", "key_table", "too_large"]);
+        let shown: Vec<String> = ALL.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "count limit reached",
+                "byte budget exhausted",
+                "per-key limit reached",
+                "key table full",
+                "request too large",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_capacity_error_says_what_was_asked_and_what_fits() {
+        let err = CapacityError::check(10, 7).unwrap_err();
+        assert_eq!((err.requested(), err.maximum()), (10, 7));
+        assert_eq!(
+            err.to_string(),
+            "capacity 10 exceeds the maximum 7 this ledger can represent"
+        );
+        assert_eq!(CapacityError::check(7, 7), Ok(7));
+    }
+}
