@@ -84,6 +84,26 @@ fn batch(prefix: &str, n: u64) -> (Vec<SpanData>, Vec<String>) {
     (spans, names)
 }
 
+/// Exports `batch` while `held` (what other requests hold) stays held for 300 ms: the
+/// export is refused until then, and must succeed by the exporter's own retries.
+async fn export_while_held<T: Send + 'static>(
+    exporter: &opentelemetry_otlp::SpanExporter,
+    held: T,
+    (spans, names): (Vec<SpanData>, Vec<String>),
+    expected: &mut Vec<String>,
+) {
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(held);
+    });
+    expected.extend(names);
+    exporter
+        .export(spans)
+        .await
+        .expect("exported after retrying");
+    release.await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_otlp_exporter_retries_head_and_mid_stream_refusals_and_every_span_arrives_once() {
     let refusals: Arc<Mutex<HashMap<&'static str, usize>>> = Arc::default();
@@ -124,17 +144,7 @@ async fn the_otlp_exporter_retries_head_and_mid_stream_refusals_and_every_span_a
     // Saturated by count: another request holds the one slot for 300 ms. The export is
     // refused at the head, and retried until the slot is free.
     let held = layer.gate().count().unwrap().try_acquire().unwrap();
-    let release = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        drop(held);
-    });
-    let (spans, names) = batch("count", 20);
-    expected.extend(names);
-    exporter
-        .export(spans)
-        .await
-        .expect("exported after retrying");
-    release.await.unwrap();
+    export_while_held(&exporter, held, batch("count", 20), &mut expected).await;
 
     // Saturated by bytes: other requests hold 14 KiB of the 16 KiB budget for 300 ms.
     // The exporter sends no content-length, so its ~3 KiB batch is refused as it
@@ -144,17 +154,7 @@ async fn the_otlp_exporter_retries_head_and_mid_stream_refusals_and_every_span_a
         bytes.try_charge(7 << 10).unwrap(),
         bytes.try_charge(7 << 10).unwrap(),
     ];
-    let release = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        drop(held);
-    });
-    let (spans, names) = batch("bytes", 20);
-    expected.extend(names);
-    exporter
-        .export(spans)
-        .await
-        .expect("exported after retrying");
-    release.await.unwrap();
+    export_while_held(&exporter, held, batch("bytes", 20), &mut expected).await;
 
     // Idle again: a batch goes through at once.
     let (spans, names) = batch("idle", 20);
