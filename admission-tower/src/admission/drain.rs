@@ -164,6 +164,12 @@ impl<B> DrainProj<'_, B> {
     /// Without a timer, a drain never waits.
     #[cfg(not(feature = "tokio"))]
     fn wait(&mut self, _cx: &mut Context<'_>) -> Poll<bool> {
-        Poll::Ready(false)
+        give_up_without_a_timer()
     }
+}
+
+/// What a drain does when its body is not at hand and there is no timer to bound a wait.
+#[cfg(not(feature = "tokio"))]
+fn give_up_without_a_timer() -> Poll<bool> {
+    Poll::Ready(false)
 }
