@@ -543,3 +543,109 @@ async fn a_dry_run_never_answers_with_a_refusal_even_mid_stream() {
     assert_ne!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
     assert!(response.headers().get("connection").is_none());
 }
+
+/// Declares 10 bytes but may send up to 1000 (a server that does not enforce
+/// `Content-Length` hands such bodies on): sends 200.
+struct LongerThanDeclared(Option<Bytes>);
+
+impl http_body::Body for LongerThanDeclared {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Infallible>>> {
+        std::task::Poll::Ready(self.0.take().map(|b| Ok(http_body::Frame::data(b))))
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        let mut hint = http_body::SizeHint::new();
+        hint.set_upper(1000);
+        hint
+    }
+}
+
+#[tokio::test]
+async fn a_body_longer_than_it_declared_is_refused_as_it_outgrows_its_charge() {
+    let layer = AdmissionLayer::builder()
+        .bytes(100)
+        .build()
+        .unwrap()
+        .unwrap();
+    let others = layer.gate().bytes().unwrap().try_charge(50).unwrap();
+    let service = layer.layer(tower::service_fn(
+        |req: Request<admission_http::MeteredBody<LongerThanDeclared>>| async move {
+            let status = match req.into_body().collect().await {
+                Ok(_) => StatusCode::OK,
+                Err(_) => StatusCode::BAD_REQUEST,
+            };
+            let mut response = http::Response::new(Full::<Bytes>::default());
+            *response.status_mut() = status;
+            Ok::<_, Infallible>(response)
+        },
+    ));
+    let request = Request::post("/upload")
+        .header("content-length", "10")
+        .body(LongerThanDeclared(Some(Bytes::from(vec![0; 200]))))
+        .unwrap();
+    let response = service.oneshot(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()["retry-after"], "1");
+    drop(others);
+}
+
+/// An inner service that is never ready.
+#[derive(Debug, Clone)]
+struct NeverReady;
+
+impl tower::Service<Request<admission_http::MeteredBody<Full<Bytes>>>> for NeverReady {
+    type Response = http::Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(
+        &mut self,
+        _cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Pending
+    }
+
+    fn call(&mut self, _: Request<admission_http::MeteredBody<Full<Bytes>>>) -> Self::Future {
+        std::future::ready(Ok(http::Response::new(Full::default())))
+    }
+}
+
+#[tokio::test]
+async fn the_service_is_ready_when_its_inner_service_is_and_shows_its_state() {
+    let layer = AdmissionLayer::builder().count(1).build().unwrap().unwrap();
+    let mut service = layer.layer(NeverReady);
+    let waker = std::task::Waker::noop();
+    let mut cx = std::task::Context::from_waker(waker);
+    let ready = tower::Service::<Request<Full<Bytes>>>::poll_ready(&mut service, &mut cx);
+    assert!(
+        ready.is_pending(),
+        "not ready while the inner service is not"
+    );
+    assert_eq!(service.snapshot(), layer.snapshot());
+    assert_eq!(service.snapshot().gate.count.unwrap().capacity, 1);
+    let shown = format!("{service:?}");
+    assert!(
+        shown.starts_with("Admission {") && shown.contains("capacity: 1"),
+        "{shown}"
+    );
+
+    let mut ok = layer.layer(ok_service());
+    let future = tower::Service::call(&mut ok, request(Version::HTTP_11, 0, &[]));
+    assert_eq!(
+        format!("{future:?}"),
+        r#"ResponseFuture { state: "admitted" }"#
+    );
+    drop(future);
+    let _held = ok.clone().oneshot(request(Version::HTTP_11, 0, &[])).await;
+    let refused = tower::Service::call(&mut ok, request(Version::HTTP_11, 0, &[]));
+    assert_eq!(
+        format!("{refused:?}"),
+        r#"ResponseFuture { state: "refused" }"#
+    );
+}
