@@ -146,30 +146,25 @@ impl<B: Body> Future for Drain<B> {
 
 impl<B> DrainProj<'_, B> {
     /// The body is not at hand: wait for it until the deadline, which starts now.
-    #[cfg(feature = "tokio")]
+    /// Without a timer (no `tokio` feature, or outside a tokio runtime), never wait.
     fn wait(&mut self, cx: &mut Context<'_>) -> Poll<bool> {
-        if self.deadline.is_none() {
-            // Outside a tokio runtime there is no timer to bound the wait: do not wait.
-            if tokio::runtime::Handle::try_current().is_err() {
-                return Poll::Ready(false);
+        #[cfg(not(feature = "tokio"))]
+        {
+            let _ = cx;
+            Poll::Ready(false)
+        }
+        #[cfg(feature = "tokio")]
+        {
+            if self.deadline.is_none() {
+                if tokio::runtime::Handle::try_current().is_err() {
+                    return Poll::Ready(false);
+                }
+                *self.deadline = Some(Box::pin(tokio::time::sleep(self.limits.within)));
             }
-            *self.deadline = Some(Box::pin(tokio::time::sleep(self.limits.within)));
-        }
-        match self.deadline.as_mut().map(|sleep| sleep.as_mut().poll(cx)) {
-            Some(Poll::Ready(())) => Poll::Ready(false),
-            _ => Poll::Pending,
+            match self.deadline.as_mut().map(|sleep| sleep.as_mut().poll(cx)) {
+                Some(Poll::Ready(())) => Poll::Ready(false),
+                _ => Poll::Pending,
+            }
         }
     }
-
-    /// Without a timer, a drain never waits.
-    #[cfg(not(feature = "tokio"))]
-    fn wait(&mut self, _cx: &mut Context<'_>) -> Poll<bool> {
-        give_up_without_a_timer()
-    }
-}
-
-/// What a drain does when its body is not at hand and there is no timer to bound a wait.
-#[cfg(not(feature = "tokio"))]
-fn give_up_without_a_timer() -> Poll<bool> {
-    Poll::Ready(false)
 }
