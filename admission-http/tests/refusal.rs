@@ -1,0 +1,93 @@
+//! Refusal answers and the errors a refused body carries, checked as a handler or an
+//! adapter sees them.
+
+mod support;
+
+use std::error::Error;
+use std::time::Duration;
+
+use admission_core::{ByteLedger, Refused};
+use admission_http::{
+    BodyRefused, MeteredBody, PermitBody, RefusalBody, Refusals, Rejection, RequestCharge,
+};
+use bytes::Bytes;
+use http::StatusCode;
+use support::{poll, Hint, Script, Step};
+
+fn request() -> http::Request<()> {
+    http::Request::get("/api/items").body(()).unwrap()
+}
+
+#[test]
+fn retry_after_is_the_delay_rounded_up_to_whole_seconds() {
+    let cases = [(0, 0), (1, 1), (999, 1), (1000, 1), (1001, 2), (2500, 3)];
+    for (millis, secs) in cases {
+        let refusals = Refusals::new().retry_after(Duration::from_millis(millis));
+        assert_eq!(refusals.retry_delay(), Duration::from_millis(millis));
+        assert_eq!(refusals.retry_after_secs(), secs, "{millis} ms");
+    }
+    let response = Refusals::new()
+        .retry_after(Duration::from_secs(7))
+        .respond(&request(), Rejection::Refused(Refused::Count));
+    assert_eq!(response.headers()["retry-after"], "7");
+}
+
+#[test]
+fn a_body_closure_shapes_the_body_and_a_response_closure_the_whole_answer() {
+    let shaped =
+        Refusals::new().body(|cx| RefusalBody::json(format!("{{\"path\":\"{}\"}}", cx.uri.path())));
+    let response = shaped.respond(&request(), Rejection::Refused(Refused::Key));
+    assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(response.headers()["content-type"], "application/json");
+    assert_eq!(response.body(), r#"{"path":"/api/items"}"#);
+
+    let whole = shaped.response(|cx| {
+        let mut response = http::Response::new(Bytes::from(cx.rejection.to_string()));
+        *response.status_mut() = StatusCode::IM_A_TEAPOT;
+        response
+    });
+    let response = whole.respond(&request(), Rejection::Refused(Refused::Bytes));
+    assert_eq!(response.status(), StatusCode::IM_A_TEAPOT);
+    assert_eq!(response.body(), "byte budget exhausted");
+    assert_eq!(RefusalBody::text("busy").bytes(), "busy");
+}
+
+#[test]
+fn a_refused_body_carries_the_configured_error_as_its_source() {
+    let plain = Refusals::new();
+    assert!(!plain.has_body_error());
+    let refusals = plain
+        .retry_after(Duration::from_millis(1500))
+        .body_error(|cx| format!("{} retry in {:?}", cx.refused, cx.retry_delay).into());
+    assert!(refusals.has_body_error());
+
+    let ledger = ByteLedger::new(10).unwrap();
+    let _others = ledger.try_charge(10).unwrap();
+    let charge = RequestCharge::with_refusals(ledger.try_charge(0).unwrap(), &refusals);
+    let script = Script::new(Hint::Never, [Step::Data("more than fits")]);
+    let mut body = MeteredBody::new(script, charge.clone());
+    assert_eq!(body.charge().map(RequestCharge::charged), Some(0));
+    let std::task::Poll::Ready(Some(Err(err))) = poll(&mut body) else {
+        panic!("the body must fail");
+    };
+    let refused = err.downcast_ref::<BodyRefused>().unwrap();
+    assert_eq!(
+        refused.to_string(),
+        "request body refused: byte budget exhausted"
+    );
+    let source = refused.source().expect("the configured error");
+    assert_eq!(
+        source.to_string(),
+        "byte budget exhausted retry in Some(1.5s)"
+    );
+    assert_eq!(charge.refused(), Some(Refused::Bytes));
+
+    // Without a configured error, no source.
+    assert!(BodyRefused::new(Refused::Bytes).source().is_none());
+}
+
+#[test]
+fn a_permit_body_shows_its_permit_until_it_is_released() {
+    let body = PermitBody::new(Script::new(Hint::Never, [Step::Data("x")]), 7_u8);
+    assert_eq!(body.permit(), Some(&7));
+}
