@@ -314,6 +314,9 @@ impl World {
     }
 }
 
+/// Operations per case: fewer under Miri, which interprets every step of every one.
+const MAX_OPS: usize = if cfg!(miri) { 24 } else { 80 };
+
 proptest! {
     // Under Miri every step is interpreted: a handful of cases, the same checks.
     #![proptest_config(ProptestConfig {
@@ -323,7 +326,7 @@ proptest! {
     })]
 
     #[test]
-    fn ledgers_follow_the_reference_model(ops in proptest::collection::vec(op(), 1..80)) {
+    fn ledgers_follow_the_reference_model(ops in proptest::collection::vec(op(), 1..MAX_OPS)) {
         let mut world = World::new();
         for op in ops {
             world.step(op);
