@@ -9,7 +9,7 @@ use admission_core::Refused;
 use admission_http::Rejection;
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderMap, Method, Request, Response, Uri, Version};
+use http::{Request, Response};
 use http_body::Body;
 use pin_project_lite::pin_project;
 
@@ -59,39 +59,34 @@ pin_project! {
 /// the layer's configuration. Kept only for a request whose body may still be refused.
 pub(crate) struct LateRefusal<K, H> {
     shared: Arc<Shared<K, H>>,
-    method: Method,
-    uri: Uri,
-    version: Version,
-    headers: HeaderMap,
+    /// The request's head without its extensions (which cannot be cloned).
+    head: Parts,
 }
 
 impl<K, H> LateRefusal<K, H> {
     pub(crate) fn new(shared: &Arc<Shared<K, H>>, parts: &Parts) -> Box<Self> {
+        let (mut head, ()) = Request::new(()).into_parts();
+        head.method = parts.method.clone();
+        head.uri = parts.uri.clone();
+        head.version = parts.version;
+        head.headers = parts.headers.clone();
         Box::new(Self {
             shared: shared.clone(),
-            method: parts.method.clone(),
-            uri: parts.uri.clone(),
-            version: parts.version,
-            headers: parts.headers.clone(),
+            head,
         })
     }
 
     /// The refusal, in place of the handler's answer to a body it could not read.
     #[cold]
     fn respond(self, refused: Refused) -> Response<Bytes> {
-        let rejection = Rejection::Refused(refused);
-        let (mut parts, ()) = Request::new(()).into_parts();
-        parts.method = self.method;
-        parts.uri = self.uri;
-        parts.version = self.version;
-        parts.headers = self.headers;
-        self.shared.refused(&parts, rejection);
+        let (head, rejection) = (&self.head, Rejection::Refused(refused));
+        self.shared.refused(head, rejection);
         let mut response =
             self.shared
                 .refusals
-                .respond_to(&parts.method, &parts.uri, &parts.headers, rejection);
+                .respond_to(&head.method, &head.uri, &head.headers, rejection);
         // The rest of the body is unread: on HTTP/1.x this is the connection's last.
-        if drain::is_http1(parts.version) {
+        if drain::is_http1(head.version) {
             drain::close(&mut response);
         }
         response
