@@ -21,14 +21,17 @@ fn layer(c: &mut Criterion) {
     let mut bare = tower::service_fn(ok::<Empty<Bytes>>);
     g.bench_function("bare", |b| b.iter(|| drive(&mut bare, &mut cx)));
 
-    let admission = AdmissionLayer::builder()
-        .count(1024)
-        .build()
-        .unwrap()
-        .unwrap();
+    let admission = AdmissionLayer::builder().count(1024).build().unwrap();
     let mut ours = admission.layer(tower::service_fn(ok));
     g.bench_function("admission", |b| {
         b.iter(|| drive::<_, Empty<Bytes>>(&mut ours, &mut cx))
+    });
+
+    // Every limit disabled: the same layer type, counting only (for drain and snapshots).
+    let disabled = AdmissionLayer::builder().build().unwrap();
+    let mut disabled = disabled.layer(tower::service_fn(ok));
+    g.bench_function("disabled", |b| {
+        b.iter(|| drive::<_, Empty<Bytes>>(&mut disabled, &mut cx))
     });
 
     let mut theirs = ServiceBuilder::new()

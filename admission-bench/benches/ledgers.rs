@@ -204,11 +204,7 @@ fn gate(c: &mut Criterion) {
             drop(black_box(gate.try_admit(Some(&key), CHARGE).unwrap()));
         })
     });
-    let (count, bytes, keys) = (
-        gate.count().unwrap(),
-        gate.bytes().unwrap(),
-        gate.keyed().unwrap(),
-    );
+    let (count, bytes, keys) = (gate.count(), gate.bytes().unwrap(), gate.keyed().unwrap());
     g.bench_function("sum_of_parts", |b| {
         b.iter(|| {
             key = (key + 1) % KEYS;

@@ -34,11 +34,14 @@ fn main() {
             }
         }
         "ours" => {
-            let l = AdmissionLayer::builder()
-                .count(1024)
-                .build()
-                .unwrap()
-                .unwrap();
+            let l = AdmissionLayer::builder().count(1024).build().unwrap();
+            let mut s = l.layer(tower::service_fn(ok));
+            for _ in 0..n {
+                drive::<_, Empty<Bytes>>(&mut s, &mut cx)
+            }
+        }
+        "disabled" => {
+            let l = AdmissionLayer::builder().build().unwrap();
             let mut s = l.layer(tower::service_fn(ok));
             for _ in 0..n {
                 drive::<_, Empty<Bytes>>(&mut s, &mut cx)

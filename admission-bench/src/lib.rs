@@ -14,6 +14,12 @@ pub mod report;
 /// One whole call of a tower service, for the layer benches.
 pub mod layer;
 
+/// The workspace README's examples, compiled and run as doctests (this crate is not
+/// published, so it can depend on every adapter the README shows).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct WorkspaceReadme;
+
 /// The floor: a bare compare-exchange acquire and an atomic-subtract release on one
 /// padded word. No permit object, no lifetime management: nothing can be cheaper and
 /// still refuse correctly.

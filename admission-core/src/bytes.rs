@@ -142,12 +142,32 @@ impl ByteLedger {
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
     pub fn new(budget: u64) -> Result<Self, CapacityError> {
+        Self::with_max_charge(budget, 0)
+    }
+
+    /// A ledger of `budget` bytes (0: unlimited) that refuses any single charge above
+    /// `max_charge` as [`Refused::TooLarge`] (0: no maximum beyond
+    /// [`MAX_BUDGET`](Self::MAX_BUDGET)).
+    ///
+    /// # Errors
+    ///
+    /// [`CapacityError`] if either is above [`MAX_BUDGET`](Self::MAX_BUDGET).
+    ///
+    /// ```
+    /// use admission_core::{ByteLedger, Refused};
+    ///
+    /// let ledger = ByteLedger::with_max_charge(1 << 20, 4096)?;
+    /// assert_eq!(ledger.try_charge(4097).unwrap_err(), Refused::TooLarge);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn with_max_charge(budget: u64, max_charge: u64) -> Result<Self, CapacityError> {
         let budget = Self::encode(budget)?;
+        let max_charge = Self::encode(max_charge)?;
         let inner = ByteInner {
             hot: CachePadded::new(Hot {
                 state: AtomicU64::new(OWNER),
                 budget: AtomicU64::new(budget),
-                max_charge: AtomicU64::new(limit::UNLIMITED),
+                max_charge: AtomicU64::new(max_charge),
             }),
             stats: CachePadded::new(Stats::new()),
             too_large: AtomicU64::new(0),
@@ -312,14 +332,17 @@ impl ByteLedger {
         limit::decode(self.inner().hot.budget.load(Ordering::Relaxed))
     }
 
-    /// Changes the budget for the next charge; 0 means unlimited.
+    /// Changes the budget for the next charge, to between 1 and
+    /// [`MAX_BUDGET`](Self::MAX_BUDGET).
     ///
     /// Lowering it never revokes a held charge; new charges are refused until the held
     /// ones drain below it (the lone-request exemption still applies on an idle ledger).
     ///
     /// # Errors
     ///
-    /// [`CapacityError`] above [`MAX_BUDGET`](Self::MAX_BUDGET); the budget is unchanged.
+    /// [`CapacityError`] for 0 (which would remove the budget: that is
+    /// [`set_budget_unlimited`](Self::set_budget_unlimited)) or above `MAX_BUDGET`; the
+    /// budget is then unchanged.
     ///
     /// # Examples
     ///
@@ -333,9 +356,25 @@ impl ByteLedger {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_budget(&self, budget: u64) -> Result<(), CapacityError> {
-        let budget = Self::encode(budget)?;
+        let budget = CapacityError::check_nonzero(budget, Self::MAX_BUDGET)?;
         self.inner().hot.budget.store(budget, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Removes the budget: charges are refused only above the maximum single charge.
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    ///
+    /// let ledger = ByteLedger::new(100)?;
+    /// ledger.set_budget_unlimited();
+    /// assert_eq!(ledger.budget(), 0);
+    /// let _big = ledger.try_charge(1 << 30)?;
+    /// let _more = ledger.try_charge(1 << 30)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_budget_unlimited(&self) {
+        (self.inner().hot.budget).store(limit::UNLIMITED, Ordering::Relaxed);
     }
 
     /// The largest single charge (and the largest a permit may grow to); 0 means no
@@ -354,12 +393,14 @@ impl ByteLedger {
         limit::decode(self.inner().hot.max_charge.load(Ordering::Relaxed))
     }
 
-    /// Sets the largest single charge; a larger one is refused as
-    /// [`Refused::TooLarge`], even on an idle ledger. 0 removes the maximum.
+    /// Sets the largest single charge, between 1 and [`MAX_BUDGET`](Self::MAX_BUDGET); a
+    /// larger one is refused as [`Refused::TooLarge`], even on an idle ledger.
     ///
     /// # Errors
     ///
-    /// [`CapacityError`] above [`MAX_BUDGET`](Self::MAX_BUDGET).
+    /// [`CapacityError`] for 0 (which would remove the maximum: that is
+    /// [`set_max_charge_unlimited`](Self::set_max_charge_unlimited)) or above
+    /// `MAX_BUDGET`; the maximum is then unchanged.
     ///
     /// # Examples
     ///
@@ -373,9 +414,24 @@ impl ByteLedger {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_max_charge(&self, max: u64) -> Result<(), CapacityError> {
-        let max = Self::encode(max)?;
+        let max = CapacityError::check_nonzero(max, Self::MAX_BUDGET)?;
         self.inner().hot.max_charge.store(max, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Removes the maximum single charge (none beyond [`MAX_BUDGET`](Self::MAX_BUDGET)).
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    ///
+    /// let ledger = ByteLedger::with_max_charge(0, 10)?;
+    /// ledger.set_max_charge_unlimited();
+    /// assert_eq!(ledger.max_charge(), 0);
+    /// assert!(ledger.try_charge(11).is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_max_charge_unlimited(&self) {
+        (self.inner().hot.max_charge).store(limit::UNLIMITED, Ordering::Relaxed);
     }
 
     /// A cheap reading of bytes in flight, budget, high-water mark and refusals (both
@@ -538,7 +594,7 @@ impl BytePermit {
     fn release(&mut self) {
         // SAFETY: the word holds `PERMIT + charged` on this permit's behalf (made on
         // charge, kept in step by `try_grow` and `shrink`); given up once, here.
-        unsafe { raw::put(self.inner, PERMIT + self.charged) }
+        unsafe { raw::put(self.inner, PERMIT + self.charged) };
     }
 }
 
@@ -683,7 +739,7 @@ mod tests {
         assert_eq!(p.try_grow(u64::MAX).unwrap_err(), Refused::TooLarge);
         assert_eq!(p.charged(), 50);
         assert_eq!(ledger.snapshot().refused, 3);
-        ledger.set_max_charge(0).unwrap();
+        ledger.set_max_charge_unlimited();
         p.try_grow(1).unwrap();
     }
 
@@ -713,7 +769,7 @@ mod tests {
         assert_eq!(ledger.max_charge(), 0);
         ledger.set_max_charge(40).unwrap();
         assert_eq!(ledger.max_charge(), 40);
-        ledger.set_max_charge(0).unwrap();
+        ledger.set_max_charge_unlimited();
         assert_eq!(ledger.max_charge(), 0);
     }
 
@@ -747,7 +803,7 @@ mod tests {
         assert_eq!(p.charged(), 50, "growing to exactly the maximum is allowed");
         drop(p);
 
-        ledger.set_max_charge(0).unwrap();
+        ledger.set_max_charge_unlimited();
         let mut alone = ledger.try_charge(0).unwrap();
         alone.try_grow(ByteLedger::MAX_BUDGET).unwrap();
         drop(alone);

@@ -16,22 +16,33 @@
 //! never refuses spuriously. The benches (`admission-bench`, group `count`) measure both.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::ptr::NonNull;
+use std::task::{Context, Poll, Waker};
 
 use crossbeam_utils::CachePadded;
 
-use crate::limit;
+use crate::limit::{self, UNLIMITED};
 use crate::raw::{self, Counted, Owner, OWNER};
 use crate::stats::{Snapshot, Stats};
-use crate::sync::{Arc, AtomicU64, Ordering, Track};
+use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, Track};
 use crate::{CapacityError, Refused};
+
+/// Set in the word while a [`Drain`] waits for the last permit. A share of the count in
+/// its own right (see "Waiting for the last permit" on [`CountLedger::drain`]), and above
+/// every threshold, so nothing is admitted while it is set.
+const WATCH: u64 = 1 << 62;
+/// The permits-in-flight field of the word.
+const HELD: u64 = WATCH - 1;
 
 /// A limit on how many permits are in flight at once.
 ///
 /// Cloning the ledger gives another handle to the same limit. Permits are `'static`: a
 /// permit keeps the ledger's state alive by itself, so handles may be dropped while
-/// permits are still held. A capacity of 0 means unlimited: the ledger still counts
-/// (so [`snapshot`](Self::snapshot) works) but never refuses.
+/// permits are still held. A capacity of 0 given to [`new`](Self::new) means unlimited:
+/// the ledger still counts (so [`snapshot`](Self::snapshot) and [`drain`](Self::drain)
+/// work) but never refuses unless closed.
 ///
 /// What it bounds: the number of permits. It does not bound what each permit's holder
 /// does (bytes buffered, time taken); pair it with a [`ByteLedger`](crate::ByteLedger)
@@ -54,6 +65,15 @@ use crate::{CapacityError, Refused};
 /// assert_eq!(ledger.in_flight(), 0);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// # Run-time control
+///
+/// [`set_capacity`](Self::set_capacity) changes the limit for the next acquisition (and
+/// refuses 0, which in configuration means unlimited: removing the limit is
+/// [`set_unlimited`](Self::set_unlimited), written out). [`close`](Self::close) refuses
+/// everything new with [`Refused::Closed`] until [`reopen`](Self::reopen), whatever the
+/// capacity is set to meanwhile: a close by an operator or at shutdown is never undone by
+/// a later limit change. [`drain`](Self::drain) closes and waits for the last permit.
 ///
 /// # Cost, and the choice behind it
 ///
@@ -79,27 +99,49 @@ use crate::{CapacityError, Refused};
 /// ledger makes no promise about the order of work done under different permits. (The
 /// release decrement and the final free are ordered: every release is a `Release`
 /// decrement and the one that frees makes an `Acquire` load of the word first, as `Arc`
-/// does under ThreadSanitizer; weakening either fails the loom models and Miri.)
+/// does under ThreadSanitizer; weakening either fails the loom models and Miri.) A
+/// [`Drain`] that resolves because nothing is in flight has made an `Acquire` read of
+/// the last release: everything done under every permit happens before it returns.
 #[derive(Clone)]
 pub struct CountLedger {
     owner: Arc<Owner<CountInner>>,
 }
 
 struct CountInner {
-    /// The admission word and the capacity it is checked against, read together on
-    /// every acquire, share a cache line. The statistics, written on the cold path, are
-    /// on another line so a refusal storm does not slow admissions. (128-byte padding as
+    /// The admission word and the threshold it is checked against, read together on
+    /// every acquire, share a cache line. The rest, written on cold paths, is on another
+    /// line so a refusal storm does not slow admissions. (128-byte padding as
     /// `crossbeam_utils::CachePadded` chooses for x86_64 and aarch64: adjacent-line
     /// prefetch pairs lines.)
     hot: CachePadded<Hot>,
-    stats: CachePadded<Stats>,
+    cold: CachePadded<Cold>,
     track: Track,
 }
 
 struct Hot {
-    /// `OWNER` | permits in flight.
+    /// `OWNER` | `WATCH` | permits in flight.
     state: AtomicU64,
+    /// What an acquisition compares the permits in flight against: the capacity, 0 while
+    /// closed, `HELD` (a count no acquisition reaches) for unlimited. Written only
+    /// under `Cold::control`, from the capacity and the closed flag together, so a
+    /// capacity change cannot undo a close.
+    threshold: AtomicU64,
+}
+
+struct Cold {
+    stats: Stats,
+    /// The configured capacity in its stored form (`UNLIMITED` for none).
     capacity: AtomicU64,
+    closed: AtomicBool,
+    /// Serialises every change of the threshold, and holds the drains waiting.
+    control: Mutex<Waiters>,
+}
+
+/// The drains waiting for the last permit, each under the id it registered with.
+#[derive(Default)]
+struct Waiters {
+    list: Vec<(u64, Waker)>,
+    next_id: u64,
 }
 
 impl Counted for CountInner {
@@ -109,6 +151,84 @@ impl Counted for CountInner {
 
     fn track(&self) -> &Track {
         &self.track
+    }
+}
+
+impl CountInner {
+    /// Recomputes the threshold from the capacity and the closed flag. Called with
+    /// `cold.control` held.
+    fn store_threshold(&self) {
+        let threshold = match (self.cold.closed.load(Ordering::Relaxed), self.capacity()) {
+            (true, _) => 0,
+            (false, UNLIMITED) => HELD,
+            (false, capacity) => capacity,
+        };
+        // Relaxed: a plain setting, read by acquisitions as "the next acquisition" sees it.
+        self.hot.threshold.store(threshold, Ordering::Relaxed);
+    }
+
+    fn capacity(&self) -> u64 {
+        self.cold.capacity.load(Ordering::Relaxed)
+    }
+
+    /// The refusal of an acquisition the threshold turned away: closed, or full.
+    #[cold]
+    fn refuse(&self) -> Refused {
+        self.cold.stats.refuse();
+        if self.cold.closed.load(Ordering::Relaxed) {
+            Refused::Closed
+        } else {
+            Refused::Count
+        }
+    }
+
+    /// Takes `WATCH` out of the word if permits are still in flight: the last drain stopped
+    /// waiting before the last release. With none in flight, `WATCH` belongs to the
+    /// release that took the count to zero (see [`CountPermit::release`]) and is left to
+    /// it. Called with `cold.control` held.
+    fn unwatch(&self) {
+        let state = &self.hot.state;
+        let mut current = state.load(Ordering::Relaxed);
+        // Relaxed: the bit is a share of the count, but the word stays above zero with
+        // or without it (permits are in flight), so nothing is ordered for the lifetime
+        // protocol; who may take it is decided under the control lock.
+        while current & WATCH != 0 && current & HELD != 0 {
+            match state.compare_exchange_weak(
+                current,
+                current & !WATCH,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// The rest of the release that took the count from one to zero while `WATCH` was
+    /// set: wakes every drain, then gives `WATCH` back.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` is a live `CountInner` whose word held `WATCH` when the caller's own release
+    /// took the count to zero. That `WATCH` is then the caller's to give up: nothing can
+    /// acquire while it is set, and drains and `reopen` take it only while permits are
+    /// in flight. The caller does not use `ptr` afterwards.
+    #[cold]
+    #[inline(never)]
+    unsafe fn last_out(ptr: NonNull<CountInner>) {
+        let waiters = {
+            // SAFETY: the `WATCH` share keeps the cell alive until the `put` below.
+            let inner = unsafe { ptr.as_ref() };
+            let mut control = inner.cold.control.lock();
+            std::mem::take(&mut control.list)
+        };
+        // SAFETY: the `WATCH` share, given up once, after the lock guard is gone.
+        unsafe { raw::put(ptr, WATCH) };
+        // The wakers were moved out: waking touches nothing of the ledger's.
+        for (_, waker) in waiters {
+            waker.wake();
+        }
     }
 }
 
@@ -133,22 +253,24 @@ impl CountLedger {
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
     pub fn new(capacity: usize) -> Result<Self, CapacityError> {
-        let capacity = Self::encode(capacity)?;
+        let capacity = limit::encode(capacity as u64, Self::MAX_CAPACITY as u64)?;
         let inner = CountInner {
             hot: CachePadded::new(Hot {
                 state: AtomicU64::new(OWNER),
-                capacity: AtomicU64::new(capacity),
+                threshold: AtomicU64::new(0),
             }),
-            stats: CachePadded::new(Stats::new()),
+            cold: CachePadded::new(Cold {
+                stats: Stats::new(),
+                capacity: AtomicU64::new(capacity),
+                closed: AtomicBool::new(false),
+                control: Mutex::new(Waiters::default()),
+            }),
             track: Track::new(),
         };
+        inner.store_threshold();
         Ok(Self {
             owner: Arc::new(Owner::new(inner)),
         })
-    }
-
-    fn encode(capacity: usize) -> Result<u64, CapacityError> {
-        limit::encode(capacity as u64, Self::MAX_CAPACITY as u64)
     }
 
     #[inline]
@@ -162,7 +284,8 @@ impl CountLedger {
     ///
     /// # Errors
     ///
-    /// [`Refused::Count`] when the ledger is at (or above a lowered) capacity.
+    /// [`Refused::Count`] when the ledger is at (or above a lowered) capacity;
+    /// [`Refused::Closed`] while it is closed.
     ///
     /// # Examples
     ///
@@ -179,7 +302,7 @@ impl CountLedger {
     #[inline]
     pub fn try_acquire(&self) -> Result<CountPermit, Refused> {
         let (permit, level) = self.try_acquire_unobserved()?;
-        self.inner().stats.observe(level);
+        self.inner().cold.stats.observe(level);
         Ok(permit)
     }
 
@@ -189,20 +312,20 @@ impl CountLedger {
     #[inline]
     pub(crate) fn try_acquire_unobserved(&self) -> Result<(CountPermit, u64), Refused> {
         let inner = self.inner();
-        // Relaxed: the capacity is a plain setting; an acquisition racing `set_capacity`
-        // may see either value, which is the documented "next acquisition" semantics.
-        let capacity = inner.hot.capacity.load(Ordering::Relaxed);
+        // Relaxed: the threshold is a plain setting; an acquisition racing a change may
+        // see either value, which is the documented "next acquisition" semantics.
+        let threshold = inner.hot.threshold.load(Ordering::Relaxed);
         let mut current = inner.hot.state.load(Ordering::Relaxed);
         loop {
+            // `WATCH`, when set, is above every threshold: nothing is admitted.
             let held = current & !OWNER;
-            if held >= capacity {
-                inner.stats.refuse();
-                return Err(Refused::Count);
+            if held >= threshold {
+                return Err(inner.refuse());
             }
             // Relaxed on success: admission orders no other memory, and the new permit's
             // share of the reference count is made through our live handle, so no
             // ordering is needed for the lifetime protocol either (see `raw`). `held` is
-            // below `MAX_CAPACITY`, so `+ 1` cannot reach `OWNER`.
+            // below the threshold, itself at most `HELD`, so `+ 1` stays in its field.
             match inner.hot.state.compare_exchange_weak(
                 current,
                 current + 1,
@@ -223,15 +346,14 @@ impl CountLedger {
     /// Whether an acquisition would be admitted now, by one load and no write; a "no"
     /// is counted as a refusal. The gate asks this of every dimension before it takes
     /// anything, so a request that one dimension refuses holds nothing in another even
-    /// for a moment (no collateral refusals of other requests).
+    /// for a moment (no collateral refusals).
     #[inline]
     pub(crate) fn check(&self) -> Result<(), Refused> {
-        let hot = &*self.inner().hot;
+        let inner = self.inner();
         // Relaxed: advisory; the compare-exchange that follows decides.
-        let held = hot.state.load(Ordering::Relaxed) & !OWNER;
-        if held >= hot.capacity.load(Ordering::Relaxed) {
-            self.inner().stats.refuse();
-            return Err(Refused::Count);
+        let held = inner.hot.state.load(Ordering::Relaxed) & !OWNER;
+        if held >= inner.hot.threshold.load(Ordering::Relaxed) {
+            return Err(inner.refuse());
         }
         Ok(())
     }
@@ -239,7 +361,7 @@ impl CountLedger {
     /// Records a level an unobserved acquisition reached (see `try_acquire_unobserved`).
     #[inline]
     pub(crate) fn observe(&self, level: u64) {
-        self.inner().stats.observe(level);
+        self.inner().cold.stats.observe(level);
     }
 
     /// Permits in flight now.
@@ -253,10 +375,11 @@ impl CountLedger {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn in_flight(&self) -> u64 {
-        self.inner().hot.state.load(Ordering::Relaxed) & !OWNER
+        self.inner().hot.state.load(Ordering::Relaxed) & HELD
     }
 
-    /// The capacity in force; 0 means unlimited.
+    /// The configured capacity; 0 means unlimited. (A closed ledger keeps its capacity
+    /// and admits nothing: see [`is_closed`](Self::is_closed).)
     ///
     /// ```
     /// use admission_core::CountLedger;
@@ -265,18 +388,21 @@ impl CountLedger {
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
     pub fn capacity(&self) -> u64 {
-        limit::decode(self.inner().hot.capacity.load(Ordering::Relaxed))
+        limit::decode(self.inner().capacity())
     }
 
-    /// Changes the capacity for the next acquisition; 0 means unlimited.
+    /// Changes the capacity for the next acquisition, to between 1 and
+    /// [`MAX_CAPACITY`](Self::MAX_CAPACITY). A closed ledger stays closed (and takes this
+    /// capacity when reopened).
     ///
     /// Lowering the capacity below the number in flight refuses new permits until enough
     /// held ones are released; it never revokes a held permit.
     ///
     /// # Errors
     ///
-    /// [`CapacityError`] if `capacity` is above [`MAX_CAPACITY`](Self::MAX_CAPACITY); the
-    /// capacity in force is then unchanged.
+    /// [`CapacityError`] if `capacity` is 0 (which would remove the limit: that is
+    /// [`set_unlimited`](Self::set_unlimited); to admit nothing, [`close`](Self::close))
+    /// or above `MAX_CAPACITY`. The capacity in force is then unchanged.
     ///
     /// # Examples
     ///
@@ -291,12 +417,153 @@ impl CountLedger {
     /// assert!(ledger.try_acquire().is_err(), "one still held, capacity now one");
     /// drop(b);
     /// assert!(ledger.try_acquire().is_ok());
+    /// assert!(ledger.set_capacity(0).is_err(), "0 would remove the limit");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_capacity(&self, capacity: usize) -> Result<(), CapacityError> {
-        let capacity = Self::encode(capacity)?;
-        self.inner().hot.capacity.store(capacity, Ordering::Relaxed);
+        let capacity = CapacityError::check_nonzero(capacity as u64, Self::MAX_CAPACITY as u64)?;
+        self.configure(capacity);
         Ok(())
+    }
+
+    /// Removes the limit: every acquisition is admitted (unless the ledger is closed).
+    ///
+    /// ```
+    /// use admission_core::CountLedger;
+    ///
+    /// let ledger = CountLedger::new(1)?;
+    /// let _a = ledger.try_acquire()?;
+    /// ledger.set_unlimited();
+    /// assert_eq!(ledger.capacity(), 0);
+    /// let _b = ledger.try_acquire()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_unlimited(&self) {
+        self.configure(UNLIMITED);
+    }
+
+    fn configure(&self, capacity: u64) {
+        let inner = self.inner();
+        let _control = inner.cold.control.lock();
+        inner.cold.capacity.store(capacity, Ordering::Relaxed);
+        inner.store_threshold();
+    }
+
+    /// Refuses every new acquisition with [`Refused::Closed`] until
+    /// [`reopen`](Self::reopen); held permits are untouched. Capacity changes made while
+    /// closed take effect at the reopening, not before.
+    ///
+    /// ```
+    /// use admission_core::{CountLedger, Refused};
+    ///
+    /// let ledger = CountLedger::new(8)?;
+    /// ledger.close();
+    /// ledger.set_capacity(100)?; // an operator, or a controller, changing the limit
+    /// assert_eq!(ledger.try_acquire().unwrap_err(), Refused::Closed);
+    /// ledger.reopen();
+    /// assert!(ledger.try_acquire().is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn close(&self) {
+        let inner = self.inner();
+        let _control = inner.cold.control.lock();
+        inner.cold.closed.store(true, Ordering::Relaxed);
+        inner.store_threshold();
+    }
+
+    /// Admits again, at the configured capacity, after [`close`](Self::close) or
+    /// [`drain`](Self::drain). A pending [`Drain`] resolves: the ledger is no longer
+    /// draining.
+    ///
+    /// ```
+    /// use admission_core::CountLedger;
+    ///
+    /// let ledger = CountLedger::new(1)?;
+    /// ledger.close();
+    /// assert!(ledger.is_closed());
+    /// ledger.reopen();
+    /// assert!(!ledger.is_closed());
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn reopen(&self) {
+        let inner = self.inner();
+        let waiters = {
+            let mut control = inner.cold.control.lock();
+            inner.cold.closed.store(false, Ordering::Relaxed);
+            inner.store_threshold();
+            inner.unwatch();
+            std::mem::take(&mut control.list)
+        };
+        for (_, waker) in waiters {
+            waker.wake();
+        }
+    }
+
+    /// Whether the next acquisition is certain to be admitted: the ledger is unlimited
+    /// and open. One load; for adapters that skip counting while nothing can be refused.
+    ///
+    /// ```
+    /// use admission_core::CountLedger;
+    ///
+    /// let ledger = CountLedger::new(0)?;
+    /// assert!(ledger.admits_all());
+    /// ledger.close();
+    /// assert!(!ledger.admits_all());
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    #[inline]
+    pub fn admits_all(&self) -> bool {
+        // Relaxed: a setting, as in `try_acquire_unobserved`.
+        self.inner().hot.threshold.load(Ordering::Relaxed) == HELD
+    }
+
+    /// Whether the ledger is closed ([`close`](Self::close), [`drain`](Self::drain)).
+    ///
+    /// ```
+    /// use admission_core::CountLedger;
+    ///
+    /// assert!(!CountLedger::new(1)?.is_closed());
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn is_closed(&self) -> bool {
+        self.inner().cold.closed.load(Ordering::Relaxed)
+    }
+
+    /// Closes the ledger and returns a [`Drain`]: a future (and, off async code, a
+    /// blocking [`wait`](Drain::wait)) that completes once no permit is in flight. For
+    /// shutdown: refuse new work, let admitted work finish, then stop.
+    ///
+    /// # Waiting for the last permit
+    ///
+    /// The release that takes the count to zero must wake the drain, and so touches the
+    /// ledger after its count reached zero, when a handle dropped at that moment could
+    /// otherwise free it. A waiting drain therefore sets a bit in the ledger's word that
+    /// is a share of its reference count: the release that finds the bit as it takes
+    /// the count to zero inherits that share, wakes the drains under the ledger's lock,
+    /// and gives the share back only then. A drain that stops waiting (dropped) clears
+    /// the bit only while permits are still in flight, so the share has one owner at a
+    /// time; and nothing is admitted while the bit is set, so "zero in flight" cannot
+    /// change under the inheriting release. Releases without a drain pay one comparison.
+    /// loom models this, including a drain dropped while the last permit goes.
+    ///
+    /// ```
+    /// use admission_core::{CountLedger, Refused};
+    ///
+    /// let ledger = CountLedger::new(8)?;
+    /// let permit = ledger.try_acquire()?;
+    /// let drain = ledger.drain();
+    /// assert_eq!(ledger.try_acquire().unwrap_err(), Refused::Closed);
+    /// std::thread::spawn(move || drop(permit)); // the last request finishes
+    /// drain.wait();
+    /// assert_eq!(ledger.in_flight(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn drain(&self) -> Drain {
+        self.close();
+        Drain {
+            ledger: self.clone(),
+            id: None,
+        }
     }
 
     /// A cheap reading of in-flight, capacity, high-water mark and refusals.
@@ -314,8 +581,8 @@ impl CountLedger {
         Snapshot {
             in_flight: self.in_flight(),
             capacity: self.capacity(),
-            high_water: inner.stats.high_water(),
-            refused: inner.stats.refused(),
+            high_water: inner.cold.stats.high_water(),
+            refused: inner.cold.stats.refused(),
         }
     }
 }
@@ -325,6 +592,183 @@ impl fmt::Debug for CountLedger {
         f.debug_struct("CountLedger")
             .field("in_flight", &self.in_flight())
             .field("capacity", &self.capacity())
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
+/// The wait for a closed [`CountLedger`] to have nothing in flight; made by
+/// [`CountLedger::drain`] (or [`Gate::drain`](crate::Gate::drain)).
+///
+/// As a future it needs no particular runtime: it completes once no permit is in flight,
+/// or once the ledger is reopened (check [`CountLedger::is_closed`] if that matters).
+/// Dropping it stops waiting; the ledger stays closed. Off async code, use
+/// [`wait`](Self::wait) or [`wait_timeout`](Self::wait_timeout), which park the thread.
+#[must_use = "a drain does nothing unless awaited or waited on"]
+pub struct Drain {
+    ledger: CountLedger,
+    /// The id this drain's waker is registered under, once it has waited.
+    id: Option<u64>,
+}
+
+impl Drain {
+    /// The ledger being drained.
+    ///
+    /// ```
+    /// use admission_core::CountLedger;
+    ///
+    /// let ledger = CountLedger::new(2)?;
+    /// assert!(ledger.drain().ledger().is_closed());
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn ledger(&self) -> &CountLedger {
+        &self.ledger
+    }
+}
+
+/// Takes a drain's waker (registered under `id`, if it has waited) out of `waiters`.
+fn forget(id: &mut Option<u64>, waiters: &mut Waiters) {
+    if let Some(id) = id.take() {
+        waiters.list.retain(|(other, _)| *other != id);
+    }
+}
+
+impl Future for Drain {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        let inner = this.ledger.inner();
+        let mut control = inner.cold.control.lock();
+        if !inner.cold.closed.load(Ordering::Relaxed) {
+            // Reopened: not draining any more.
+            forget(&mut this.id, &mut control);
+            return Poll::Ready(());
+        }
+        let state = &inner.hot.state;
+        // Acquire: reading zero synchronises with every release decrement before it.
+        let mut current = state.load(Ordering::Acquire);
+        loop {
+            if current & HELD == 0 {
+                // Done. A `WATCH` still set is the last release's to give back.
+                forget(&mut this.id, &mut control);
+                return Poll::Ready(());
+            }
+            if current & WATCH != 0 {
+                break;
+            }
+            // Relaxed on success: the lock orders the waiters; see `unwatch`.
+            match state.compare_exchange_weak(
+                current,
+                current | WATCH,
+                Ordering::Relaxed,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(actual) => current = actual,
+            }
+        }
+        let id = match this.id {
+            Some(id) => id,
+            None => {
+                let id = control.next_id;
+                control.next_id += 1;
+                this.id = Some(id);
+                id
+            }
+        };
+        match control.list.iter_mut().find(|(other, _)| *other == id) {
+            Some((_, waker)) => waker.clone_from(cx.waker()),
+            None => control.list.push((id, cx.waker().clone())),
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for Drain {
+    fn drop(&mut self) {
+        if self.id.is_none() {
+            return;
+        }
+        let inner = self.ledger.inner();
+        let mut control = inner.cold.control.lock();
+        forget(&mut self.id, &mut control);
+        if control.list.is_empty() {
+            inner.unwatch();
+        }
+    }
+}
+
+#[cfg(not(admission_loom))]
+impl Drain {
+    /// Blocks the thread until no permit is in flight (or the ledger is reopened).
+    ///
+    /// ```
+    /// use admission_core::CountLedger;
+    ///
+    /// let ledger = CountLedger::new(0)?;
+    /// ledger.drain().wait(); // nothing in flight: at once
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn wait(mut self) {
+        let waker = Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        while Pin::new(&mut self).poll(&mut cx).is_pending() {
+            std::thread::park();
+        }
+    }
+
+    /// Blocks the thread until no permit is in flight (or the ledger is reopened), for
+    /// at most `timeout`; whether it got there.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_core::CountLedger;
+    ///
+    /// let ledger = CountLedger::new(1)?;
+    /// let stuck = ledger.try_acquire()?;
+    /// assert!(!ledger.drain().wait_timeout(Duration::from_millis(10)));
+    /// drop(stuck);
+    /// assert!(ledger.drain().wait_timeout(Duration::from_millis(10)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn wait_timeout(mut self, timeout: std::time::Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let waker = Waker::from(std::sync::Arc::new(Unpark(std::thread::current())));
+        let mut cx = Context::from_waker(&waker);
+        loop {
+            if Pin::new(&mut self).poll(&mut cx).is_ready() {
+                return true;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            std::thread::park_timeout(deadline - now);
+        }
+    }
+}
+
+/// Wakes a thread parked in [`Drain::wait`].
+#[cfg(not(admission_loom))]
+struct Unpark(std::thread::Thread);
+
+#[cfg(not(admission_loom))]
+impl std::task::Wake for Unpark {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+impl fmt::Debug for Drain {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Drain")
+            .field("in_flight", &self.ledger.in_flight())
+            .field("waiting", &self.id.is_some())
             .finish()
     }
 }
@@ -351,14 +795,22 @@ pub struct CountPermit {
 impl CountPermit {
     /// Gives the permit's unit back to its ledger. Called only from `Drop`, so it runs
     /// exactly once.
+    #[inline]
     fn release(&mut self) {
         // SAFETY: this permit added 1 to the word when it was made and gives it up here,
         // once (only `Drop` calls this); it never touches `inner` again.
-        unsafe { raw::put(self.inner, 1) }
+        let prev = unsafe { raw::put(self.inner, 1) };
+        if prev & !OWNER == WATCH | 1 {
+            // This release took the count to zero while a drain waited.
+            // SAFETY: as `last_out` requires: `WATCH` was set when this release took the
+            // count from one to zero, so that share is now this thread's.
+            unsafe { CountInner::last_out(self.inner) }
+        }
     }
 }
 
 impl Drop for CountPermit {
+    #[inline]
     fn drop(&mut self) {
         self.release();
     }
@@ -370,9 +822,10 @@ impl fmt::Debug for CountPermit {
     }
 }
 
-// SAFETY: the permit refers to a `CountInner`, which is all atomics (`Send + Sync`), and
-// its only operation, the release in `Drop`, is an atomic decrement that is correct on
-// any thread.
+// SAFETY: the permit refers to a `CountInner`, whose shared state is atomics and a
+// mutex (`Send + Sync`), and its only operation, the release in `Drop`, is an atomic
+// decrement (and, for the last release under a drain, the mutex) that is correct on any
+// thread.
 unsafe impl Send for CountPermit {}
 // SAFETY: `&CountPermit` offers no operation at all.
 unsafe impl Sync for CountPermit {}
@@ -392,6 +845,26 @@ mod tests {
             let permit = ledger.try_acquire().unwrap();
             let t = std::thread::spawn(move || drop(permit));
             drop(ledger);
+            t.join().unwrap();
+        }
+    }
+
+    /// A waiting drain dropped with the last handle on one thread while the last permit
+    /// is released on another, with no join between: the release may inherit the drain's
+    /// share and take the lock after every handle is gone; it must unlock before it
+    /// gives the share up. (loom cannot see an unlock after the free; Miri can, as a use
+    /// after free: `.ci/run` runs the `two_threads` tests under Miri on eight schedules.)
+    #[test]
+    fn a_drain_and_the_last_handle_dropped_on_two_threads_while_the_last_permit_goes() {
+        for _ in 0..if cfg!(miri) { 8 } else { 1_000 } {
+            let ledger = CountLedger::new(2).unwrap();
+            let permit = ledger.try_acquire().unwrap();
+            let mut drain = ledger.drain();
+            let poll = Pin::new(&mut drain).poll(&mut Context::from_waker(Waker::noop()));
+            assert!(poll.is_pending());
+            drop(ledger);
+            let t = std::thread::spawn(move || drop(permit));
+            drop(drain);
             t.join().unwrap();
         }
     }
@@ -460,7 +933,7 @@ mod tests {
         let p = ledger.try_acquire().unwrap();
         assert_eq!(
             format!("{ledger:?}"),
-            "CountLedger { in_flight: 1, capacity: 3 }"
+            "CountLedger { in_flight: 1, capacity: 3, closed: false }"
         );
         assert_eq!(format!("{p:?}"), "CountPermit { .. }");
     }
@@ -528,6 +1001,156 @@ mod tests {
         assert_eq!(clone.try_acquire().unwrap_err(), Refused::Count);
     }
 
+    /// A waker that counts its wakes.
+    struct Count(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Count {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    fn counting_waker() -> (std::sync::Arc<Count>, Waker) {
+        let count = std::sync::Arc::new(Count(0.into()));
+        (count.clone(), Waker::from(count))
+    }
+
+    fn wakes(count: &Count) -> usize {
+        count.0.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn poll(drain: &mut Drain, waker: &Waker) -> Poll<()> {
+        Pin::new(drain).poll(&mut Context::from_waker(waker))
+    }
+
+    #[test]
+    fn the_last_release_wakes_every_drain_and_only_the_last() {
+        let ledger = CountLedger::new(4).unwrap();
+        let (a, b) = (ledger.try_acquire().unwrap(), ledger.try_acquire().unwrap());
+        let (wakes_1, waker_1) = counting_waker();
+        let (wakes_2, waker_2) = counting_waker();
+        let mut first = ledger.drain();
+        let mut second = ledger.drain();
+        assert!(poll(&mut first, &waker_1).is_pending());
+        assert!(poll(&mut second, &waker_2).is_pending());
+        assert_eq!(ledger.in_flight(), 2, "waiting is not counted as in flight");
+        drop(a);
+        assert_eq!(
+            (wakes(&wakes_1), wakes(&wakes_2)),
+            (0, 0),
+            "one still in flight"
+        );
+        drop(b);
+        assert_eq!((wakes(&wakes_1), wakes(&wakes_2)), (1, 1));
+        assert!(poll(&mut first, &waker_1).is_ready());
+        assert!(poll(&mut second, &waker_2).is_ready());
+        // The bit the drains set is gone: after a reopening, admission is as before.
+        ledger.reopen();
+        let again: Vec<_> = (0..4).map(|_| ledger.try_acquire().unwrap()).collect();
+        assert_eq!(ledger.try_acquire().unwrap_err(), Refused::Count);
+        drop(again);
+    }
+
+    #[test]
+    fn a_drain_is_ready_at_once_with_nothing_in_flight_and_leaves_no_bit_behind() {
+        let ledger = CountLedger::new(1).unwrap();
+        let (wakes_1, waker) = counting_waker();
+        let mut drain = ledger.drain();
+        assert!(poll(&mut drain, &waker).is_ready());
+        assert_eq!(wakes(&wakes_1), 0);
+        ledger.reopen();
+        drop(ledger.try_acquire().unwrap());
+    }
+
+    #[test]
+    fn a_drain_dropped_while_waiting_stops_waiting_and_admission_resumes_on_reopen() {
+        let ledger = CountLedger::new(2).unwrap();
+        let held = ledger.try_acquire().unwrap();
+        let (wakes_1, waker) = counting_waker();
+        let mut drain = ledger.drain();
+        assert!(poll(&mut drain, &waker).is_pending());
+        drop(drain);
+        assert!(
+            ledger.is_closed(),
+            "dropping the drain leaves the ledger closed"
+        );
+        drop(held);
+        assert_eq!(wakes(&wakes_1), 0, "nobody waits any more");
+        ledger.reopen();
+        let _a = ledger.try_acquire().unwrap();
+        let _b = ledger.try_acquire().unwrap();
+        assert_eq!(ledger.in_flight(), 2);
+    }
+
+    #[test]
+    fn reopening_ends_a_drain_and_admits_while_permits_are_still_held() {
+        let ledger = CountLedger::new(2).unwrap();
+        let held = ledger.try_acquire().unwrap();
+        let (wakes_1, waker) = counting_waker();
+        let mut drain = ledger.drain();
+        assert!(poll(&mut drain, &waker).is_pending());
+        ledger.reopen();
+        assert_eq!(wakes(&wakes_1), 1, "the reopening woke the drain");
+        assert!(poll(&mut drain, &waker).is_ready());
+        let second = ledger.try_acquire().expect("open again, one slot free");
+        drop((held, second, drain));
+        assert_eq!(ledger.in_flight(), 0);
+    }
+
+    #[test]
+    fn a_drain_polled_again_with_a_new_waker_wakes_the_new_one() {
+        let ledger = CountLedger::new(2).unwrap();
+        let held = ledger.try_acquire().unwrap();
+        let (old, old_waker) = counting_waker();
+        let (new, new_waker) = counting_waker();
+        let mut drain = ledger.drain();
+        assert!(poll(&mut drain, &old_waker).is_pending());
+        assert!(poll(&mut drain, &new_waker).is_pending());
+        drop(held);
+        assert_eq!((wakes(&old), wakes(&new)), (0, 1));
+    }
+
+    #[test]
+    fn closing_survives_capacity_changes_and_reopening_applies_the_latest() {
+        let ledger = CountLedger::new(1).unwrap();
+        ledger.close();
+        ledger.set_capacity(3).unwrap();
+        ledger.set_unlimited();
+        ledger.set_capacity(2).unwrap();
+        assert_eq!(ledger.try_acquire().unwrap_err(), Refused::Closed);
+        assert_eq!(ledger.capacity(), 2);
+        ledger.reopen();
+        let held: Vec<_> = (0..2).map(|_| ledger.try_acquire().unwrap()).collect();
+        assert_eq!(ledger.try_acquire().unwrap_err(), Refused::Count);
+        drop(held);
+    }
+
+    #[test]
+    fn a_blocking_drain_returns_when_another_thread_releases_the_last_permit() {
+        let ledger = CountLedger::new(2).unwrap();
+        let permits: Vec<_> = (0..2).map(|_| ledger.try_acquire().unwrap()).collect();
+        let drain = ledger.drain();
+        let t = std::thread::spawn(move || drop(permits));
+        assert!(drain.wait_timeout(std::time::Duration::from_secs(10)));
+        t.join().unwrap();
+        assert_eq!(ledger.in_flight(), 0);
+    }
+
+    #[test]
+    fn the_last_permit_released_after_every_handle_and_a_waiting_drain_frees_once() {
+        let before = crate::raw::live::count();
+        let ledger = CountLedger::new(1).unwrap();
+        let permit = ledger.try_acquire().unwrap();
+        let (_, waker) = counting_waker();
+        let mut drain = ledger.drain();
+        assert!(poll(&mut drain, &waker).is_pending());
+        drop(ledger);
+        drop(drain);
+        assert_eq!(crate::raw::live::count(), before + 1, "the permit keeps it");
+        drop(permit);
+        assert_eq!(crate::raw::live::count(), before);
+    }
+
     #[test]
     fn concurrent_threads_never_exceed_the_capacity() {
         let ledger = CountLedger::new(3).unwrap();
@@ -590,6 +1213,99 @@ mod loom_models {
             drop(ledger);
             drop(b);
             t.join().unwrap();
+        });
+    }
+
+    /// Wakes a model thread parked in `block_on`.
+    struct Unpark(loom::thread::Thread);
+
+    impl std::task::Wake for Unpark {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+
+    /// Polls `drain` to completion, parking the model thread between polls (a lost
+    /// wake-up is a deadlock, which loom reports).
+    fn block_on(mut drain: Drain) {
+        let waker = Waker::from(std::sync::Arc::new(Unpark(loom::thread::current())));
+        while Pin::new(&mut drain)
+            .poll(&mut Context::from_waker(&waker))
+            .is_pending()
+        {
+            loom::thread::park();
+        }
+    }
+
+    fn poll_once(drain: &mut Drain) -> Poll<()> {
+        Pin::new(drain).poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    /// A drain waiting on one thread, the last permit released on another: the drain
+    /// completes (it is woken, or sees zero), what was done under the permit happens
+    /// before it completes, and whichever of the releasing thread and the handles goes
+    /// last frees the ledger once, after every use.
+    #[test]
+    fn drain_woken_by_the_last_release_on_another_thread() {
+        loom::model(|| {
+            let ledger = CountLedger::new(2).unwrap();
+            let permit = ledger.try_acquire().unwrap();
+            let work = std::sync::Arc::new(loom::cell::UnsafeCell::new(0_u32));
+            let drain = ledger.drain();
+            let t = {
+                let work = work.clone();
+                loom::thread::spawn(move || {
+                    // SAFETY: the only access until the permit is released.
+                    work.with_mut(|w| unsafe { *w = 1 });
+                    drop(permit);
+                })
+            };
+            block_on(drain);
+            // SAFETY: the drain completed: the writer's release happened before.
+            assert_eq!(work.with(|w| unsafe { *w }), 1);
+            assert_eq!(ledger.in_flight(), 0);
+            drop(ledger);
+            t.join().unwrap();
+        });
+    }
+
+    /// The race the `WATCH` share exists for: a drain that has registered is dropped,
+    /// with the last handle, while the last permit is released on another thread. The
+    /// release may inherit the share and wake under the lock after every handle is gone;
+    /// the ledger must be freed exactly once, after that.
+    #[test]
+    fn drain_cancelled_while_the_last_permit_drops() {
+        loom::model(|| {
+            let ledger = CountLedger::new(2).unwrap();
+            let permit = ledger.try_acquire().unwrap();
+            let mut drain = ledger.drain();
+            assert!(poll_once(&mut drain).is_pending());
+            drop(ledger);
+            let t = loom::thread::spawn(move || drop(permit));
+            drop(drain);
+            t.join().unwrap();
+        });
+    }
+
+    /// A reopening racing the last release under a waiting drain: the drain completes
+    /// either way, and once the release is done the ledger admits to its capacity.
+    #[test]
+    fn reopen_racing_the_last_release_under_a_drain() {
+        loom::model(|| {
+            let ledger = CountLedger::new(1).unwrap();
+            let permit = ledger.try_acquire().unwrap();
+            let mut drain = ledger.drain();
+            assert!(poll_once(&mut drain).is_pending());
+            let t = loom::thread::spawn(move || drop(permit));
+            ledger.reopen();
+            assert!(
+                poll_once(&mut drain).is_ready(),
+                "reopened: no longer draining"
+            );
+            t.join().unwrap();
+            let again = ledger.try_acquire().expect("open, nothing in flight");
+            assert!(ledger.try_acquire().is_err(), "capacity 1");
+            drop((again, drain));
         });
     }
 

@@ -4,8 +4,8 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash};
 
 use crate::{
-    ByteLedger, BytePermit, CapacityError, CountLedger, CountPermit, KeyedLedger, KeyedPermit,
-    KeyedSnapshot, Refused, Snapshot,
+    ByteLedger, BytePermit, CapacityError, CountLedger, CountPermit, Drain, Key, KeyedLedger,
+    KeyedPermit, KeyedSnapshot, Refused, Snapshot,
 };
 
 /// Count, byte and per-key limits admitted together, all or nothing.
@@ -33,8 +33,13 @@ use crate::{
 /// every dimension has admitted it. (In that same real race, a winner's mark can include
 /// the loser's momentary reservation: the level did exist, for an instant.)
 ///
+/// Every gate counts its requests in flight, with or without a count limit: that count is
+/// what [`drain`](Self::drain) waits on and what [`close`](Self::close) shuts. The byte
+/// and key dimensions exist only when configured.
+///
 /// Build with [`Gate::builder`] (0 disables a dimension) or from existing ledgers with
-/// [`Gate::from_ledgers`] (to share a ledger between gates). Cloning shares the ledgers.
+/// [`Gate::from_ledgers`] (to share a ledger between gates). Cloning shares the ledgers:
+/// an HTTP layer and a gRPC interceptor built from clones of one gate share one limit.
 ///
 /// # Examples
 ///
@@ -56,15 +61,15 @@ use crate::{
 ///
 /// // The refusals left nothing behind.
 /// let snap = gate.snapshot();
-/// assert_eq!(snap.count.unwrap().in_flight, 2);
+/// assert_eq!(snap.count.in_flight, 2);
 /// assert_eq!(snap.bytes.unwrap().in_flight, 2048);
 /// drop((a, b));
-/// assert_eq!(gate.snapshot().count.unwrap().in_flight, 0);
+/// assert_eq!(gate.snapshot().count.in_flight, 0);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
-pub struct Gate<K = (), S = RandomState> {
-    count: Option<CountLedger>,
+pub struct Gate<K = Key, S = RandomState> {
+    count: CountLedger,
     bytes: Option<ByteLedger>,
     keyed: Option<KeyedLedger<K, S>>,
 }
@@ -80,14 +85,17 @@ impl<K, S> Clone for Gate<K, S> {
 }
 
 impl<K: Hash + Eq + Clone> Gate<K, RandomState> {
-    /// A builder with every dimension disabled.
+    /// A builder with every limit disabled: the gate it builds counts requests in
+    /// flight and refuses nothing (until closed, or given a limit at run time).
     ///
     /// ```
     /// use admission_core::Gate;
     ///
     /// let gate = Gate::<()>::builder().build()?;
-    /// assert!(gate.is_disabled());
-    /// # Ok::<(), admission_core::CapacityError>(())
+    /// let _permit = gate.try_admit(None, 0)?;
+    /// assert_eq!(gate.count().in_flight(), 1);
+    /// assert_eq!(gate.count().capacity(), 0, "unlimited");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn builder() -> GateBuilder<K, RandomState> {
         GateBuilder {
@@ -100,19 +108,19 @@ impl<K: Hash + Eq + Clone> Gate<K, RandomState> {
 
 impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
     /// A gate over existing ledgers (shared with whoever else holds them); `None`
-    /// disables a dimension.
+    /// disables the byte or key dimension. (For no count limit, a `CountLedger::new(0)`.)
     ///
     /// ```
     /// use admission_core::{ByteLedger, CountLedger, Gate};
     ///
     /// let bytes = ByteLedger::new(1 << 20)?;
-    /// let gate = Gate::<()>::from_ledgers(Some(CountLedger::new(4)?), Some(bytes.clone()), None);
+    /// let gate = Gate::<()>::from_ledgers(CountLedger::new(4)?, Some(bytes.clone()), None);
     /// let _held = gate.try_admit(None, 100)?;
     /// assert_eq!(bytes.in_flight(), 100);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn from_ledgers(
-        count: Option<CountLedger>,
+        count: CountLedger,
         bytes: Option<ByteLedger>,
         keyed: Option<KeyedLedger<K, S>>,
     ) -> Self {
@@ -132,7 +140,8 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
     ///
     /// # Errors
     ///
-    /// The [`Refused`] of the first dimension that refused.
+    /// The [`Refused`] of the first dimension that refused ([`Refused::Closed`] while
+    /// the gate is closed).
     ///
     /// # Examples
     ///
@@ -149,13 +158,9 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
     pub fn try_admit(&self, key: Option<&K>, bytes: u64) -> Result<GatePermit<K, S>, Refused> {
         let keyed = self.keyed.as_ref().zip(key);
         if keyed.is_none() && self.bytes.is_none() {
-            // Count alone (or nothing): one compare-exchange, nothing to check ahead.
-            let count = match &self.count {
-                Some(ledger) => Some(ledger.try_acquire()?),
-                None => None,
-            };
+            // Count alone: one compare-exchange, nothing to check ahead.
             return Ok(GatePermit {
-                count,
+                count: self.count.try_acquire()?,
                 bytes: None,
                 keyed: None,
             });
@@ -164,9 +169,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
         if let Some(ledger) = &self.bytes {
             ledger.check_size(bytes)?;
         }
-        if let Some(ledger) = &self.count {
-            ledger.check()?;
-        }
+        self.count.check()?;
         if let Some(ledger) = &self.bytes {
             ledger.check_room(bytes)?;
         }
@@ -174,11 +177,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
         let keyed = keyed
             .map(|(ledger, key)| ledger.try_acquire_unobserved(key))
             .transpose()?;
-        let count = self
-            .count
-            .as_ref()
-            .map(CountLedger::try_acquire_unobserved)
-            .transpose()?;
+        let (count, level) = self.count.try_acquire_unobserved()?;
         let charged = self
             .bytes
             .as_ref()
@@ -191,12 +190,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             }
             permit
         });
-        let count = count.map(|(permit, level)| {
-            if let Some(ledger) = &self.count {
-                ledger.observe(level);
-            }
-            permit
-        });
+        self.count.observe(level);
         let bytes = charged.map(|(permit, level)| {
             if let Some(ledger) = &self.bytes {
                 ledger.observe(level);
@@ -212,30 +206,82 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
 }
 
 impl<K, S> Gate<K, S> {
-    /// Whether no dimension is configured: such a gate admits everything and a layer
-    /// built from it should install nothing.
-    ///
-    /// ```
-    /// use admission_core::Gate;
-    ///
-    /// assert!(!Gate::<()>::builder().count(1).build()?.is_disabled());
-    /// # Ok::<(), admission_core::CapacityError>(())
-    /// ```
-    pub fn is_disabled(&self) -> bool {
-        self.count.is_none() && self.bytes.is_none() && self.keyed.is_none()
-    }
-
-    /// The count ledger, if configured.
+    /// The count ledger: every gate has one (unlimited when no count limit is set).
     ///
     /// ```
     /// use admission_core::Gate;
     ///
     /// let gate = Gate::<()>::builder().count(3).build()?;
-    /// assert_eq!(gate.count().unwrap().capacity(), 3);
+    /// assert_eq!(gate.count().capacity(), 3);
+    /// gate.count().set_capacity(5)?; // at run time
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
-    pub fn count(&self) -> Option<&CountLedger> {
-        self.count.as_ref()
+    pub fn count(&self) -> &CountLedger {
+        &self.count
+    }
+
+    /// Refuses every new request with [`Refused::Closed`] until
+    /// [`reopen`](Self::reopen), whatever limits are set meanwhile; admitted requests
+    /// are untouched. See [`CountLedger::close`].
+    ///
+    /// ```
+    /// use admission_core::{Gate, Refused};
+    ///
+    /// let gate = Gate::<()>::builder().count(8).build()?;
+    /// gate.close();
+    /// assert_eq!(gate.try_admit(None, 0).unwrap_err(), Refused::Closed);
+    /// gate.reopen();
+    /// assert!(gate.try_admit(None, 0).is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn close(&self) {
+        self.count.close();
+    }
+
+    /// Admits again after [`close`](Self::close) or [`drain`](Self::drain).
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    ///
+    /// let gate = Gate::<()>::builder().build()?;
+    /// gate.close();
+    /// gate.reopen();
+    /// assert!(!gate.is_closed());
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn reopen(&self) {
+        self.count.reopen();
+    }
+
+    /// Whether the gate is closed.
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    ///
+    /// let gate = Gate::<()>::builder().build()?;
+    /// assert!(!gate.is_closed());
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn is_closed(&self) -> bool {
+        self.count.is_closed()
+    }
+
+    /// Closes the gate and returns a [`Drain`] that completes once no admitted request
+    /// is in flight: a future for any runtime, or [`Drain::wait`] to block a thread.
+    ///
+    /// ```
+    /// use admission_core::{Gate, Refused};
+    ///
+    /// let gate = Gate::<()>::builder().count(64).build()?;
+    /// let admitted = gate.try_admit(None, 0)?;
+    /// let drain = gate.drain();
+    /// assert_eq!(gate.try_admit(None, 0).unwrap_err(), Refused::Closed);
+    /// drop(admitted);
+    /// drain.wait();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn drain(&self) -> Drain {
+        self.count.drain()
     }
 
     /// The byte ledger, if configured.
@@ -271,13 +317,14 @@ impl<K, S> Gate<K, S> {
     ///
     /// let gate = Gate::<()>::builder().count(1).build()?;
     /// let snap = gate.snapshot();
-    /// assert_eq!(snap.count.unwrap().capacity, 1);
-    /// assert!(snap.bytes.is_none() && snap.keyed.is_none());
+    /// assert_eq!(snap.count.capacity, 1);
+    /// assert!(snap.bytes.is_none() && snap.keyed.is_none() && !snap.closed);
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
     pub fn snapshot(&self) -> GateSnapshot {
         GateSnapshot {
-            count: self.count.as_ref().map(CountLedger::snapshot),
+            count: self.count.snapshot(),
+            closed: self.count.is_closed(),
             bytes: self.bytes.as_ref().map(ByteLedger::snapshot),
             keyed: self.keyed.as_ref().map(KeyedLedger::snapshot),
         }
@@ -288,8 +335,10 @@ impl<K, S> Gate<K, S> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct GateSnapshot {
-    /// The count ledger.
-    pub count: Option<Snapshot>,
+    /// The count ledger (capacity 0: no count limit).
+    pub count: Snapshot,
+    /// Whether the gate is closed (or draining).
+    pub closed: bool,
     /// The byte ledger.
     pub bytes: Option<Snapshot>,
     /// The keyed ledger.
@@ -302,7 +351,7 @@ pub struct GateSnapshot {
 /// use admission_core::Gate;
 ///
 /// let gate = Gate::<u64>::builder().count(0).per_key(4).max_keys(10_000).build()?;
-/// assert!(gate.count().is_none());
+/// assert_eq!(gate.count().capacity(), 0, "counted, not limited");
 /// assert_eq!(gate.keyed().unwrap().max_keys(), 10_000);
 /// # Ok::<(), admission_core::CapacityError>(())
 /// ```
@@ -340,7 +389,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
     /// use admission_core::Gate;
     ///
     /// let gate = Gate::<()>::builder().count(4).with_key_type::<String>().per_key(1).build()?;
-    /// assert_eq!(gate.count().unwrap().capacity(), 4);
+    /// assert_eq!(gate.count().capacity(), 4);
     /// assert!(gate.try_admit(Some(&"k".to_string()), 0).is_ok());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -352,13 +401,14 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
         }
     }
 
-    /// At most `capacity` requests in flight; 0 disables the count dimension.
+    /// At most `capacity` requests in flight; 0 sets no count limit (requests are
+    /// still counted).
     ///
     /// ```
     /// use admission_core::Gate;
     ///
     /// let gate = Gate::<()>::builder().count(2).build()?;
-    /// assert_eq!(gate.count().unwrap().capacity(), 2);
+    /// assert_eq!(gate.count().capacity(), 2);
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
     pub fn count(mut self, capacity: usize) -> Self {
@@ -465,25 +515,14 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
             per_key,
             max_keys,
         } = self.limits;
-        let count = match count {
-            0 => None,
-            capacity => Some(CountLedger::new(capacity)?),
-        };
+        let count = CountLedger::new(count)?;
         let bytes = match (bytes, max_request_bytes) {
             (0, 0) => None,
-            (budget, max) => {
-                let ledger = ByteLedger::new(budget)?;
-                ledger.set_max_charge(max)?;
-                Some(ledger)
-            }
+            (budget, max) => Some(ByteLedger::with_max_charge(budget, max)?),
         };
         let keyed = match per_key {
             0 => None,
-            cap => {
-                let ledger = KeyedLedger::with_hasher(cap, self.hasher)?;
-                ledger.set_max_keys(max_keys)?;
-                Some(ledger)
-            }
+            cap => Some(KeyedLedger::with_limits(cap, max_keys, self.hasher)?),
         };
         Ok(Gate {
             count,
@@ -496,24 +535,25 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
 /// What a [`Gate`] granted: one permit per configured dimension, all released on drop.
 #[must_use = "the admission is released as soon as it is dropped"]
 #[derive(Debug)]
-pub struct GatePermit<K = (), S = RandomState> {
-    count: Option<CountPermit>,
+pub struct GatePermit<K = Key, S = RandomState> {
+    count: CountPermit,
     bytes: Option<BytePermit>,
     keyed: Option<KeyedPermit<K, S>>,
 }
 
 impl<K, S> GatePermit<K, S> {
-    /// The count permit, if the gate has a count limit.
+    /// The count permit (every admission holds one).
     ///
     /// ```
     /// use admission_core::Gate;
     ///
     /// let gate = Gate::<()>::builder().count(1).build()?;
-    /// assert!(gate.try_admit(None, 0)?.count().is_some());
+    /// let permit = gate.try_admit(None, 0)?;
+    /// let _count: &admission_core::CountPermit = permit.count();
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn count(&self) -> Option<&CountPermit> {
-        self.count.as_ref()
+    pub fn count(&self) -> &CountPermit {
+        &self.count
     }
 
     /// The byte permit, if the gate has a byte ledger.
@@ -564,6 +604,25 @@ impl<K, S> GatePermit<K, S> {
         self.bytes.take()
     }
 
+    /// The permit taken apart: count, bytes (if the gate has a byte ledger and it was not
+    /// taken out) and key (if the gate has a per-key limit and a key was given), to hold
+    /// each where it belongs. Each is released when dropped.
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    ///
+    /// let gate = Gate::<u8>::builder().count(2).per_key(1).build()?;
+    /// let (count, bytes, keyed) = gate.try_admit(Some(&7), 0)?.into_parts();
+    /// assert!(bytes.is_none() && keyed.is_some());
+    /// drop(count);
+    /// assert_eq!(gate.count().in_flight(), 0);
+    /// assert_eq!(gate.keyed().unwrap().keys(), 1, "the key is still held");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn into_parts(self) -> (CountPermit, Option<BytePermit>, Option<KeyedPermit<K, S>>) {
+        (self.count, self.bytes, self.keyed)
+    }
+
     /// The keyed permit, if the gate has a per-key limit and a key was given.
     ///
     /// ```
@@ -594,7 +653,7 @@ mod tests {
 
     fn levels(gate: &Gate<u8>) -> (u64, u64, u64) {
         (
-            gate.count().unwrap().in_flight(),
+            gate.count().in_flight(),
             gate.bytes().unwrap().in_flight(),
             gate.keyed().unwrap().keys(),
         )
@@ -653,7 +712,7 @@ mod tests {
         );
         assert_eq!(gate.try_admit(None, huge).unwrap_err(), Refused::TooLarge);
         let snap = gate.snapshot();
-        assert_eq!(snap.count.unwrap().refused, 0);
+        assert_eq!(snap.count.refused, 0);
         assert_eq!(snap.keyed.unwrap().refused_key, 0);
         assert_eq!(snap.bytes.unwrap().refused, 2);
     }
@@ -685,7 +744,7 @@ mod tests {
         let before = full.snapshot();
         assert_eq!(full.try_admit(Some(&2), 0).unwrap_err(), Refused::Count);
         let mut expected = before;
-        expected.count.as_mut().unwrap().refused += 1;
+        expected.count.refused += 1;
         assert_eq!(full.snapshot(), expected, "a count refusal counted its key");
     }
 
@@ -713,23 +772,33 @@ mod tests {
     }
 
     #[test]
-    fn a_gate_is_disabled_only_with_no_dimension_at_all() {
-        assert!(Gate::<u8>::builder().build().unwrap().is_disabled());
-        assert!(!Gate::<u8>::builder()
-            .count(1)
-            .build()
-            .unwrap()
-            .is_disabled());
-        assert!(!Gate::<u8>::builder()
-            .bytes(1)
-            .build()
-            .unwrap()
-            .is_disabled());
-        assert!(!Gate::<u8>::builder()
-            .per_key(1)
-            .build()
-            .unwrap()
-            .is_disabled());
+    fn a_gate_without_limits_counts_and_can_be_closed_and_drained() {
+        let gate = Gate::<u8>::builder().build().unwrap();
+        assert!(gate.bytes().is_none() && gate.keyed().is_none());
+        let held: Vec<_> = (0..100).map(|_| gate.try_admit(None, 0).unwrap()).collect();
+        assert_eq!(gate.snapshot().count.in_flight, 100);
+        let drain = gate.drain();
+        assert!(gate.snapshot().closed);
+        assert_eq!(gate.try_admit(Some(&1), 0).unwrap_err(), Refused::Closed);
+        assert_eq!(gate.snapshot().count.refused, 1);
+        drop(held);
+        assert!(drain.wait_timeout(std::time::Duration::from_secs(5)));
+        gate.reopen();
+        assert!(gate.try_admit(None, 0).is_ok());
+    }
+
+    #[test]
+    fn a_closed_gate_still_answers_too_large_first_and_takes_nothing() {
+        // Too large stays first (retrying cannot help), closed comes before bytes and key.
+        let gate = gate();
+        gate.close();
+        assert_eq!(
+            gate.try_admit(Some(&1), 201).unwrap_err(),
+            Refused::TooLarge
+        );
+        assert_eq!(gate.try_admit(Some(&1), 10).unwrap_err(), Refused::Closed);
+        assert_eq!(gate.try_admit(None, 0).unwrap_err(), Refused::Closed);
+        assert_eq!(levels(&gate), (0, 0, 0));
     }
 
     #[test]
@@ -764,11 +833,11 @@ mod tests {
     }
 
     #[test]
-    fn a_disabled_gate_admits_everything_and_holds_nothing() {
+    fn a_gate_without_limits_admits_everything_and_holds_only_its_count() {
         let gate = Gate::<u8>::builder().build().unwrap();
-        assert!(gate.is_disabled());
         let permit = gate.try_admit(Some(&1), u64::MAX).unwrap();
-        assert!(permit.count().is_none() && permit.bytes().is_none() && permit.keyed().is_none());
+        assert!(permit.bytes().is_none() && permit.keyed().is_none());
+        assert_eq!(gate.count().in_flight(), 1);
     }
 
     #[test]
@@ -822,7 +891,7 @@ mod loom_models {
             let theirs = other.join().unwrap();
             assert!(matches!(theirs, Refused::Key | Refused::Count));
             assert!(mine.is_ok(), "key 2 refused {:?}", mine.unwrap_err());
-            assert_eq!(gate.count().unwrap().snapshot().high_water, 2);
+            assert_eq!(gate.count().snapshot().high_water, 2);
             drop((held, mine));
         });
     }
@@ -859,7 +928,7 @@ mod loom_models {
             assert_eq!(snap.bytes.unwrap().high_water, 61);
             assert_eq!(snap.bytes.unwrap().refused, 1);
             // Rolled back: the count and the key hold only the admitted requests.
-            assert_eq!(snap.count.unwrap().in_flight, 2);
+            assert_eq!(snap.count.in_flight, 2);
             assert_eq!(snap.keyed.unwrap().keys, keyed.is_some() as u64);
         });
     }
@@ -884,9 +953,9 @@ mod loom_models {
             let theirs = other.join().unwrap();
             let admitted = mine.is_some() as u64 + theirs.is_some() as u64;
             assert_eq!(admitted, 1);
-            assert_eq!(gate.count().unwrap().in_flight(), admitted);
+            assert_eq!(gate.count().in_flight(), admitted);
             drop((mine, theirs));
-            assert_eq!(gate.count().unwrap().in_flight(), 0);
+            assert_eq!(gate.count().in_flight(), 0);
             assert_eq!(gate.keyed().unwrap().keys(), 0);
         });
     }

@@ -210,14 +210,36 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn with_hasher(cap: usize, hasher: S) -> Result<Self, CapacityError> {
+        Self::with_limits(cap, 0, hasher)
+    }
+
+    /// A ledger with a per-key `cap` (0: unlimited), at most `max_keys` distinct keys
+    /// with work in flight (0: no bound), and a hasher builder.
+    ///
+    /// # Errors
+    ///
+    /// [`CapacityError`] if `cap` is above [`MAX_CAP`](Self::MAX_CAP) or `max_keys`
+    /// above [`MAX_KEYS`](Self::MAX_KEYS).
+    ///
+    /// ```
+    /// use std::collections::hash_map::RandomState;
+    /// use admission_core::{KeyedLedger, Refused};
+    ///
+    /// let ledger = KeyedLedger::with_limits(4, 1, RandomState::new())?;
+    /// let _a = ledger.try_acquire(&"a")?;
+    /// assert_eq!(ledger.try_acquire(&"b").unwrap_err(), Refused::KeyTable);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn with_limits(cap: usize, max_keys: usize, hasher: S) -> Result<Self, CapacityError> {
         let cap = encode_limit(cap)?;
+        let max_keys = limit::encode(max_keys as u64, MAX_KEYS as u64)?;
         let shards = (0..SHARDS)
             .map(|_| CachePadded::new(Mutex::new(HashTable::new())))
             .collect();
         let inner = KeyedInner {
             state: CachePadded::new(AtomicU64::new(OWNER)),
             cap: AtomicU64::new(cap),
-            max_keys: AtomicU64::new(limit::UNLIMITED),
+            max_keys: AtomicU64::new(max_keys),
             refused_key: AtomicU64::new(0),
             refused_table: AtomicU64::new(0),
             keys_high_water: AtomicU64::new(0),
@@ -387,12 +409,14 @@ impl<K, S> KeyedLedger<K, S> {
         limit::decode(self.owner.get().cap.load(Ordering::Relaxed))
     }
 
-    /// Changes the per-key cap for the next acquisition; 0 means unlimited. Held permits
-    /// are never revoked.
+    /// Changes the per-key cap for the next acquisition, to between 1 and
+    /// [`MAX_CAP`](Self::MAX_CAP). Held permits are never revoked.
     ///
     /// # Errors
     ///
-    /// [`CapacityError`] above `MAX_CAP`; the cap is unchanged.
+    /// [`CapacityError`] for 0 (which would remove the cap: that is
+    /// [`set_cap_unlimited`](Self::set_cap_unlimited)) or above `MAX_CAP`; the cap is
+    /// then unchanged.
     ///
     /// # Examples
     ///
@@ -406,9 +430,24 @@ impl<K, S> KeyedLedger<K, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_cap(&self, cap: usize) -> Result<(), CapacityError> {
-        let cap = encode_limit(cap)?;
+        let cap = CapacityError::check_nonzero(cap as u64, MAX_CAP as u64)?;
         self.owner.get().cap.store(cap, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Removes the per-key cap (keys are still tracked, and `max_keys` still applies).
+    ///
+    /// ```
+    /// use admission_core::KeyedLedger;
+    ///
+    /// let ledger = KeyedLedger::new(1)?;
+    /// let _a = ledger.try_acquire(&1)?;
+    /// ledger.set_cap_unlimited();
+    /// assert!(ledger.try_acquire(&1).is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_cap_unlimited(&self) {
+        (self.owner.get().cap).store(limit::UNLIMITED, Ordering::Relaxed);
     }
 
     /// The most distinct keys with work in flight; 0 means unlimited.
@@ -423,12 +462,15 @@ impl<K, S> KeyedLedger<K, S> {
         limit::decode(self.owner.get().max_keys.load(Ordering::Relaxed))
     }
 
-    /// Bounds how many distinct keys may have work in flight; a new key past it is
-    /// refused with [`Refused::KeyTable`]. 0 means unlimited.
+    /// Bounds how many distinct keys may have work in flight, between 1 and
+    /// [`MAX_KEYS`](Self::MAX_KEYS); a new key past it is refused with
+    /// [`Refused::KeyTable`].
     ///
     /// # Errors
     ///
-    /// [`CapacityError`] above [`MAX_KEYS`](Self::MAX_KEYS); the bound is unchanged.
+    /// [`CapacityError`] for 0 (which would remove the bound: that is
+    /// [`set_max_keys_unlimited`](Self::set_max_keys_unlimited)) or above `MAX_KEYS`;
+    /// the bound is then unchanged.
     ///
     /// # Examples
     ///
@@ -443,9 +485,24 @@ impl<K, S> KeyedLedger<K, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn set_max_keys(&self, max_keys: usize) -> Result<(), CapacityError> {
-        let max_keys = limit::encode(max_keys as u64, MAX_KEYS as u64)?;
+        let max_keys = CapacityError::check_nonzero(max_keys as u64, MAX_KEYS as u64)?;
         self.owner.get().max_keys.store(max_keys, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// Removes the bound on distinct keys.
+    ///
+    /// ```
+    /// use admission_core::KeyedLedger;
+    ///
+    /// let ledger = KeyedLedger::<u8>::new(1)?;
+    /// ledger.set_max_keys(1)?;
+    /// ledger.set_max_keys_unlimited();
+    /// assert_eq!(ledger.max_keys(), 0);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn set_max_keys_unlimited(&self) {
+        (self.owner.get().max_keys).store(limit::UNLIMITED, Ordering::Relaxed);
     }
 
     /// A cheap reading of keys, limits, high-water mark and refusals.
@@ -612,7 +669,7 @@ impl<K, S> KeyedPermit<K, S> {
         raw::live::change(-1);
         // SAFETY: the reclaim share taken above, given up once, here; `inner` is not used
         // after this line.
-        unsafe { raw::put(self.inner, RECLAIM) }
+        unsafe { raw::put(self.inner, RECLAIM) };
     }
 }
 
@@ -888,7 +945,10 @@ mod tests {
                 "{capacity} for {len} keys"
             );
         }
-        assert!(shrunk >= 1, "the table never gave memory back: {len} {capacity} {allocated}");
+        assert!(
+            shrunk >= 1,
+            "the table never gave memory back: {len} {capacity} {allocated}"
+        );
         assert!(capacity <= 64, "{capacity} left for no keys");
     }
 

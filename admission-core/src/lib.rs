@@ -13,16 +13,21 @@
 //! |---|---|---|
 //! | requests in flight | [`CountLedger`] → [`CountPermit`] | [`Refused::Count`] |
 //! | bytes buffered in flight | [`ByteLedger`] → [`BytePermit`] (grows, shrinks) | [`Refused::Bytes`], [`Refused::TooLarge`] |
-//! | requests in flight per client | [`KeyedLedger`] → [`KeyedPermit`] | [`Refused::Key`], [`Refused::KeyTable`] |
+//! | requests in flight per client | [`KeyedLedger`] → [`KeyedPermit`], keyed by [`Key`] or your own type | [`Refused::Key`], [`Refused::KeyTable`] |
 //! | any of these together | [`Gate`] → [`GatePermit`], all or nothing | the dimension that refused |
+//! | shutting down gracefully | [`Gate::drain`] → [`Drain`] (a future, or [`Drain::wait`]) | [`Refused::Closed`] |
 //!
 //! Every permit is `'static`, `Send + Sync`, `#[must_use]`, and releases exactly once,
 //! when dropped. Acquisition never blocks, never awaits, and (for count and bytes) takes
 //! no lock and never allocates: one compare-exchange to acquire, one atomic subtraction
-//! to release. A limit of 0 means "unlimited" everywhere (a [`Gate`] leaves such a
-//! dimension out altogether), and a limit a ledger cannot represent is a
-//! [`CapacityError`] from the constructor, never a panic later. Limits can be changed at
-//! run time; held permits are never revoked.
+//! to release. In configuration (constructors, builders) a limit of 0 means "unlimited"
+//! (a [`Gate`] leaves such a byte or key dimension out; it always counts requests), and
+//! a limit a ledger cannot represent is a [`CapacityError`] from the constructor, never
+//! a panic later. Limits can be changed at run time, where 0 is an error rather than a
+//! silent "unlimited" (removing a limit is spelled out: `set_unlimited`, ...); held
+//! permits are never revoked. [`CountLedger::close`] (or [`Gate::close`]) refuses
+//! everything new until reopened, whatever limits are set meanwhile, and
+//! [`Gate::drain`] closes and waits, on any runtime or none, for the last permit.
 //!
 //! # Example
 //!
@@ -42,8 +47,8 @@
 //! // The permits release when dropped: at the end of the response body, say.
 //! drop((first, second));
 //! let snap = gate.snapshot();
-//! assert_eq!(snap.count.unwrap().in_flight, 0);
-//! assert_eq!(snap.count.unwrap().refused, 1);
+//! assert_eq!(snap.count.in_flight, 0);
+//! assert_eq!(snap.count.refused, 1);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
@@ -67,6 +72,7 @@ mod bytes;
 #[allow(unsafe_code)]
 mod count;
 mod gate;
+mod key;
 #[allow(unsafe_code)]
 mod keyed;
 mod limit;
@@ -77,8 +83,9 @@ mod stats;
 mod sync;
 
 pub use bytes::{ByteLedger, BytePermit};
-pub use count::{CountLedger, CountPermit};
+pub use count::{CountLedger, CountPermit, Drain};
 pub use gate::{Gate, GateBuilder, GatePermit, GateSnapshot};
+pub use key::Key;
 pub use keyed::{KeyedLedger, KeyedPermit, KeyedSnapshot};
 pub use refused::{CapacityError, Refused};
 pub use stats::Snapshot;

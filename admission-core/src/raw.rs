@@ -66,13 +66,15 @@ pub(crate) fn alloc<T>(value: T) -> NonNull<T> {
 }
 
 /// Gives up `amount` of `ptr`'s count and frees the cell if that was the last of it.
+/// Returns the word as it was before the decrement.
 ///
 /// # Safety
 ///
 /// `ptr` came from [`alloc`] and is a [`Counted`] cell whose word includes at least
 /// `amount` on behalf of the caller, who neither uses `ptr` after this call nor gives
 /// up the same `amount` twice.
-pub(crate) unsafe fn put<T: Counted>(ptr: NonNull<T>, amount: u64) {
+#[inline]
+pub(crate) unsafe fn put<T: Counted>(ptr: NonNull<T>, amount: u64) -> u64 {
     // SAFETY: the caller's share of the count keeps the cell alive until the decrement
     // below, and the reference ends with this expression.
     unsafe { ptr.as_ref() }.track().touch();
@@ -102,6 +104,7 @@ pub(crate) unsafe fn put<T: Counted>(ptr: NonNull<T>, amount: u64) {
         #[cfg(test)]
         live::change(-1);
     }
+    prev
 }
 
 /// The public handles' single share of a cell: `OWNER` in its word.
@@ -134,7 +137,7 @@ impl<T: Counted> Owner<T> {
 impl<T: Counted> Drop for Owner<T> {
     fn drop(&mut self) {
         // SAFETY: this handle holds `OWNER`, gives it up once, and is gone afterwards.
-        unsafe { put(self.ptr, OWNER) }
+        unsafe { put(self.ptr, OWNER) };
     }
 }
 

@@ -5,9 +5,11 @@ use std::fmt;
 /// Why an acquisition was refused: names the dimension that said no.
 ///
 /// A refusal is immediate and leaves every ledger as it found it. Adapters map it to a
-/// response: `Count`, `Bytes` and `KeyTable` are global overload (HTTP 503), `Key` is one
-/// client over its share (HTTP 429), `TooLarge` is one request that no amount of waiting
-/// would admit (HTTP 413). This crate itself knows nothing of HTTP.
+/// response: `Count`, `Bytes` and `KeyTable` are global overload (HTTP 503), `Closed` is
+/// a server that takes nothing new (draining for shutdown, or stopped by an operator:
+/// HTTP 503, gRPC `UNAVAILABLE`), `Key` is one client over its share (HTTP 429),
+/// `TooLarge` is one request that no amount of waiting would admit (HTTP 413). This crate
+/// itself knows nothing of HTTP.
 ///
 /// # Examples
 ///
@@ -35,6 +37,10 @@ pub enum Refused {
     KeyTable,
     /// This one charge is larger than the maximum a single request may take.
     TooLarge,
+    /// The count ledger is closed: it admits nothing new until it is reopened
+    /// ([`CountLedger::close`](crate::CountLedger::close),
+    /// [`Gate::drain`](crate::Gate::drain)).
+    Closed,
 }
 
 impl Refused {
@@ -68,6 +74,7 @@ impl Refused {
             Refused::Key => "key",
             Refused::KeyTable => "key_table",
             Refused::TooLarge => "too_large",
+            Refused::Closed => "closed",
         }
     }
 }
@@ -80,16 +87,23 @@ impl fmt::Display for Refused {
             Refused::Key => "per-key limit reached",
             Refused::KeyTable => "key table full",
             Refused::TooLarge => "request too large",
+            Refused::Closed => "closed to new work",
         })
     }
 }
 
 impl std::error::Error for Refused {}
 
-/// A capacity, budget or cap that a ledger cannot represent.
+/// A capacity, budget or cap that a ledger cannot represent, or a run-time limit of 0.
 ///
 /// Returned by constructors and setters instead of panicking, so a bad configuration
 /// surfaces when it is loaded, not at the first request.
+///
+/// In configuration (constructors, builders) 0 means "unlimited". A run-time setter
+/// refuses 0 instead ([`is_zero`](Self::is_zero)): an operator who writes 0 to stop
+/// traffic would otherwise remove the limit. Removing a limit at run time is spelled out
+/// (`set_unlimited`, `set_budget_unlimited`, ...), and refusing everything new is
+/// [`CountLedger::close`](crate::CountLedger::close).
 ///
 /// # Examples
 ///
@@ -100,6 +114,11 @@ impl std::error::Error for Refused {}
 /// assert_eq!(err.requested(), usize::MAX as u64);
 /// assert_eq!(err.maximum(), CountLedger::MAX_CAPACITY as u64);
 /// assert!(err.to_string().contains("exceeds the maximum"));
+///
+/// let ledger = CountLedger::new(8)?;
+/// assert!(ledger.set_capacity(0).unwrap_err().is_zero());
+/// assert_eq!(ledger.capacity(), 8, "unchanged");
+/// # Ok::<(), admission_core::CapacityError>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CapacityError {
@@ -114,6 +133,29 @@ impl CapacityError {
         } else {
             Ok(requested)
         }
+    }
+
+    /// A run-time limit: between 1 and `maximum`.
+    pub(crate) fn check_nonzero(requested: u64, maximum: u64) -> Result<u64, CapacityError> {
+        match requested {
+            0 => Err(CapacityError { requested, maximum }),
+            _ => Self::check(requested, maximum),
+        }
+    }
+
+    /// Whether this is a run-time setter refusing 0 (which would have removed the limit).
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    ///
+    /// let ledger = ByteLedger::new(1024)?;
+    /// let err = ledger.set_budget(0).unwrap_err();
+    /// assert!(err.is_zero());
+    /// assert!(err.to_string().contains("set_budget_unlimited"));
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn is_zero(&self) -> bool {
+        self.requested == 0
     }
 
     /// The value that was asked for.
@@ -141,6 +183,13 @@ impl CapacityError {
 
 impl fmt::Display for CapacityError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_zero() {
+            return f.write_str(
+                "a limit of 0 at run time would remove the limit: to remove it, call the \
+                 setter's `_unlimited` form (`set_unlimited`, `set_budget_unlimited`, ...); \
+                 to refuse everything new, `close()` the count ledger or gate",
+            );
+        }
         write!(
             f,
             "capacity {} exceeds the maximum {} this ledger can represent",
@@ -155,24 +204,28 @@ impl std::error::Error for CapacityError {}
 mod tests {
     use super::*;
 
-    const ALL: [Refused; 5] = [
+    const ALL: [Refused; 6] = [
         Refused::Count,
         Refused::Bytes,
         Refused::Key,
         Refused::KeyTable,
         Refused::TooLarge,
+        Refused::Closed,
     ];
 
     #[test]
     fn only_too_large_is_not_worth_retrying() {
         let retryable: Vec<bool> = ALL.iter().map(|r| r.is_retryable()).collect();
-        assert_eq!(retryable, [true, true, true, true, false]);
+        assert_eq!(retryable, [true, true, true, true, false, true]);
     }
 
     #[test]
     fn each_refusal_names_its_dimension_and_reads_as_a_sentence() {
         let names: Vec<&str> = ALL.iter().map(|r| r.dimension()).collect();
-        assert_eq!(names, ["count", "bytes", "key", "key_table", "too_large"]);
+        assert_eq!(
+            names,
+            ["count", "bytes", "key", "key_table", "too_large", "closed"]
+        );
         let shown: Vec<String> = ALL.iter().map(ToString::to_string).collect();
         assert_eq!(
             shown,
@@ -182,6 +235,7 @@ mod tests {
                 "per-key limit reached",
                 "key table full",
                 "request too large",
+                "closed to new work",
             ]
         );
     }
@@ -195,5 +249,19 @@ mod tests {
             "capacity 10 exceeds the maximum 7 this ledger can represent"
         );
         assert_eq!(CapacityError::check(7, 7), Ok(7));
+        assert!(!err.is_zero());
+    }
+
+    #[test]
+    fn a_run_time_zero_is_an_error_that_says_how_to_remove_or_close() {
+        let err = CapacityError::check_nonzero(0, 7).unwrap_err();
+        assert!(err.is_zero());
+        let shown = err.to_string();
+        assert!(
+            shown.contains("_unlimited") && shown.contains("close()"),
+            "{shown}"
+        );
+        assert_eq!(CapacityError::check_nonzero(1, 7), Ok(1));
+        assert!(!CapacityError::check_nonzero(8, 7).unwrap_err().is_zero());
     }
 }

@@ -21,6 +21,10 @@ enum Op {
     SetCapacity(usize),
     SetBudget(u64),
     SetCap(usize),
+    /// Removes one limit at run time: 0 count, 1 budget, 2 per-key cap.
+    SetUnlimited(u8),
+    Close,
+    Reopen,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -35,6 +39,9 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (0..5_usize).prop_map(Op::SetCapacity),
         1 => (0..300_u64).prop_map(Op::SetBudget),
         1 => (0..4_usize).prop_map(Op::SetCap),
+        1 => (0..3_u8).prop_map(Op::SetUnlimited),
+        1 => Just(Op::Close),
+        1 => Just(Op::Reopen),
     ]
 }
 
@@ -52,6 +59,7 @@ struct Model {
     capacity: u64,
     budget: u64,
     cap: u64,
+    closed: bool,
     count: u64,
     /// Bytes per live byte permit (direct or through the gate), by id.
     charges: HashMap<usize, u64>,
@@ -66,7 +74,15 @@ impl Model {
         self.charges.values().sum()
     }
     fn count_ok(&self) -> bool {
-        self.capacity == 0 || self.count < self.capacity
+        !self.closed && (self.capacity == 0 || self.count < self.capacity)
+    }
+    /// Why the count ledger refuses, when it does.
+    fn count_refusal(&self) -> Refused {
+        if self.closed {
+            Refused::Closed
+        } else {
+            Refused::Count
+        }
     }
     fn charge_ok(&self, n: u64) -> bool {
         let charged = self.bytes();
@@ -107,11 +123,7 @@ impl World {
         let count = CountLedger::new(3).unwrap();
         let bytes = ByteLedger::new(200).unwrap();
         let keyed = KeyedLedger::new(2).unwrap();
-        let gate = Gate::from_ledgers(
-            Some(count.clone()),
-            Some(bytes.clone()),
-            Some(keyed.clone()),
-        );
+        let gate = Gate::from_ledgers(count.clone(), Some(bytes.clone()), Some(keyed.clone()));
         Self {
             count,
             bytes,
@@ -146,7 +158,7 @@ impl World {
                     }
                     Err(e) => {
                         assert!(!expect, "refused with room");
-                        assert_eq!(e, Refused::Count);
+                        assert_eq!(e, self.model.count_refusal());
                     }
                 }
             }
@@ -215,7 +227,7 @@ impl World {
                 // key's share. A refusal changes nothing but the refusing dimension's
                 // refusal counter: no high-water mark sees a refused request.
                 let refusal = if !self.model.count_ok() {
-                    Some(Refused::Count)
+                    Some(self.model.count_refusal())
                 } else if !self.model.charge_ok(n) {
                     Some(Refused::Bytes)
                 } else if key.is_some_and(|k| !self.model.key_ok(k)) {
@@ -227,9 +239,10 @@ impl World {
                 let result = self.gate.try_admit(key.as_ref(), n);
                 if let Some(refused) = refusal {
                     let after = self.gate.snapshot();
-                    let (b, a) = (before.count.unwrap(), after.count.unwrap());
+                    let (b, a) = (before.count, after.count);
                     assert_eq!(a.high_water, b.high_water);
-                    assert_eq!(a.refused, b.refused + u64::from(refused == Refused::Count));
+                    let by_count = matches!(refused, Refused::Count | Refused::Closed);
+                    assert_eq!(a.refused, b.refused + u64::from(by_count));
                     let (b, a) = (before.bytes.unwrap(), after.bytes.unwrap());
                     assert_eq!(a.high_water, b.high_water);
                     assert_eq!(a.refused, b.refused + u64::from(refused == Refused::Bytes));
@@ -274,17 +287,42 @@ impl World {
                     }
                 }
             }
+            // A run-time 0 is an error that changes nothing: it never removes a limit.
+            Op::SetCapacity(0) => assert!(self.count.set_capacity(0).unwrap_err().is_zero()),
             Op::SetCapacity(c) => {
                 self.count.set_capacity(c).unwrap();
                 self.model.capacity = c as u64;
             }
+            Op::SetBudget(0) => assert!(self.bytes.set_budget(0).unwrap_err().is_zero()),
             Op::SetBudget(b) => {
                 self.bytes.set_budget(b).unwrap();
                 self.model.budget = b;
             }
+            Op::SetCap(0) => assert!(self.keyed.set_cap(0).unwrap_err().is_zero()),
             Op::SetCap(c) => {
                 self.keyed.set_cap(c).unwrap();
                 self.model.cap = c as u64;
+            }
+            Op::SetUnlimited(0) => {
+                self.count.set_unlimited();
+                self.model.capacity = 0;
+            }
+            Op::SetUnlimited(1) => {
+                self.bytes.set_budget_unlimited();
+                self.model.budget = 0;
+            }
+            Op::SetUnlimited(_) => {
+                self.keyed.set_cap_unlimited();
+                self.model.cap = 0;
+            }
+            // Closing survives every limit change above until the reopening.
+            Op::Close => {
+                self.gate.close();
+                self.model.closed = true;
+            }
+            Op::Reopen => {
+                self.count.reopen();
+                self.model.closed = false;
             }
         }
         self.model.count_high = self.model.count_high.max(self.model.count);
@@ -302,6 +340,10 @@ impl World {
     fn check(&self) {
         let m = &self.model;
         assert_eq!(self.count.in_flight(), m.count);
+        assert_eq!(self.count.is_closed(), m.closed);
+        assert_eq!(self.count.capacity(), m.capacity);
+        assert_eq!(self.bytes.budget(), m.budget);
+        assert_eq!(self.keyed.cap(), m.cap);
         assert_eq!(self.bytes.in_flight(), m.bytes());
         assert_eq!(self.bytes.permits(), m.charges.len() as u64);
         assert_eq!(self.keyed.keys(), m.keys.len() as u64);
@@ -338,7 +380,7 @@ proptest! {
         assert_eq!(world.bytes.permits(), 0);
         assert_eq!(world.keyed.keys(), 0);
         let snap = world.gate.snapshot();
-        assert_eq!(snap.count.unwrap().high_water, world.model.count_high);
+        assert_eq!(snap.count.high_water, world.model.count_high);
         assert_eq!(snap.bytes.unwrap().high_water, world.model.bytes_high);
     }
 }

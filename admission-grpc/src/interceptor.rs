@@ -2,11 +2,12 @@
 
 use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use std::time::Duration;
 
-use admission_core::{Gate, GatePermit};
+use admission_core::{Gate, GatePermit, Key};
+use admission_http::jittered;
 use tonic::metadata::MetadataMap;
 use tonic::service::Interceptor;
 use tonic::{Request, Status};
@@ -32,10 +33,8 @@ type KeyFn<K> = Arc<dyn Fn(&MetadataMap) -> Option<K> + Send + Sync>;
 /// use admission_grpc::AdmissionInterceptor;
 /// use tonic::service::Interceptor;
 ///
-/// let gate = Gate::<String>::builder().count(64).per_key(1).build()?;
-/// let mut interceptor = AdmissionInterceptor::new(gate).key(|metadata| {
-///     metadata.get("x-subject")?.to_str().ok().map(String::from)
-/// });
+/// let gate: Gate = Gate::builder().count(64).per_key(1).build()?;
+/// let mut interceptor = AdmissionInterceptor::new(gate).key(admission_grpc::key::metadata("x-subject"));
 ///
 /// let mut request = tonic::Request::new(());
 /// request.metadata_mut().insert("x-subject", "alice".parse().unwrap());
@@ -49,10 +48,11 @@ type KeyFn<K> = Arc<dyn Fn(&MetadataMap) -> Option<K> + Send + Sync>;
 /// drop(admitted); // the handler is done with the request: the permit is released
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct AdmissionInterceptor<K = String, H = RandomState> {
+pub struct AdmissionInterceptor<K = Key, H = RandomState> {
     gate: Gate<K, H>,
     key: Option<KeyFn<K>>,
     retry_after: Duration,
+    retry_jitter: Duration,
     code: RefusalCode,
 }
 
@@ -62,29 +62,40 @@ impl<K, H> Clone for AdmissionInterceptor<K, H> {
             gate: self.gate.clone(),
             key: self.key.clone(),
             retry_after: self.retry_after,
+            retry_jitter: self.retry_jitter,
             code: self.code,
         }
     }
 }
 
-impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionInterceptor<K> {
+impl<K, H> AdmissionInterceptor<K, H>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    H: BuildHasher + Send + Sync + 'static,
+{
     /// Admits calls through `gate` (its count and per-key dimensions; a byte budget is
     /// charged 0 here). Refusals carry `RetryInfo` of 1 s until
     /// [`retry_after`](Self::retry_after) says otherwise.
+    ///
+    /// The gate may be shared: a clone of the one an HTTP or gRPC layer was built from
+    /// (`AdmissionLayer::from_gate`) puts both under one limit. Its key type and hasher
+    /// are the interceptor's.
     ///
     /// ```
     /// use admission_core::Gate;
     /// use admission_grpc::AdmissionInterceptor;
     ///
-    /// let interceptor = AdmissionInterceptor::new(Gate::<String>::builder().count(8).build()?);
-    /// assert_eq!(interceptor.gate().count().unwrap().capacity(), 8);
+    /// let interceptor = AdmissionInterceptor::new(Gate::<Key>::builder().count(8).build()?);
+    /// assert_eq!(interceptor.gate().count().capacity(), 8);
+    /// # use admission_core::Key;
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
-    pub fn new(gate: Gate<K>) -> Self {
+    pub fn new(gate: Gate<K, H>) -> Self {
         Self {
             gate,
             key: None,
             retry_after: Duration::from_secs(1),
+            retry_jitter: Duration::ZERO,
             code: RefusalCode::ResourceExhausted,
         }
     }
@@ -96,9 +107,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionInterceptor<K> {
     /// use admission_grpc::AdmissionInterceptor;
     /// use tonic::service::Interceptor;
     ///
-    /// let gate = Gate::<String>::builder().per_key(1).build()?;
+    /// let gate: Gate = Gate::builder().per_key(1).build()?;
     /// let mut interceptor = AdmissionInterceptor::new(gate.clone())
-    ///     .key(|metadata| metadata.get("x-tenant")?.to_str().ok().map(String::from));
+    ///     .key(|metadata| Some(admission_core::Key::from_bytes(metadata.get("x-tenant")?.as_bytes())));
     /// let mut request = tonic::Request::new(());
     /// request.metadata_mut().insert("x-tenant", "t1".parse().unwrap());
     /// let _held = interceptor.call(request)?;
@@ -122,7 +133,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionInterceptor<K> {
     /// use tonic::service::Interceptor;
     /// use tonic_types::StatusExt;
     ///
-    /// let gate = Gate::<String>::builder().count(1).build()?;
+    /// let gate: Gate = Gate::builder().count(1).build()?;
     /// let mut interceptor = AdmissionInterceptor::new(gate).retry_after(Duration::from_millis(100));
     /// let _held = interceptor.call(tonic::Request::new(()))?;
     /// let status = interceptor.call(tonic::Request::new(())).unwrap_err();
@@ -134,6 +145,32 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionInterceptor<K> {
         self
     }
 
+    /// Spreads each refusal's retry delay over `[retry_after, retry_after + jitter]`,
+    /// drawn per refusal (default: none; see `admission_http::Refusals::retry_jitter`
+    /// for why it is off, and when to turn it on).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_core::Gate;
+    /// use admission_grpc::AdmissionInterceptor;
+    /// use tonic::service::Interceptor;
+    /// use tonic_types::StatusExt;
+    ///
+    /// let gate: Gate = Gate::builder().count(1).build()?;
+    /// let mut interceptor = AdmissionInterceptor::new(gate)
+    ///     .retry_after(Duration::from_millis(100))
+    ///     .retry_jitter(Duration::from_millis(100));
+    /// let _held = interceptor.call(tonic::Request::new(()))?;
+    /// let status = interceptor.call(tonic::Request::new(())).unwrap_err();
+    /// let delay = status.get_details_retry_info().unwrap().retry_delay.unwrap();
+    /// assert!(Duration::from_millis(100) <= delay && delay <= Duration::from_millis(200));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn retry_jitter(mut self, jitter: Duration) -> Self {
+        self.retry_jitter = jitter;
+        self
+    }
+
     /// The code of retryable refusals (default `RESOURCE_EXHAUSTED`).
     ///
     /// ```
@@ -141,7 +178,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionInterceptor<K> {
     /// use admission_grpc::{AdmissionInterceptor, RefusalCode};
     /// use tonic::service::Interceptor;
     ///
-    /// let gate = Gate::<String>::builder().count(1).build()?;
+    /// let gate: Gate = Gate::builder().count(1).build()?;
     /// let mut interceptor = AdmissionInterceptor::new(gate).code(RefusalCode::Unavailable);
     /// let _held = interceptor.call(tonic::Request::new(()))?;
     /// assert_eq!(interceptor.call(tonic::Request::new(())).unwrap_err().code(), tonic::Code::Unavailable);
@@ -159,19 +196,24 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionInterceptor<K> {
     /// use admission_grpc::AdmissionInterceptor;
     /// use tonic::service::Interceptor;
     ///
-    /// let mut interceptor = AdmissionInterceptor::new(Gate::<String>::builder().count(2).build()?);
+    /// let mut interceptor = AdmissionInterceptor::new(Gate::<Key>::builder().count(2).build()?);
+    /// # use admission_core::Key;
     /// let request = interceptor.call(tonic::Request::new(()))?;
-    /// assert_eq!(interceptor.gate().count().unwrap().in_flight(), 1);
+    /// assert_eq!(interceptor.gate().count().in_flight(), 1);
     /// drop(request);
-    /// assert_eq!(interceptor.gate().count().unwrap().in_flight(), 0);
+    /// assert_eq!(interceptor.gate().count().in_flight(), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn gate(&self) -> &Gate<K> {
+    pub fn gate(&self) -> &Gate<K, H> {
         &self.gate
     }
 }
 
-impl<K: Hash + Eq + Clone + Send + Sync + 'static> Interceptor for AdmissionInterceptor<K> {
+impl<K, H> Interceptor for AdmissionInterceptor<K, H>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    H: BuildHasher + Send + Sync + 'static,
+{
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         let key = self.key.as_ref().and_then(|key| key(request.metadata()));
         match self.gate.try_admit(key.as_ref(), 0) {
@@ -181,7 +223,10 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> Interceptor for AdmissionInte
                 });
                 Ok(request)
             }
-            Err(refused) => Err(refused_status_with(self.code, refused, self.retry_after)),
+            Err(refused) => {
+                let delay = jittered(self.retry_after, self.retry_jitter);
+                Err(refused_status_with(self.code, refused, delay))
+            }
         }
     }
 }
@@ -191,6 +236,7 @@ impl<K, H> fmt::Debug for AdmissionInterceptor<K, H> {
         f.debug_struct("AdmissionInterceptor")
             .field("snapshot", &self.gate.snapshot())
             .field("retry_after", &self.retry_after)
+            .field("retry_jitter", &self.retry_jitter)
             .field("code", &self.code)
             .finish_non_exhaustive()
     }
@@ -198,9 +244,16 @@ impl<K, H> fmt::Debug for AdmissionInterceptor<K, H> {
 
 /// The permit an [`AdmissionInterceptor`] puts in a request's extensions; released when
 /// the last clone of it (the request's extensions) is dropped.
-#[derive(Clone)]
-pub struct HandlerPermit<K = String, H = RandomState> {
+pub struct HandlerPermit<K = Key, H = RandomState> {
     _permit: Arc<GatePermit<K, H>>,
+}
+
+impl<K, H> Clone for HandlerPermit<K, H> {
+    fn clone(&self) -> Self {
+        Self {
+            _permit: self._permit.clone(),
+        }
+    }
 }
 
 impl<K, H> fmt::Debug for HandlerPermit<K, H> {

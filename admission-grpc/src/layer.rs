@@ -1,6 +1,6 @@
 //! The admission layer with gRPC-shaped refusals.
 
-use std::hash::Hash;
+use std::hash::{BuildHasher, Hash};
 
 use admission_tower::AdmissionBuilder;
 use http::request::Parts;
@@ -44,11 +44,10 @@ use crate::status::{body_status, trailers_only, RefusalCode};
 ///     .retry_after(Duration::from_millis(500))
 ///     .bypass(is_health_check)
 ///     .grpc()
-///     .build()?
-///     .expect("limits are configured");
+///     .build()?;
 /// // tonic::transport::Server::builder().layer(layer).add_service(...)
 /// # drop(layer);
-/// # Ok::<(), admission_core::CapacityError>(())
+/// # Ok::<(), admission_tower::BuildError>(())
 /// ```
 pub trait GrpcAdmission: Sized {
     /// Refuse with trailers-only `RESOURCE_EXHAUSTED` and `RetryInfo`.
@@ -58,8 +57,8 @@ pub trait GrpcAdmission: Sized {
     /// use admission_tower::AdmissionLayer;
     ///
     /// let layer = AdmissionLayer::builder().count(4).grpc().build()?;
-    /// assert!(layer.is_some());
-    /// # Ok::<(), admission_core::CapacityError>(())
+    /// assert_eq!(layer.gate().count().capacity(), 4);
+    /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     fn grpc(self) -> Self {
         self.grpc_with(RefusalCode::ResourceExhausted)
@@ -74,13 +73,17 @@ pub trait GrpcAdmission: Sized {
     /// use admission_tower::AdmissionLayer;
     ///
     /// let layer = AdmissionLayer::builder().count(4).grpc_with(RefusalCode::Unavailable).build()?;
-    /// assert!(layer.is_some());
-    /// # Ok::<(), admission_core::CapacityError>(())
+    /// assert_eq!(layer.gate().count().capacity(), 4);
+    /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     fn grpc_with(self, code: RefusalCode) -> Self;
 }
 
-impl<K: Hash + Eq + Clone + Send + Sync + 'static> GrpcAdmission for AdmissionBuilder<K> {
+impl<K, H> GrpcAdmission for AdmissionBuilder<K, H>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    H: BuildHasher + Clone + Send + Sync + 'static,
+{
     fn grpc_with(self, code: RefusalCode) -> Self {
         self.refusal_response(move |cx| trailers_only(code, cx))
             .body_error(move |cx| Box::new(body_status(code, cx)))

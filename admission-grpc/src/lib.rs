@@ -48,8 +48,7 @@
 //!     .retry_after(Duration::from_millis(250)) // RetryInfo and grpc-retry-pushback-ms
 //!     .bypass(is_health_check)
 //!     .grpc()
-//!     .build()?
-//!     .expect("limits are configured");
+//!     .build()?;
 //!
 //! let (reporter, health) = tonic_health::server::health_reporter();
 //! reporter.set_service_status("", tonic_health::ServingStatus::Serving).await;
@@ -97,11 +96,14 @@
 #![forbid(unsafe_code)]
 
 mod interceptor;
+pub mod key;
 mod layer;
+mod service;
 mod status;
 
 pub use interceptor::{AdmissionInterceptor, HandlerPermit};
 pub use layer::{is_health_check, GrpcAdmission};
+pub use service::NamedAdmission;
 pub use status::{refused_status, refused_status_with, RefusalCode, RETRY_PUSHBACK_MS};
 
 /// The README's example, compiled and run as a doctest.

@@ -94,6 +94,10 @@ pub fn refused_status(refused: Refused, retry_after: Duration) -> Status {
 /// let status = refused_status_with(RefusalCode::Unavailable, Refused::TooLarge, Duration::from_secs(1));
 /// assert_eq!(status.code(), tonic::Code::ResourceExhausted);
 /// assert!(status.metadata().get("grpc-retry-pushback-ms").is_none());
+/// // A closed (draining) server is going away: always UNAVAILABLE, with the pushback.
+/// let status = refused_status_with(RefusalCode::ResourceExhausted, Refused::Closed, Duration::from_secs(1));
+/// assert_eq!(status.code(), tonic::Code::Unavailable);
+/// assert!(status.metadata().get("grpc-retry-pushback-ms").is_some());
 /// ```
 pub fn refused_status_with(code: RefusalCode, refused: Refused, retry_after: Duration) -> Status {
     status_with(code, refused, retry_after)
@@ -104,8 +108,14 @@ fn status_with(code: RefusalCode, refused: Refused, retry_after: Duration) -> St
     if !refused.is_retryable() {
         return Status::new(Code::ResourceExhausted, message);
     }
+    // A closed (draining) server is going away: `UNAVAILABLE`, which every gRPC client
+    // treats as "try again, elsewhere", whatever code overload is given.
+    let code = match refused {
+        Refused::Closed => Code::Unavailable,
+        _ => code.code(),
+    };
     let details = ErrorDetails::with_retry_info(Some(retry_after));
-    let mut status = Status::with_error_details(code.code(), message, details);
+    let mut status = Status::with_error_details(code, message, details);
     let pushback = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);
     status
         .metadata_mut()

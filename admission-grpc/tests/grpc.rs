@@ -27,7 +27,6 @@ fn grpc_layer(count: usize, code: RefusalCode) -> AdmissionLayer {
         .grpc_with(code)
         .build()
         .unwrap()
-        .unwrap()
 }
 
 fn byte_layer(budget: u64, max: u64, code: RefusalCode) -> AdmissionLayer {
@@ -38,7 +37,6 @@ fn byte_layer(budget: u64, max: u64, code: RefusalCode) -> AdmissionLayer {
         .bypass(is_health_check)
         .grpc_with(code)
         .build()
-        .unwrap()
         .unwrap()
 }
 
@@ -81,7 +79,7 @@ async fn start(layer: &AdmissionLayer, state: &std::sync::Arc<State>) -> std::ne
 }
 
 fn in_flight(layer: &AdmissionLayer) -> u64 {
-    layer.gate().count().unwrap().in_flight()
+    layer.gate().count().in_flight()
 }
 
 #[tokio::test]
@@ -91,7 +89,7 @@ async fn a_saturated_unary_method_fails_at_once_with_resource_exhausted_and_retr
     let addr = start(&layer, &state).await;
     let channel = channel(addr).await;
 
-    let held = layer.gate().count().unwrap().try_acquire().unwrap();
+    let held = layer.gate().count().try_acquire().unwrap();
     let status = put(&channel, "work", &[]).await.unwrap_err();
     assert_eq!(status.code(), Code::ResourceExhausted);
     assert_eq!(status.message(), "admission refused: count limit reached");
@@ -118,7 +116,7 @@ async fn the_unavailable_option_yields_unavailable() {
     let addr = start(&layer, &state).await;
     let channel = channel(addr).await;
 
-    let held = layer.gate().count().unwrap().try_acquire().unwrap();
+    let held = layer.gate().count().try_acquire().unwrap();
     let status = put(&channel, "work", &[]).await.unwrap_err();
     assert_eq!(status.code(), Code::Unavailable);
     assert_eq!(
@@ -195,13 +193,9 @@ async fn the_health_service_answers_while_other_methods_are_saturated() {
 
 #[tokio::test]
 async fn the_interceptor_refuses_by_key_and_the_permit_reaches_the_handler() {
-    let gate = Gate::<String>::builder()
-        .count(8)
-        .per_key(1)
-        .build()
-        .unwrap();
+    let gate: Gate = Gate::builder().count(8).per_key(1).build().unwrap();
     let interceptor = AdmissionInterceptor::new(gate.clone())
-        .key(|metadata| metadata.get("x-subject")?.to_str().ok().map(String::from))
+        .key(admission_grpc::key::metadata("x-subject"))
         .retry_after(RETRY);
     let state = State::new(1000);
     let batch = InterceptedService::new(Batch(state.clone()), interceptor);
@@ -216,7 +210,7 @@ async fn the_interceptor_refuses_by_key_and_the_permit_reaches_the_handler() {
     let busy = gate
         .keyed()
         .unwrap()
-        .try_acquire(&"alice".to_string())
+        .try_acquire(&admission_core::Key::from("alice"))
         .unwrap();
     let status = put(&channel, "w", &[("x-subject", "alice")])
         .await
@@ -238,7 +232,7 @@ async fn the_interceptor_refuses_by_key_and_the_permit_reaches_the_handler() {
     );
     drop(busy);
     eventually("the handler's permit is released", || {
-        gate.count().unwrap().in_flight() == 0 && gate.keyed().unwrap().keys() == 0
+        gate.count().in_flight() == 0 && gate.keyed().unwrap().keys() == 0
     })
     .await;
 }
@@ -270,7 +264,7 @@ async fn the_refusal_is_trailers_only_on_the_wire() {
     let layer = grpc_layer(1, RefusalCode::ResourceExhausted);
     let state = State::new(1000);
     let addr = start(&layer, &state).await;
-    let held = layer.gate().count().unwrap().try_acquire().unwrap();
+    let held = layer.gate().count().try_acquire().unwrap();
 
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (mut sender, conn) =

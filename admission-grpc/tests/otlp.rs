@@ -120,7 +120,6 @@ async fn the_otlp_exporter_retries_head_and_mid_stream_refusals_and_every_span_a
         })
         .grpc()
         .build()
-        .unwrap()
         .unwrap();
     let collector = Collector::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -143,7 +142,7 @@ async fn the_otlp_exporter_retries_head_and_mid_stream_refusals_and_every_span_a
 
     // Saturated by count: another request holds the one slot for 300 ms. The export is
     // refused at the head, and retried until the slot is free.
-    let held = layer.gate().count().unwrap().try_acquire().unwrap();
+    let held = layer.gate().count().try_acquire().unwrap();
     export_while_held(&exporter, held, batch("count", 20), &mut expected).await;
 
     // Saturated by bytes: other requests hold 14 KiB of the 16 KiB budget for 300 ms.
@@ -179,7 +178,7 @@ async fn the_otlp_exporter_retries_head_and_mid_stream_refusals_and_every_span_a
     // The last response's permits go when its body ends on the server, just after the
     // client has read it.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while layer.gate().count().unwrap().in_flight() + bytes.in_flight() != 0 {
+    while layer.gate().count().in_flight() + bytes.in_flight() != 0 {
         assert!(
             tokio::time::Instant::now() < deadline,
             "ledgers back to zero"

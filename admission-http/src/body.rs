@@ -74,6 +74,20 @@ impl<B, P> PermitBody<B, P> {
         }
     }
 
+    /// Wraps `inner` with `permit` if there is one: a body of a request that holds no
+    /// permit (a bypassed route, say) has the same type as one that does.
+    ///
+    /// ```
+    /// use admission_http::PermitBody;
+    /// use http_body_util::Empty;
+    ///
+    /// let body = PermitBody::<_, ()>::from_parts(Empty::<bytes::Bytes>::new(), None);
+    /// assert!(body.is_released(), "nothing to release");
+    /// ```
+    pub fn from_parts(inner: B, permit: Option<P>) -> Self {
+        Self { inner, permit }
+    }
+
     /// The permit, while it is held.
     ///
     /// ```

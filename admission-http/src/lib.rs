@@ -4,7 +4,8 @@
 //! |---|---|
 //! | hold a permit until the response body ends (streams, downloads, SSE, gRPC) | [`PermitBody`] |
 //! | charge request bodies against a byte budget, and refuse one too large | [`RequestMeter`], [`MeteredBody`], [`RequestCharge`] |
-//! | answer a refused request (503 / 429 / 413 + `Retry-After`) | [`Refusals`], [`Rejection`] |
+//! | answer a refused request (503 / 429 / 413 + `Retry-After`, optionally jittered) | [`Refusals`], [`Rejection`] |
+//! | key a per-client limit by a header or the peer address, without allocating | [`key::header`], [`key::peer_ip`] |
 //!
 //! The ledgers come from [`admission_core`]; for a ready-made middleware see
 //! `admission-tower`.
@@ -60,6 +61,7 @@
 #![forbid(unsafe_code)]
 
 mod body;
+pub mod key;
 mod meter;
 mod refusal;
 
@@ -68,7 +70,7 @@ pub use meter::{
     content_length, BodyRefused, BoxError, MeteredBody, MeteredRequest, Rejection, RequestCharge,
     RequestMeter,
 };
-pub use refusal::{BodyRefusalContext, RefusalBody, RefusalContext, Refusals};
+pub use refusal::{jittered, BodyRefusalContext, RefusalBody, RefusalContext, Refusals};
 
 pub use admission_core;
 

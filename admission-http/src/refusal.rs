@@ -28,8 +28,8 @@ pub struct RefusalContext<'a> {
     pub status: StatusCode,
     /// The `Retry-After` the response will carry, in seconds, if any.
     pub retry_after: Option<u64>,
-    /// The configured retry delay, exactly (for protocols that carry milliseconds),
-    /// when the rejection is retryable.
+    /// This refusal's retry delay, exactly (for protocols that carry milliseconds),
+    /// when the rejection is retryable: the configured one, plus its jitter if any.
     pub retry_delay: Option<Duration>,
 }
 
@@ -124,7 +124,7 @@ type ErrorShape = dyn Fn(&BodyRefusalContext) -> BoxError + Send + Sync;
 pub struct BodyRefusalContext {
     /// What the ledger said.
     pub refused: Refused,
-    /// The configured retry delay, when `refused` is retryable.
+    /// The retry delay (with its jitter, if configured), when `refused` is retryable.
     pub retry_delay: Option<Duration>,
 }
 
@@ -133,15 +133,59 @@ pub struct BodyRefusalContext {
 pub(crate) struct BodyError {
     shape: Arc<ErrorShape>,
     retry_delay: Duration,
+    retry_jitter: Duration,
 }
 
 impl BodyError {
     pub(crate) fn make(&self, refused: Refused) -> BoxError {
         (self.shape)(&BodyRefusalContext {
             refused,
-            retry_delay: refused.is_retryable().then_some(self.retry_delay),
+            retry_delay: refused
+                .is_retryable()
+                .then(|| jittered(self.retry_delay, self.retry_jitter)),
         })
     }
+}
+
+/// `delay` plus a uniformly drawn part of `jitter` (none when `jitter` is zero): the
+/// retry delay of one refusal, so that clients shed together do not all come back in the
+/// same instant. The draw is from a small per-thread generator seeded at random: cheap,
+/// and not for anything but spreading retries.
+///
+/// ```
+/// use std::time::Duration;
+/// use admission_http::jittered;
+///
+/// let (delay, jitter) = (Duration::from_secs(1), Duration::from_secs(2));
+/// let drawn = jittered(delay, jitter);
+/// assert!(delay <= drawn && drawn <= delay + jitter);
+/// assert_eq!(jittered(delay, Duration::ZERO), delay);
+/// ```
+pub fn jittered(delay: Duration, jitter: Duration) -> Duration {
+    let nanos = u64::try_from(jitter.as_nanos()).unwrap_or(u64::MAX);
+    if nanos == 0 {
+        return delay;
+    }
+    // Uniform in 0..=nanos by the multiply-shift reduction of a 64-bit draw.
+    let drawn = ((u128::from(next_random()) * (u128::from(nanos) + 1)) >> 64) as u64;
+    delay.saturating_add(Duration::from_nanos(drawn))
+}
+
+/// xorshift64*, one state per thread, seeded from the standard library's random keys.
+fn next_random() -> u64 {
+    use std::cell::Cell;
+    use std::hash::BuildHasher;
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(std::hash::RandomState::new().hash_one(0_u8) | 1);
+    }
+    STATE.with(|state| {
+        let mut x = state.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        state.set(x);
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    })
 }
 
 /// How refused requests are answered.
@@ -185,6 +229,7 @@ impl BodyError {
 #[derive(Clone)]
 pub struct Refusals {
     retry_delay: Duration,
+    retry_jitter: Duration,
     shape: Option<Arc<Shape>>,
     whole: Option<Arc<Whole>>,
     error: Option<Arc<ErrorShape>>,
@@ -213,6 +258,7 @@ impl Refusals {
     pub fn new() -> Self {
         Self {
             retry_delay: Duration::from_secs(1),
+            retry_jitter: Duration::ZERO,
             shape: None,
             whole: None,
             error: None,
@@ -233,7 +279,40 @@ impl Refusals {
         self
     }
 
-    /// The `Retry-After` in seconds: the retry delay rounded up.
+    /// Spreads retries: each refusal's delay is the configured one plus a uniformly
+    /// drawn part of `jitter` (default none), so `Retry-After` (rounded up to seconds)
+    /// and a gRPC pushback (milliseconds) vary from one refused client to the next.
+    ///
+    /// Off by default: the header then says exactly what was configured, which keeps
+    /// answers predictable and cacheable, and most retrying clients add jitter of their
+    /// own (gRPC's retry policy does; OTLP exporters do). Turn it on when shed clients
+    /// honour the delay to the letter and come back in step: a burst shed at once then
+    /// returns spread over `jitter` instead of in one second. A spread of about the
+    /// delay itself (`retry_after(1 s)`, `retry_jitter(1 s)`: 1 or 2 s) halves the
+    /// returning peak.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_core::Refused;
+    /// use admission_http::{Refusals, Rejection};
+    ///
+    /// let refusals = Refusals::new()
+    ///     .retry_after(Duration::from_secs(1))
+    ///     .retry_jitter(Duration::from_secs(4));
+    /// let request = http::Request::get("/").body(())?;
+    /// let seen: std::collections::BTreeSet<String> = (0..200)
+    ///     .map(|_| refusals.respond(&request, Rejection::Refused(Refused::Count)))
+    ///     .map(|r| r.headers()["retry-after"].to_str().unwrap().to_owned())
+    ///     .collect();
+    /// assert!(seen.len() > 1 && seen.iter().all(|s| ("1"..="5").contains(&s.as_str())));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn retry_jitter(mut self, jitter: Duration) -> Self {
+        self.retry_jitter = jitter;
+        self
+    }
+
+    /// The `Retry-After` in seconds: the retry delay rounded up (without jitter).
     ///
     /// ```
     /// use std::time::Duration;
@@ -242,12 +321,7 @@ impl Refusals {
     /// assert_eq!(Refusals::new().retry_after(Duration::from_secs(3)).retry_after_secs(), 3);
     /// ```
     pub fn retry_after_secs(&self) -> u64 {
-        let secs = self.retry_delay.as_secs();
-        if self.retry_delay.subsec_nanos() > 0 {
-            secs.saturating_add(1)
-        } else {
-            secs
-        }
+        whole_seconds(self.retry_delay)
     }
 
     /// The retry delay as configured.
@@ -349,6 +423,7 @@ impl Refusals {
         self.error.as_ref().map(|shape| BodyError {
             shape: shape.clone(),
             retry_delay: self.retry_delay,
+            retry_jitter: self.retry_jitter,
         })
     }
 
@@ -393,8 +468,10 @@ impl Refusals {
         rejection: Rejection,
     ) -> Response<Bytes> {
         let status = rejection.status();
-        let retryable = rejection.is_retryable();
-        let retry_after = retryable.then(|| self.retry_after_secs());
+        let retry_delay = rejection
+            .is_retryable()
+            .then(|| jittered(self.retry_delay, self.retry_jitter));
+        let retry_after = retry_delay.map(whole_seconds);
         let cx = RefusalContext {
             method,
             uri,
@@ -402,7 +479,7 @@ impl Refusals {
             rejection,
             status,
             retry_after,
-            retry_delay: retryable.then_some(self.retry_delay),
+            retry_delay,
         };
         if let Some(whole) = &self.whole {
             return whole(&cx);
@@ -422,6 +499,16 @@ impl Refusals {
     }
 }
 
+/// A delay rounded up to whole seconds, as `Retry-After` carries it.
+fn whole_seconds(delay: Duration) -> u64 {
+    let secs = delay.as_secs();
+    if delay.subsec_nanos() > 0 {
+        secs.saturating_add(1)
+    } else {
+        secs
+    }
+}
+
 fn default_body(cx: &RefusalContext<'_>) -> RefusalBody {
     let text = match cx.rejection {
         Rejection::Refused(refused) if refused.is_retryable() => {
@@ -436,6 +523,7 @@ impl fmt::Debug for Refusals {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Refusals")
             .field("retry_delay", &self.retry_delay)
+            .field("retry_jitter", &self.retry_jitter)
             .field("custom_body", &self.shape.is_some())
             .field("custom_response", &self.whole.is_some())
             .field("body_error", &self.error.is_some())

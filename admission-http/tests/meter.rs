@@ -10,8 +10,7 @@ use http::{Request, StatusCode};
 use support::{data, poll, Hint, Script, Step, Unread};
 
 fn meter(budget: u64, max: u64) -> (ByteLedger, RequestMeter) {
-    let ledger = ByteLedger::new(budget).unwrap();
-    ledger.set_max_charge(max).unwrap();
+    let ledger = ByteLedger::with_max_charge(budget, max).unwrap();
     (ledger.clone(), RequestMeter::new(ledger))
 }
 

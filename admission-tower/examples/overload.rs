@@ -302,8 +302,7 @@ async fn main() -> std::process::ExitCode {
         .max_keys(MAX_KEYS)
         .bypass(|req| matches!(req.uri.path(), "/" | "/health"))
         .build()
-        .expect("valid limits")
-        .expect("limits are configured");
+        .expect("valid limits");
     let inside = Arc::new(Inside::default());
     let addr = serve(layer.clone(), inside.clone()).await;
     println!("admission overload demo: server on http://{addr}");
@@ -359,7 +358,7 @@ async fn main() -> std::process::ExitCode {
     // Liveness probes while the burst runs, and a progress line every 250 ms.
     let (mut probes, mut probes_ok, mut probe_latency) = (0_u64, 0_u64, Vec::new());
     let mut last_report = Instant::now();
-    let count = layer.gate().count().expect("count ledger").clone();
+    let count = layer.gate().count().clone();
     while clients.iter().any(|c| !c.is_finished()) {
         probes += 1;
         let start = Instant::now();
@@ -404,7 +403,7 @@ async fn main() -> std::process::ExitCode {
     // Let the server finish dropping what the last clients left, then read the ledgers.
     let settle = Instant::now();
     let idle = |s: &admission_tower::AdmissionSnapshot| {
-        s.gate.count.is_some_and(|c| c.in_flight == 0)
+        s.gate.count.in_flight == 0
             && s.gate.bytes.is_some_and(|b| b.in_flight == 0)
             && s.gate.keyed.is_some_and(|k| k.keys == 0)
     };
@@ -413,7 +412,7 @@ async fn main() -> std::process::ExitCode {
     }
     let snap = layer.snapshot();
     let (count_s, bytes_s, keyed_s) = (
-        snap.gate.count.expect("count"),
+        snap.gate.count,
         snap.gate.bytes.expect("bytes"),
         snap.gate.keyed.expect("keyed"),
     );

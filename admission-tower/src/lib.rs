@@ -5,9 +5,16 @@
 //! | You want to | Use |
 //! |---|---|
 //! | put the gate in front of a service | [`AdmissionLayer::builder`] → [`AdmissionLayer`] → [`Admission`] |
+//! | cap each client (429 over its share) | [`AdmissionBuilder::per_key`] with [`admission_http::key::header`] or [`admission_http::key::peer_ip`] |
+//! | share one limit between servers (HTTP and gRPC, a layer and an interceptor) | [`AdmissionLayer::from_gate`] over clones of one [`admission_core::Gate`] |
+//! | shut down gracefully | [`AdmissionLayer::drain`] (refuse new, finish admitted, then complete) |
 //! | read what it is doing | [`AdmissionLayer::snapshot`], [`AdmissionBuilder::on_refusal`] |
 //! | roll a limit out safely | [`AdmissionBuilder::dry_run`] |
-//! | change a limit at run time | [`AdmissionLayer::gate`] and the ledgers' setters |
+//! | change a limit at run time, or stop traffic | [`AdmissionLayer::gate`] and the ledgers' setters; [`AdmissionLayer::close`] |
+//!
+//! The shortest correct code for a global limit on an axum app, a per-API-key cap and a
+//! graceful drain is in this crate's README (its examples run as doctests); tonic
+//! servers are in `admission-grpc`.
 //!
 //! The middleware and a complete axum example are in [`admission`]. The ledgers are
 //! [`admission_core`]'s and the bodies [`admission_http`]'s, both re-exported.
@@ -17,7 +24,7 @@
 pub mod admission;
 
 pub use admission::{
-    Admission, AdmissionBuilder, AdmissionLayer, AdmissionPermit, AdmissionSnapshot, RefusalEvent,
+    Admission, AdmissionBuilder, AdmissionLayer, AdmissionSnapshot, BuildError, RefusalEvent,
     ResponseBody, ResponseFuture,
 };
 pub use admission_core;

@@ -36,7 +36,6 @@ async fn axum_router_layer_sheds_at_the_limit_and_bypasses_health() {
         .count(1)
         .bypass(|req| req.uri.path() == "/health")
         .build()
-        .unwrap()
         .unwrap();
     let (release_tx, release_rx) = oneshot::channel::<()>();
     let release_rx = std::sync::Arc::new(tokio::sync::Mutex::new(Some(release_rx)));
@@ -61,7 +60,7 @@ async fn axum_router_layer_sheds_at_the_limit_and_bypasses_health() {
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
 
     let slow = tokio::spawn(get_status(addr, "/slow"));
-    let count = layer.gate().count().unwrap().clone();
+    let count = layer.gate().count().clone();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while count.in_flight() == 0 {
         assert!(tokio::time::Instant::now() < deadline);
@@ -95,7 +94,7 @@ async fn tonic_server_builder_layer_composes_and_serves_grpc() {
     use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::HealthCheckRequest;
 
-    let layer = AdmissionLayer::builder().count(8).build().unwrap().unwrap();
+    let layer = AdmissionLayer::builder().count(8).build().unwrap();
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
         .set_service_status("demo", tonic_health::ServingStatus::Serving)
@@ -123,10 +122,10 @@ async fn tonic_server_builder_layer_composes_and_serves_grpc() {
         .await
         .unwrap();
     assert_eq!(response.into_inner().status(), ServingStatus::Serving);
-    let count = layer.snapshot().gate.count.unwrap();
+    let count = layer.snapshot().gate.count;
     assert_eq!(count.high_water, 1, "the call went through the gate");
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while layer.gate().count().unwrap().in_flight() != 0 {
+    while layer.gate().count().in_flight() != 0 {
         assert!(tokio::time::Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

@@ -39,7 +39,6 @@ async fn axum_extractors_answer_503_and_413_for_chunked_uploads_refused_mid_stre
         .bytes(1_000)
         .max_request_bytes(500)
         .build()
-        .unwrap()
         .unwrap();
     let app = Router::new()
         .route(
@@ -171,7 +170,6 @@ fn per_client_layer() -> AdmissionLayer<String> {
         })
         .build()
         .unwrap()
-        .unwrap()
 }
 
 #[tokio::test]
@@ -248,7 +246,6 @@ async fn a_refused_body_that_trickles_is_answered_after_the_drain_bound_with_con
         })
         .drain_refused(64 << 10, Duration::from_millis(200))
         .build()
-        .unwrap()
         .unwrap();
     let seen = Arc::new(Seen::default());
     let (addr, _) = serve_counting(layer.layer(app(seen.clone()))).await;
@@ -330,7 +327,6 @@ async fn the_connection_header_is_sent_only_on_http1_and_only_when_the_body_stay
         .count(1)
         .drain_refused(1024, Duration::from_secs(1))
         .build()
-        .unwrap()
         .unwrap();
     let service = layer.layer(ok_service());
     let _held = service
@@ -386,7 +382,6 @@ async fn a_declared_length_no_budget_could_hold_is_413_even_when_count_and_key_a
             req.headers.get("x-client").map(|v| v.as_bytes().to_vec())
         })
         .build()
-        .unwrap()
         .unwrap();
     let service = layer.layer(ok_service());
     let held = Request::get("/")
@@ -436,7 +431,6 @@ async fn a_refused_body_above_the_drain_bound_is_answered_at_once_not_waited_for
         .count(1)
         .drain_refused(1024, Duration::from_secs(30))
         .build()
-        .unwrap()
         .unwrap();
     let service = layer.layer(tower::service_fn(
         |_: Request<admission_http::MeteredBody<NeverArrives>>| async {
@@ -502,7 +496,6 @@ async fn a_refusal_made_mid_stream_closes_an_http1_connection_and_says_nothing_o
     let layer = AdmissionLayer::builder()
         .max_request_bytes(100)
         .build()
-        .unwrap()
         .unwrap();
     let service = layer.layer(reads_body());
     for (version, connection) in [(Version::HTTP_11, Some("close")), (Version::HTTP_2, None)] {
@@ -531,7 +524,6 @@ async fn a_dry_run_never_answers_with_a_refusal_even_mid_stream() {
         .max_request_bytes(100)
         .dry_run(true)
         .build()
-        .unwrap()
         .unwrap();
     let service = layer.layer(reads_body());
     let response = service
@@ -568,11 +560,7 @@ impl http_body::Body for LongerThanDeclared {
 
 #[tokio::test]
 async fn a_body_longer_than_it_declared_is_refused_as_it_outgrows_its_charge() {
-    let layer = AdmissionLayer::builder()
-        .bytes(100)
-        .build()
-        .unwrap()
-        .unwrap();
+    let layer = AdmissionLayer::builder().bytes(100).build().unwrap();
     let others = layer.gate().bytes().unwrap().try_charge(50).unwrap();
     let service = layer.layer(tower::service_fn(
         |req: Request<admission_http::MeteredBody<LongerThanDeclared>>| async move {
@@ -618,7 +606,7 @@ impl tower::Service<Request<admission_http::MeteredBody<Full<Bytes>>>> for Never
 
 #[tokio::test]
 async fn the_service_is_ready_when_its_inner_service_is_and_shows_its_state() {
-    let layer = AdmissionLayer::builder().count(1).build().unwrap().unwrap();
+    let layer = AdmissionLayer::builder().count(1).build().unwrap();
     let mut service = layer.layer(NeverReady);
     let waker = std::task::Waker::noop();
     let mut cx = std::task::Context::from_waker(waker);
@@ -628,7 +616,7 @@ async fn the_service_is_ready_when_its_inner_service_is_and_shows_its_state() {
         "not ready while the inner service is not"
     );
     assert_eq!(service.snapshot(), layer.snapshot());
-    assert_eq!(service.snapshot().gate.count.unwrap().capacity, 1);
+    assert_eq!(service.snapshot().gate.count.capacity, 1);
     let shown = format!("{service:?}");
     assert!(
         shown.starts_with("Admission {") && shown.contains("capacity: 1"),

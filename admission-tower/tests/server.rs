@@ -12,15 +12,13 @@ use support::{app, eventually, get, next_chunk, post, send, serve, text, with_he
 use tower::Layer;
 
 fn in_flight(layer: &AdmissionLayer<impl std::hash::Hash + Eq + Clone>) -> u64 {
-    layer.gate().count().map_or(0, |c| c.in_flight())
+    layer.gate().count().in_flight()
 }
 
 /// Every ledger of the layer reads zero.
 fn assert_idle<K: std::hash::Hash + Eq + Clone>(layer: &AdmissionLayer<K>) {
     let AdmissionSnapshot { gate, .. } = layer.snapshot();
-    if let Some(count) = gate.count {
-        assert_eq!(count.in_flight, 0, "count ledger");
-    }
+    assert_eq!(gate.count.in_flight, 0, "count ledger");
     if let Some(bytes) = gate.bytes {
         assert_eq!(bytes.in_flight, 0, "byte ledger");
     }
@@ -41,7 +39,7 @@ where
 #[tokio::test]
 async fn at_the_limit_the_next_request_gets_503_with_retry_after_and_neither_service_nor_body_is_touched(
 ) {
-    let layer = AdmissionLayer::builder().count(1).build().unwrap().unwrap();
+    let layer = AdmissionLayer::builder().count(1).build().unwrap();
     let (addr, seen) = start(&layer).await;
 
     let mut stream = send(addr, get("/stream")).await;
@@ -58,7 +56,7 @@ async fn at_the_limit_the_next_request_gets_503_with_retry_after_and_neither_ser
         0,
         "the body was not read"
     );
-    assert_eq!(layer.snapshot().gate.count.unwrap().refused, 1);
+    assert_eq!(layer.snapshot().gate.count.refused, 1);
 
     seen.end_streams();
     assert_eq!(next_chunk(&mut stream).await, None);
@@ -68,7 +66,7 @@ async fn at_the_limit_the_next_request_gets_503_with_retry_after_and_neither_ser
 
 #[tokio::test]
 async fn a_streaming_response_holds_its_permit_after_the_head_and_releases_it_at_the_end() {
-    let layer = AdmissionLayer::builder().count(4).build().unwrap().unwrap();
+    let layer = AdmissionLayer::builder().count(4).build().unwrap();
     let (addr, seen) = start(&layer).await;
 
     let mut stream = send(addr, get("/stream")).await;
@@ -94,7 +92,7 @@ async fn a_streaming_response_holds_its_permit_after_the_head_and_releases_it_at
 
 #[tokio::test]
 async fn a_client_that_disconnects_mid_stream_frees_its_permit() {
-    let layer = AdmissionLayer::builder().count(1).build().unwrap().unwrap();
+    let layer = AdmissionLayer::builder().count(1).build().unwrap();
     let (addr, seen) = start(&layer).await;
 
     let mut stream = send(addr, get("/stream")).await;
@@ -120,7 +118,6 @@ async fn liveness_routes_answer_200_while_every_other_route_is_saturated() {
         .count(1)
         .bypass(|req| matches!(req.uri.path(), "/" | "/health"))
         .build()
-        .unwrap()
         .unwrap();
     let (addr, seen) = start(&layer).await;
 
@@ -154,7 +151,6 @@ async fn one_key_at_its_cap_gets_429_while_another_key_is_admitted() {
                 .map(str::to_owned)
         })
         .build()
-        .unwrap()
         .unwrap();
     let (addr, seen) = start(&layer).await;
 
@@ -186,7 +182,6 @@ async fn a_body_above_the_maximum_gets_413_without_being_read() {
         .bytes(100_000)
         .max_request_bytes(1_000)
         .build()
-        .unwrap()
         .unwrap();
     let (addr, seen) = start(&layer).await;
 
@@ -205,11 +200,7 @@ async fn a_body_above_the_maximum_gets_413_without_being_read() {
 
 #[tokio::test]
 async fn concurrent_bodies_past_the_budget_get_503_and_a_lone_oversized_one_is_admitted() {
-    let layer = AdmissionLayer::builder()
-        .bytes(1_000)
-        .build()
-        .unwrap()
-        .unwrap();
+    let layer = AdmissionLayer::builder().bytes(1_000).build().unwrap();
     let (addr, seen) = start(&layer).await;
     let bytes = layer.gate().bytes().unwrap().clone();
 
@@ -266,11 +257,7 @@ async fn upload_chunked(
 #[tokio::test]
 async fn a_chunked_body_refused_by_the_budget_mid_stream_gets_503_with_retry_after_not_the_handlers_answer(
 ) {
-    let layer = AdmissionLayer::builder()
-        .bytes(1_000)
-        .build()
-        .unwrap()
-        .unwrap();
+    let layer = AdmissionLayer::builder().bytes(1_000).build().unwrap();
     let (addr, seen) = start(&layer).await;
     let bytes = layer.gate().bytes().unwrap().clone();
     let other = bytes.try_charge(900).unwrap();
@@ -300,7 +287,6 @@ async fn a_chunked_body_past_the_maximum_mid_stream_gets_413_without_retry_after
     let layer = AdmissionLayer::builder()
         .max_request_bytes(100)
         .build()
-        .unwrap()
         .unwrap();
     let (addr, seen) = start(&layer).await;
 

@@ -30,22 +30,73 @@ fn request(path: &str) -> Request<Full<Bytes>> {
     Request::get(path).body(Full::default()).unwrap()
 }
 
-#[test]
-fn a_configuration_with_every_dimension_at_zero_installs_nothing() {
-    let built = AdmissionLayer::builder()
+#[tokio::test]
+async fn a_configuration_with_every_dimension_at_zero_passes_requests_through_uncounted() {
+    let layer = AdmissionLayer::builder()
         .count(0)
         .bytes(0)
         .max_request_bytes(0)
         .per_key(0, |_| Some(1))
         .build()
         .unwrap();
-    assert!(built.is_none());
-    // A per-key cap without an extractor cannot apply either.
-    assert!(AdmissionLayer::builder()
-        .max_keys(5)
+    assert!(layer.gate().bytes().is_none() && layer.gate().keyed().is_none());
+    let calls = Arc::new(AtomicUsize::new(0));
+    let service = layer.layer(ok_service(calls.clone()));
+    let held: Vec<_> = futures_many(&service, 3).await;
+    assert!(held
+        .iter()
+        .all(|r| r.status() == StatusCode::OK && !r.body().holds_permit()));
+    assert_eq!(
+        layer.snapshot().gate.count.in_flight,
+        0,
+        "nothing is counted"
+    );
+    // Closed, it refuses all the same.
+    layer.close();
+    let refused = service.clone().oneshot(request("/")).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    // A limit set at run time applies to the requests after it.
+    layer.reopen();
+    layer.gate().count().set_capacity(1).unwrap();
+    let first = service.clone().oneshot(request("/")).await.unwrap();
+    assert!(first.body().holds_permit());
+    let second = service.clone().oneshot(request("/")).await.unwrap();
+    assert_eq!(second.status(), StatusCode::SERVICE_UNAVAILABLE);
+}
+
+#[tokio::test]
+async fn tracking_in_flight_counts_without_a_limit_so_a_drain_waits() {
+    let layer = AdmissionLayer::builder()
+        .track_in_flight(true)
         .build()
-        .unwrap()
-        .is_none());
+        .unwrap();
+    let service = layer.layer(ok_service(Arc::default()));
+    let held = futures_many(&service, 2).await;
+    assert_eq!(layer.snapshot().gate.count.in_flight, 2);
+    let mut drain = layer.drain();
+    let wait = std::time::Duration::from_millis(50);
+    assert!(
+        tokio::time::timeout(wait, &mut drain).await.is_err(),
+        "two in flight"
+    );
+    drop(held);
+    tokio::time::timeout(std::time::Duration::from_secs(5), drain)
+        .await
+        .expect("the last body dropped, the drain is done");
+}
+
+/// `n` admitted responses of `service`, their bodies unread.
+async fn futures_many<S>(service: &S, n: usize) -> Vec<S::Response>
+where
+    S: tower::Service<Request<Full<Bytes>>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(service.clone().oneshot(request("/")).await.unwrap());
+    }
+    out
 }
 
 #[test]
@@ -56,7 +107,7 @@ fn a_limit_the_ledgers_cannot_represent_is_an_error_not_a_panic() {
 
 #[tokio::test]
 async fn clones_of_the_service_share_one_limit() {
-    let layer = AdmissionLayer::builder().count(1).build().unwrap().unwrap();
+    let layer = AdmissionLayer::builder().count(1).build().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let mut a = layer.layer(ok_service(calls.clone()));
     let mut b = a.clone();
@@ -70,16 +121,12 @@ async fn clones_of_the_service_share_one_limit() {
     assert_eq!(calls.load(Ordering::SeqCst), 1);
     assert!(held.body().holds_permit());
     drop(held);
-    assert_eq!(layer.gate().count().unwrap().in_flight(), 0);
+    assert_eq!(layer.gate().count().in_flight(), 0);
 }
 
 #[tokio::test]
 async fn a_malformed_content_length_is_answered_400_without_calling_the_service() {
-    let layer = AdmissionLayer::builder()
-        .bytes(1000)
-        .build()
-        .unwrap()
-        .unwrap();
+    let layer = AdmissionLayer::builder().bytes(1000).build().unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let service = layer.layer(ok_service(calls.clone()));
     let bad = Request::post("/")
@@ -109,7 +156,6 @@ async fn dry_run_admits_what_it_would_shed_and_reports_it() {
             ))
         })
         .build()
-        .unwrap()
         .unwrap();
     let calls = Arc::new(AtomicUsize::new(0));
     let service = layer.layer(ok_service(calls.clone()));
@@ -127,7 +173,7 @@ async fn dry_run_admits_what_it_would_shed_and_reports_it() {
         vec![("/b".to_owned(), Rejection::Refused(Refused::Count), true)]
     );
     drop((held, over));
-    assert_eq!(layer.gate().count().unwrap().in_flight(), 0);
+    assert_eq!(layer.gate().count().in_flight(), 0);
 }
 
 #[tokio::test]
@@ -142,7 +188,6 @@ async fn the_refusal_hook_sees_every_refusal_and_the_body_closure_shapes_it() {
         })
         .refusal_body(|cx| RefusalBody::json(format!(r#"{{"path":"{}"}}"#, cx.uri.path())))
         .build()
-        .unwrap()
         .unwrap();
     let service = layer.layer(ok_service(Arc::default()));
     let _held = service.clone().oneshot(request("/x")).await.unwrap();
@@ -157,7 +202,7 @@ async fn the_refusal_hook_sees_every_refusal_and_the_body_closure_shapes_it() {
 
 #[tokio::test]
 async fn a_response_future_dropped_before_it_resolves_releases_its_permit() {
-    let layer = AdmissionLayer::builder().count(1).build().unwrap().unwrap();
+    let layer = AdmissionLayer::builder().count(1).build().unwrap();
     let gate = tokio::sync::Notify::new();
     let gate = Arc::new(gate);
     let wait = gate.clone();
@@ -174,14 +219,14 @@ async fn a_response_future_dropped_before_it_resolves_releases_its_permit() {
         let mut future = pin!(future);
         let mut cx = Context::from_waker(Waker::noop());
         assert!(future.as_mut().poll(&mut cx).is_pending());
-        assert_eq!(layer.gate().count().unwrap().in_flight(), 1);
+        assert_eq!(layer.gate().count().in_flight(), 1);
     }
-    assert_eq!(layer.gate().count().unwrap().in_flight(), 0);
+    assert_eq!(layer.gate().count().in_flight(), 0);
 }
 
 #[tokio::test]
 async fn an_inner_service_error_releases_the_permit() {
-    let layer = AdmissionLayer::builder().count(1).build().unwrap().unwrap();
+    let layer = AdmissionLayer::builder().count(1).build().unwrap();
     let failing = tower::service_fn(|_req: Request<In>| async {
         Err::<Response<Full<Bytes>>, _>("inner failure")
     });
@@ -194,7 +239,7 @@ async fn an_inner_service_error_releases_the_permit() {
     };
     assert_eq!(err, "inner failure");
     assert_eq!(
-        layer.gate().count().unwrap().in_flight(),
+        layer.gate().count().in_flight(),
         0,
         "released while the future is alive"
     );

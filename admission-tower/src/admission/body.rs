@@ -1,9 +1,11 @@
 //! The response body of [`Admission`](super::Admission).
 
+use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use admission_core::Key;
 use admission_http::PermitBody;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
@@ -15,41 +17,33 @@ pin_project! {
     /// The response body of [`Admission`](super::Admission): the inner body holding the
     /// request's permits until it ends, the inner body of a bypassed request, or a
     /// refusal's small body.
-    pub struct ResponseBody<B, K, H> {
+    pub struct ResponseBody<B, K = Key, H = RandomState> {
         #[pin]
-        kind: Kind<B, K, H>,
+        body: PermitBody<Inner<B>, AdmissionPermit<K, H>>,
     }
 }
 
 pin_project! {
-    #[project = KindProj]
-    enum Kind<B, K, H> {
-        Admitted { #[pin] body: PermitBody<B, AdmissionPermit<K, H>> },
-        Unguarded { #[pin] body: B },
+    #[project = InnerProj]
+    enum Inner<B> {
+        Body { #[pin] body: B },
         Refused { bytes: Option<Bytes> },
     }
 }
 
 impl<B, K, H> ResponseBody<B, K, H> {
-    pub(crate) fn admitted(body: B, permit: AdmissionPermit<K, H>) -> Self {
+    /// The service's body, holding `permit` (if any) until it ends.
+    #[inline]
+    pub(crate) fn new(body: B, permit: Option<AdmissionPermit<K, H>>) -> Self {
         Self {
-            kind: Kind::Admitted {
-                body: PermitBody::new(body, permit),
-            },
-        }
-    }
-
-    pub(crate) fn unguarded(body: B) -> Self {
-        Self {
-            kind: Kind::Unguarded { body },
+            body: PermitBody::from_parts(Inner::Body { body }, permit),
         }
     }
 
     pub(crate) fn refused(bytes: Bytes) -> Self {
+        let bytes = Some(bytes).filter(|b| !b.is_empty());
         Self {
-            kind: Kind::Refused {
-                bytes: Some(bytes).filter(|b| !b.is_empty()),
-            },
+            body: PermitBody::from_parts(Inner::Refused { bytes }, None),
         }
     }
 
@@ -66,7 +60,7 @@ impl<B, K, H> ResponseBody<B, K, H> {
     /// # let ok = tower::service_fn(|_: http::Request<admission_http::MeteredBody<Body>>| async {
     /// #     Ok::<_, Infallible>(http::Response::new(Body::default()))
     /// # });
-    /// let layer = AdmissionLayer::builder().count(1).build()?.unwrap();
+    /// let layer = AdmissionLayer::builder().count(1).build()?;
     /// let service = layer.layer(ok);
     /// let held = service.clone().oneshot(http::Request::new(Body::default())).await?;
     /// let refused = service.oneshot(http::Request::new(Body::default())).await?;
@@ -76,7 +70,7 @@ impl<B, K, H> ResponseBody<B, K, H> {
     /// # }
     /// ```
     pub fn is_refusal(&self) -> bool {
-        matches!(self.kind, Kind::Refused { .. })
+        matches!(self.body.get_ref(), Inner::Refused { .. })
     }
 
     /// Whether this body still holds its request's permits (false once it has ended,
@@ -94,7 +88,7 @@ impl<B, K, H> ResponseBody<B, K, H> {
     /// # let ok = tower::service_fn(|_: http::Request<admission_http::MeteredBody<Body>>| async {
     /// #     Ok::<_, Infallible>(http::Response::new(Body::default()))
     /// # });
-    /// let layer = AdmissionLayer::builder().count(1).build()?.unwrap();
+    /// let layer = AdmissionLayer::builder().count(1).build()?;
     /// let mut response = layer.layer(ok).oneshot(http::Request::new(Body::default())).await?;
     /// assert!(response.body().holds_permit());
     /// while response.body_mut().frame().await.is_some() {}
@@ -103,10 +97,7 @@ impl<B, K, H> ResponseBody<B, K, H> {
     /// # }
     /// ```
     pub fn holds_permit(&self) -> bool {
-        match &self.kind {
-            Kind::Admitted { body } => !body.is_released(),
-            _ => false,
-        }
+        !self.body.is_released()
     }
 }
 
@@ -118,32 +109,59 @@ where
     type Data = B::Data;
     type Error = B::Error;
 
+    #[inline]
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        match self.project().kind.project() {
-            KindProj::Admitted { body } => body.poll_frame(cx),
-            KindProj::Unguarded { body } => body.poll_frame(cx),
-            KindProj::Refused { bytes } => {
+        self.project().body.poll_frame(cx)
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl<B> Body for Inner<B>
+where
+    B: Body,
+    B::Data: From<Bytes>,
+{
+    type Data = B::Data;
+    type Error = B::Error;
+
+    #[inline]
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        match self.project() {
+            InnerProj::Body { body } => body.poll_frame(cx),
+            InnerProj::Refused { bytes } => {
                 Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b.into()))))
             }
         }
     }
 
+    #[inline]
     fn is_end_stream(&self) -> bool {
-        match &self.kind {
-            Kind::Admitted { body } => body.is_end_stream(),
-            Kind::Unguarded { body } => body.is_end_stream(),
-            Kind::Refused { bytes } => bytes.is_none(),
+        match self {
+            Inner::Body { body } => body.is_end_stream(),
+            Inner::Refused { bytes } => bytes.is_none(),
         }
     }
 
+    #[inline]
     fn size_hint(&self) -> SizeHint {
-        match &self.kind {
-            Kind::Admitted { body } => body.size_hint(),
-            Kind::Unguarded { body } => body.size_hint(),
-            Kind::Refused { bytes } => {
+        match self {
+            Inner::Body { body } => body.size_hint(),
+            Inner::Refused { bytes } => {
                 SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
             }
         }
@@ -152,10 +170,10 @@ where
 
 impl<B, K, H> fmt::Debug for ResponseBody<B, K, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match &self.kind {
-            Kind::Admitted { .. } => "admitted",
-            Kind::Unguarded { .. } => "unguarded",
-            Kind::Refused { .. } => "refused",
+        let kind = match (self.body.get_ref(), self.holds_permit()) {
+            (Inner::Refused { .. }, _) => "refused",
+            (Inner::Body { .. }, true) => "admitted",
+            (Inner::Body { .. }, false) => "body",
         };
         f.debug_struct("ResponseBody")
             .field("kind", &kind)

@@ -60,9 +60,23 @@ pub(crate) enum Plan {
 }
 
 impl DrainLimits {
-    /// The plan for a refused request with this head and body.
-    pub(crate) fn plan<B: Body>(&self, parts: &Parts, body: &B, declared: Option<u64>) -> Plan {
-        if parts.version >= Version::HTTP_2 || body.is_end_stream() {
+    /// The plan for a refused request with this head and body. `closing`: the layer is
+    /// closed (draining for shutdown), so over HTTP/1.x every refusal closes its
+    /// connection, sending keep-alive clients elsewhere.
+    pub(crate) fn plan<B: Body>(
+        &self,
+        parts: &Parts,
+        body: &B,
+        declared: Option<u64>,
+        closing: bool,
+    ) -> Plan {
+        if parts.version >= Version::HTTP_2 {
+            return Plan::Answer;
+        }
+        if closing {
+            return Plan::Close;
+        }
+        if body.is_end_stream() {
             return Plan::Answer;
         }
         let expects_continue = parts

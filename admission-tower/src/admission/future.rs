@@ -1,11 +1,12 @@
 //! The response future of [`Admission`](super::Admission).
 
+use std::collections::hash_map::RandomState;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use admission_core::Refused;
+use admission_core::{Key, Refused};
 use admission_http::Rejection;
 use bytes::Bytes;
 use http::request::Parts;
@@ -29,29 +30,37 @@ pin_project! {
     ///
     /// # Panics
     ///
-    /// If polled again after it returned `Ready`, as futures may.
-    pub struct ResponseFuture<F, B, K, H> {
+    /// If a refusal is polled again after it returned `Ready` (an admitted request's
+    /// future is the inner future's, which may panic too), as futures may.
+    pub struct ResponseFuture<F, B, K = Key, H = RandomState> {
         #[pin]
-        state: State<F, B, K, H>,
+        state: State<F>,
+        // Held until the response is ready, then handed to its body. `None` for a
+        // bypassed (or dry-run) request and for a refusal.
+        permit: Option<AdmissionPermit<K, H>>,
+        // Boxed, and `None` on the hot path: what a refusal, or a request whose body may
+        // be refused as it streams, needs beyond the permit.
+        cold: Option<Box<Cold<B, K, H>>>,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    enum State<F, B, K, H> {
-        Admitted {
-            #[pin] future: F,
-            permit: Option<AdmissionPermit<K, H>>,
-            late: Option<Box<LateRefusal<K, H>>>,
-        },
-        Unguarded { #[pin] future: F },
-        // Boxed: a refusal is the cold path, and an inline `Response` would make every
-        // admitted request's future (moved at each poll site) a hundred bytes larger.
-        Refused {
-            response: Option<Box<Response<Bytes>>>,
-            drain: Option<Pin<Box<Drain<B>>>>,
-        },
+    enum State<F> {
+        Called { #[pin] future: F },
+        Refused,
     }
+}
+
+/// The rarely needed part of a response future.
+enum Cold<B, K, H> {
+    /// What answering a refusal of the body while it streams takes.
+    Late(LateRefusal<K, H>),
+    /// A refusal, sent once `drain` (if any) has read the request's body.
+    Refused {
+        response: Option<Response<Bytes>>,
+        drain: Option<Pin<Box<Drain<B>>>>,
+    },
 }
 
 /// What answering a request whose body is refused while it streams takes: the request's
@@ -64,16 +73,16 @@ pub(crate) struct LateRefusal<K, H> {
 }
 
 impl<K, H> LateRefusal<K, H> {
-    pub(crate) fn new(shared: &Arc<Shared<K, H>>, parts: &Parts) -> Box<Self> {
+    pub(crate) fn new(shared: &Arc<Shared<K, H>>, parts: &Parts) -> Self {
         let (mut head, ()) = Request::new(()).into_parts();
         head.method = parts.method.clone();
         head.uri = parts.uri.clone();
         head.version = parts.version;
         head.headers = parts.headers.clone();
-        Box::new(Self {
+        Self {
             shared: shared.clone(),
             head,
-        })
+        }
     }
 
     /// The refusal, in place of the handler's answer to a body it could not read.
@@ -94,34 +103,37 @@ impl<K, H> LateRefusal<K, H> {
 }
 
 impl<F, B, K, H> ResponseFuture<F, B, K, H> {
+    #[inline]
     pub(crate) fn admitted(
         future: F,
         permit: AdmissionPermit<K, H>,
-        late: Option<Box<LateRefusal<K, H>>>,
+        late: Option<LateRefusal<K, H>>,
     ) -> Self {
         Self {
-            state: State::Admitted {
-                future,
-                permit: Some(permit),
-                late,
-            },
+            state: State::Called { future },
+            permit: Some(permit),
+            cold: late.map(|late| Box::new(Cold::Late(late))),
         }
     }
 
     /// A bypassed (or dry-run) request: no permit.
     pub(crate) fn unguarded(future: F) -> Self {
         Self {
-            state: State::Unguarded { future },
+            state: State::Called { future },
+            permit: None,
+            cold: None,
         }
     }
 
     /// A refusal, sent once `drain` (if any) has read the request's body.
     pub(crate) fn refused(response: Response<Bytes>, drain: Option<Drain<B>>) -> Self {
         Self {
-            state: State::Refused {
-                response: Some(Box::new(response)),
+            state: State::Refused,
+            permit: None,
+            cold: Some(Box::new(Cold::Refused {
+                response: Some(response),
                 drain: drain.map(Box::pin),
-            },
+            })),
         }
     }
 }
@@ -135,42 +147,39 @@ where
 {
     type Output = Result<Response<ResponseBody<RB, K, H>>, E>;
 
+    #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match self.project().state.project() {
-            StateProj::Admitted {
-                future,
-                permit,
-                late,
-            } => match future.poll(cx) {
+        let this = self.project();
+        match this.state.project() {
+            StateProj::Called { future } => match future.poll(cx) {
                 Poll::Pending => Poll::Pending,
                 Poll::Ready(Ok(response)) => {
-                    let permit = permit
-                        .take()
-                        .expect("ResponseFuture polled after it completed");
-                    // The meter refused the body while it streamed: whatever the handler
-                    // made of the body error (axum: 400; tonic: UNKNOWN), the request is
-                    // answered as the refusal it is. The request is over: release now.
-                    if late.is_some() {
-                        if let Some(refused) = permit.refused() {
+                    let permit = this.permit.take();
+                    if let Some(cold) = this.cold.take() {
+                        // The meter refused the body while it streamed: whatever the
+                        // handler made of the body error (axum: 400; tonic: UNKNOWN), the
+                        // request is answered as the refusal it is. The request is over:
+                        // release now.
+                        if let (Cold::Late(late), Some(refused)) =
+                            (*cold, permit.as_ref().and_then(AdmissionPermit::refused))
+                        {
                             drop((response, permit));
-                            let late = late.take().expect("checked just above");
                             let response = late.respond(refused);
                             return Poll::Ready(Ok(response.map(ResponseBody::refused)));
                         }
                     }
-                    Poll::Ready(Ok(response.map(|body| ResponseBody::admitted(body, permit))))
+                    Poll::Ready(Ok(response.map(|body| ResponseBody::new(body, permit))))
                 }
                 Poll::Ready(Err(err)) => {
                     // The request failed without a response body: release now.
-                    drop(permit.take());
+                    drop(this.permit.take());
                     Poll::Ready(Err(err))
                 }
             },
-            StateProj::Unguarded { future } => match future.poll(cx) {
-                Poll::Pending => Poll::Pending,
-                Poll::Ready(result) => Poll::Ready(result.map(|r| r.map(ResponseBody::unguarded))),
-            },
-            StateProj::Refused { response, drain } => {
+            StateProj::Refused => {
+                let Some(Cold::Refused { response, drain }) = this.cold.as_deref_mut() else {
+                    unreachable!("a refusal's future keeps its response until it is ready")
+                };
                 let mut close = false;
                 if let Some(pending) = drain {
                     match pending.as_mut().poll(cx) {
@@ -185,7 +194,7 @@ where
                 if close {
                     drain::close(&mut response);
                 }
-                Poll::Ready(Ok((*response).map(ResponseBody::refused)))
+                Poll::Ready(Ok(response.map(ResponseBody::refused)))
             }
         }
     }
@@ -193,10 +202,10 @@ where
 
 impl<F, B, K, H> std::fmt::Debug for ResponseFuture<F, B, K, H> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let state = match &self.state {
-            State::Admitted { .. } => "admitted",
-            State::Unguarded { .. } => "unguarded",
-            State::Refused { .. } => "refused",
+        let state = match (&self.state, &self.permit) {
+            (State::Called { .. }, Some(_)) => "admitted",
+            (State::Called { .. }, None) => "unguarded",
+            (State::Refused, _) => "refused",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use admission_core::{CapacityError, Gate, GateBuilder, GatePermit, GateSnapshot};
+use admission_core::{CapacityError, Drain, Gate, GateBuilder, GatePermit, GateSnapshot, Key};
 use admission_http::{
     content_length, BodyRefusalContext, RefusalBody, RefusalContext, Refusals, Rejection,
 };
@@ -43,6 +43,12 @@ pub(crate) struct Shared<K, H> {
     pub(crate) dry_run: bool,
     pub(crate) drain: DrainLimits,
     would_shed: AtomicU64,
+    /// Nothing to read from the head: no byte or key dimension, no bypass, no dry run.
+    /// The count alone decides, before the request is taken apart.
+    pub(crate) count_only: bool,
+    /// Built with no limit at all and without `track_in_flight`: while the count ledger
+    /// admits everything, requests pass through uncounted.
+    pub(crate) untracked: bool,
 }
 
 impl<K: Hash + Eq + Clone, H: BuildHasher> Shared<K, H> {
@@ -101,10 +107,15 @@ pub struct AdmissionSnapshot {
 ///
 /// Every clone of the layer, and every service it makes, shares one gate: a limit per
 /// clone would enforce nothing, since frameworks clone services per connection or per
-/// request. Build it with [`AdmissionLayer::builder`].
+/// request. Build it with [`AdmissionLayer::builder`], or over a [`Gate`] shared with
+/// other layers and interceptors with [`AdmissionLayer::from_gate`].
+///
+/// Its type depends on the key type and hasher alone, never on which limits are set: a
+/// layer with no limit at all is the same type, counts requests in flight (for
+/// [`snapshot`](Self::snapshot) and [`drain`](Self::drain)) and refuses nothing.
 ///
 /// See the [module docs](crate::admission) for a complete axum example.
-pub struct AdmissionLayer<K = (), H = RandomState> {
+pub struct AdmissionLayer<K = Key, H = RandomState> {
     pub(crate) shared: Arc<Shared<K, H>>,
 }
 
@@ -122,33 +133,49 @@ impl AdmissionLayer {
     /// ```
     /// use admission_tower::AdmissionLayer;
     ///
-    /// assert!(AdmissionLayer::builder().build()?.is_none(), "nothing to install");
-    /// assert!(AdmissionLayer::builder().count(64).build()?.is_some());
-    /// # Ok::<(), admission_core::CapacityError>(())
+    /// let layer = AdmissionLayer::builder().count(64).build()?;
+    /// assert_eq!(layer.gate().count().capacity(), 64);
+    /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn builder() -> AdmissionBuilder {
-        AdmissionBuilder {
-            gate: Gate::builder(),
-            key: None,
-            bypass: None,
-            refusals: Refusals::new(),
-            observer: None,
-            dry_run: false,
-            drain: DrainLimits::default(),
-        }
+        AdmissionBuilder::new(Limits::Build(Gate::builder()))
     }
 }
 
 impl<K, H> AdmissionLayer<K, H> {
+    /// A builder over an existing gate: its limits are the gate's, shared with every
+    /// other layer or interceptor built from a clone of it (one limit for an HTTP and a
+    /// gRPC server in one process, say). Set the key extractor with
+    /// [`AdmissionBuilder::key`]; the builder's limit methods do not apply here
+    /// (`build` says so: [`BuildError::LimitsOnSharedGate`]).
+    ///
+    /// ```
+    /// use admission_core::{Gate, Key};
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let gate: Gate = Gate::builder().count(512).per_key(8).build()?;
+    /// let http = AdmissionLayer::from_gate(gate.clone())
+    ///     .key(admission_http::key::header(http::HeaderName::from_static("x-api-key")))
+    ///     .build()?;
+    /// let other = AdmissionLayer::from_gate(gate.clone()).build()?;
+    /// let _held = gate.try_admit(Some(&Key::from("k")), 0)?;
+    /// assert_eq!(http.snapshot().gate.count.in_flight, 1, "one gate, one count");
+    /// assert_eq!(other.snapshot().gate.count.in_flight, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_gate(gate: Gate<K, H>) -> AdmissionBuilder<K, H> {
+        AdmissionBuilder::new(Limits::Given(gate))
+    }
+
     /// The gate: its ledgers, to read or to change limits at run time.
     ///
     /// ```
     /// use admission_tower::AdmissionLayer;
     ///
-    /// let layer = AdmissionLayer::builder().count(8).build()?.unwrap();
-    /// layer.gate().count().unwrap().set_capacity(16)?;
-    /// assert_eq!(layer.snapshot().gate.count.unwrap().capacity, 16);
-    /// # Ok::<(), admission_core::CapacityError>(())
+    /// let layer = AdmissionLayer::builder().count(8).build()?;
+    /// layer.gate().count().set_capacity(16)?;
+    /// assert_eq!(layer.snapshot().gate.count.capacity, 16);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn gate(&self) -> &Gate<K, H> {
         &self.shared.gate
@@ -159,13 +186,78 @@ impl<K, H> AdmissionLayer<K, H> {
     /// ```
     /// use admission_tower::AdmissionLayer;
     ///
-    /// let layer = AdmissionLayer::builder().count(3).build()?.unwrap();
+    /// let layer = AdmissionLayer::builder().count(3).build()?;
     /// let snap = layer.snapshot();
-    /// assert_eq!((snap.gate.count.unwrap().capacity, snap.would_shed), (3, 0));
-    /// # Ok::<(), admission_core::CapacityError>(())
+    /// assert_eq!((snap.gate.count.capacity, snap.would_shed), (3, 0));
+    /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn snapshot(&self) -> AdmissionSnapshot {
         self.shared.snapshot()
+    }
+
+    /// Graceful drain, for shutdown: from now on every new request is refused (503 +
+    /// `Retry-After` and, over HTTP/1.x, `connection: close`, so keep-alive clients
+    /// reconnect, to another instance behind a load balancer; gRPC `UNAVAILABLE`), while
+    /// every admitted request runs to the end of its response body. The returned
+    /// [`Drain`] is a future, for any runtime, that completes when the last admitted
+    /// request is done (or [`Drain::wait`] blocks a thread until then). Bypassed routes
+    /// are still served.
+    ///
+    /// Stop the server's accept loop after the drain completes, or together with it (a
+    /// graceful shutdown that waits for open connections): either way nothing admitted
+    /// is cut off. [`reopen`](Self::reopen) undoes it.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    /// use axum::{routing::get, Router};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let admission = AdmissionLayer::builder().count(512).build()?;
+    /// let app: Router = Router::new().route("/", get(|| async { "ok" })).layer(admission.clone());
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+    ///     // On SIGTERM, say: refuse new work, let admitted requests finish, then stop.
+    ///     admission.drain().await;
+    /// });
+    /// server.await?; // returns once the drain is done and open connections are closed
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn drain(&self) -> Drain {
+        self.shared.gate.drain()
+    }
+
+    /// Refuses every new request until [`reopen`](Self::reopen), as
+    /// [`drain`](Self::drain) does, without waiting for anything; limits changed
+    /// meanwhile (by hand or by a controller) do not reopen it.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder().build()?;
+    /// layer.close();
+    /// assert!(layer.snapshot().gate.closed);
+    /// layer.reopen();
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn close(&self) {
+        self.shared.gate.close();
+    }
+
+    /// Admits again after [`close`](Self::close) or [`drain`](Self::drain).
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder().build()?;
+    /// let _ = layer.drain();
+    /// layer.reopen();
+    /// assert!(!layer.snapshot().gate.closed);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn reopen(&self) {
+        self.shared.gate.reopen();
     }
 }
 
@@ -186,53 +278,128 @@ impl<K, H> fmt::Debug for AdmissionLayer<K, H> {
     }
 }
 
+/// Where a layer's gate comes from.
+enum Limits<K, H> {
+    /// Built from the limits set on the builder.
+    Build(GateBuilder<K, H>),
+    /// Given ([`AdmissionLayer::from_gate`]).
+    Given(Gate<K, H>),
+    /// Limits were set on a builder over a given gate: `build` refuses.
+    Conflict,
+}
+
 /// Configuration of an [`AdmissionLayer`]. Every limit defaults to 0, which disables
 /// it; builder methods take `self` by value.
 ///
 /// ```
 /// use std::time::Duration;
+/// use admission_http::key;
 /// use admission_tower::AdmissionLayer;
 ///
 /// let layer = AdmissionLayer::builder()
 ///     .count(256)                         // requests in flight
 ///     .bytes(64 << 20)                    // request bytes in flight
 ///     .max_request_bytes(8 << 20)         // one request's body: 413 above
-///     .per_key(16, |req| {                // per client, from a header
-///         req.headers.get("x-tenant")?.to_str().ok().map(str::to_owned)
-///     })
+///     .per_key(16, key::header(http::HeaderName::from_static("x-tenant"))) // 429 above
 ///     .max_keys(10_000)
 ///     .bypass(|req| matches!(req.uri.path(), "/" | "/health"))
 ///     .retry_after(Duration::from_secs(2))
 ///     .on_refusal(|event| eprintln!("shed {} {}", event.request.uri, event.rejection))
-///     .build()?
-///     .expect("limits are configured");
+///     .build()?;
 /// assert_eq!(layer.gate().keyed().unwrap().cap(), 16);
-/// # Ok::<(), admission_core::CapacityError>(())
+/// # Ok::<(), admission_tower::BuildError>(())
 /// ```
-pub struct AdmissionBuilder<K = ()> {
-    gate: GateBuilder<K, RandomState>,
+pub struct AdmissionBuilder<K = Key, H = RandomState> {
+    limits: Limits<K, H>,
     key: Option<KeyFn<K>>,
     bypass: Option<BypassFn>,
     refusals: Refusals,
     observer: Option<ObserverFn>,
     dry_run: bool,
     drain: DrainLimits,
+    track_in_flight: bool,
 }
 
-impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
+impl<K, H> Limits<K, H> {
+    /// Changes the limits being built; any change to a given gate is a conflict.
+    fn map(self, set: impl FnOnce(GateBuilder<K, H>) -> GateBuilder<K, H>) -> Self {
+        match self {
+            Limits::Build(builder) => Limits::Build(set(builder)),
+            Limits::Given(_) | Limits::Conflict => Limits::Conflict,
+        }
+    }
+
+    /// As `map`, to limits of another key type or hasher.
+    fn map_to<K2, H2>(
+        self,
+        set: impl FnOnce(GateBuilder<K, H>) -> GateBuilder<K2, H2>,
+    ) -> Limits<K2, H2> {
+        match self {
+            Limits::Build(builder) => Limits::Build(set(builder)),
+            Limits::Given(_) | Limits::Conflict => Limits::Conflict,
+        }
+    }
+}
+
+impl<K, H> AdmissionBuilder<K, H> {
+    /// The limits, and the rest of the builder (with a placeholder where they were).
+    fn take_limits(mut self) -> (Limits<K, H>, Self) {
+        let limits = std::mem::replace(&mut self.limits, Limits::Conflict);
+        (limits, self)
+    }
+
+    fn new(limits: Limits<K, H>) -> Self {
+        Self {
+            limits,
+            key: None,
+            bypass: None,
+            refusals: Refusals::new(),
+            observer: None,
+            dry_run: false,
+            drain: DrainLimits::default(),
+            track_in_flight: false,
+        }
+    }
+
+    /// Applies `set` to the limits being built; on a given gate, records the conflict.
+    fn limit(mut self, set: impl FnOnce(GateBuilder<K, H>) -> GateBuilder<K, H>) -> Self {
+        self.limits = self.limits.map(set);
+        self
+    }
+
+    /// The same configuration over other limits (a new key type or hasher), without
+    /// a key extractor.
+    fn with_limits<K2, H2>(self, limits: Limits<K2, H2>) -> AdmissionBuilder<K2, H2> {
+        AdmissionBuilder {
+            limits,
+            key: None,
+            bypass: self.bypass,
+            refusals: self.refusals,
+            observer: self.observer,
+            dry_run: self.dry_run,
+            drain: self.drain,
+            track_in_flight: self.track_in_flight,
+        }
+    }
+}
+
+impl<K, H> AdmissionBuilder<K, H>
+where
+    K: Hash + Eq + Clone + Send + Sync + 'static,
+    H: BuildHasher + Clone + Send + Sync + 'static,
+{
     /// At most `capacity` requests in flight (from the call until the response body
     /// ends); 0 disables.
     ///
     /// ```
     /// use admission_tower::AdmissionLayer;
     ///
-    /// let layer = AdmissionLayer::builder().count(100).build()?.unwrap();
-    /// assert_eq!(layer.gate().count().unwrap().capacity(), 100);
-    /// # Ok::<(), admission_core::CapacityError>(())
+    /// let layer = AdmissionLayer::builder().count(100).build()?;
+    /// assert_eq!(layer.gate().count().capacity(), 100);
+    /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
-    pub fn count(mut self, capacity: usize) -> Self {
-        self.gate = self.gate.count(capacity);
-        self
+    pub fn count(self, capacity: usize) -> Self {
+        self.limit(|gate| gate.count(capacity))
     }
 
     /// At most `budget` bytes of request bodies in flight: a declared `Content-Length`
@@ -244,13 +411,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// ```
     /// use admission_tower::AdmissionLayer;
     ///
-    /// let layer = AdmissionLayer::builder().bytes(1 << 20).build()?.unwrap();
+    /// let layer = AdmissionLayer::builder().bytes(1 << 20).build()?;
     /// assert_eq!(layer.gate().bytes().unwrap().budget(), 1 << 20);
-    /// # Ok::<(), admission_core::CapacityError>(())
+    /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
-    pub fn bytes(mut self, budget: u64) -> Self {
-        self.gate = self.gate.bytes(budget);
-        self
+    pub fn bytes(self, budget: u64) -> Self {
+        self.limit(|gate| gate.bytes(budget))
     }
 
     /// Refuse a request whose body is above `max` bytes with 413, before reading it;
@@ -259,43 +425,103 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// ```
     /// use admission_tower::AdmissionLayer;
     ///
-    /// let layer = AdmissionLayer::builder().max_request_bytes(1 << 16).build()?.unwrap();
+    /// let layer = AdmissionLayer::builder().max_request_bytes(1 << 16).build()?;
     /// assert_eq!(layer.gate().bytes().unwrap().max_charge(), 1 << 16);
-    /// # Ok::<(), admission_core::CapacityError>(())
+    /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
-    pub fn max_request_bytes(mut self, max: u64) -> Self {
-        self.gate = self.gate.max_request_bytes(max);
-        self
+    pub fn max_request_bytes(self, max: u64) -> Self {
+        self.limit(|gate| gate.max_request_bytes(max))
     }
 
-    /// At most `cap` requests in flight per key; `key` extracts it from the request's
-    /// head (a header, or an extension an authentication layer set before this one). A
-    /// request for which `key` returns `None` passes the key dimension. 0 disables.
+    /// At most `cap` requests in flight per key (429 above); `key` extracts it from the
+    /// request's head: a header, the peer address, or an extension an authentication
+    /// layer set before this one. A request for which `key` returns `None` passes the key
+    /// dimension. 0 disables the cap (the key is still extracted, for no use).
+    ///
+    /// The default key type, [`Key`], is what the ready-made extractors of
+    /// [`admission_http::key`] give: it neither allocates per request nor keeps the
+    /// request's buffer alive. Any `Hash + Eq + Clone` type works (the layer's type then
+    /// names it).
     ///
     /// ```
+    /// use admission_http::key;
     /// use admission_tower::AdmissionLayer;
     ///
-    /// let layer = AdmissionLayer::builder()
-    ///     .per_key(8, |req| req.headers.get("x-tenant")?.to_str().ok().map(String::from))
-    ///     .build()?
-    ///     .unwrap();
-    /// assert_eq!(layer.gate().keyed().unwrap().cap(), 8);
-    /// # Ok::<(), admission_core::CapacityError>(())
+    /// let by_tenant = AdmissionLayer::builder()
+    ///     .per_key(8, key::header(http::HeaderName::from_static("x-tenant")))
+    ///     .build()?;
+    /// assert_eq!(by_tenant.gate().keyed().unwrap().cap(), 8);
+    ///
+    /// // axum, by client address (serve with `into_make_service_with_connect_info`):
+    /// use axum::extract::ConnectInfo;
+    /// use std::net::SocketAddr;
+    /// let by_peer = AdmissionLayer::builder()
+    ///     .per_key(32, key::peer_ip(|info: &ConnectInfo<SocketAddr>| info.0.ip()))
+    ///     .build()?;
+    /// # drop(by_peer);
+    /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
-    pub fn per_key<K2, F>(self, cap: usize, key: F) -> AdmissionBuilder<K2>
+    pub fn per_key<K2, F>(self, cap: usize, key: F) -> AdmissionBuilder<K2, H>
     where
         K2: Hash + Eq + Clone + Send + Sync + 'static,
         F: Fn(&Parts) -> Option<K2> + Send + Sync + 'static,
     {
-        AdmissionBuilder {
-            gate: self.gate.with_key_type::<K2>().per_key(cap),
-            key: Some(Box::new(key)),
-            bypass: self.bypass,
-            refusals: self.refusals,
-            observer: self.observer,
-            dry_run: self.dry_run,
-            drain: self.drain,
-        }
+        let (limits, rest) = self.take_limits();
+        // A given gate's key type is fixed: `key` is the method for it.
+        let limits = limits.map_to(|gate| gate.with_key_type::<K2>().per_key(cap));
+        let mut builder = rest.with_limits(limits);
+        builder.key = Some(Box::new(key));
+        builder
+    }
+
+    /// The key extractor alone, without changing the per-key cap: for a layer over a
+    /// given gate ([`AdmissionLayer::from_gate`]), whose cap is the gate's.
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    /// use admission_http::key;
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let gate: Gate = Gate::builder().per_key(4).build()?;
+    /// let layer = AdmissionLayer::from_gate(gate)
+    ///     .key(key::header(http::HeaderName::from_static("x-api-key")))
+    ///     .build()?;
+    /// assert_eq!(layer.gate().keyed().unwrap().cap(), 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn key<F>(mut self, key: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<K> + Send + Sync + 'static,
+    {
+        self.key = Some(Box::new(key));
+        self
+    }
+
+    /// The hasher of the per-key table (default: the standard library's `RandomState`,
+    /// which resists hash flooding; choose a faster one only for keys clients cannot
+    /// choose).
+    ///
+    /// ```
+    /// use std::hash::BuildHasherDefault;
+    /// use std::collections::hash_map::DefaultHasher;
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder()
+    ///     .per_key(4, |req| req.headers.get("x-k").map(|v| admission_core::Key::from_bytes(v.as_bytes())))
+    ///     .hasher(BuildHasherDefault::<DefaultHasher>::default())
+    ///     .build()?;
+    /// assert_eq!(layer.gate().keyed().unwrap().cap(), 4);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn hasher<H2>(self, hasher: H2) -> AdmissionBuilder<K, H2>
+    where
+        H2: BuildHasher + Clone + Send + Sync + 'static,
+    {
+        let (limits, mut rest) = self.take_limits();
+        let key = rest.key.take();
+        let mut builder = rest.with_limits(limits.map_to(|gate| gate.hasher(hasher)));
+        builder.key = key;
+        builder
     }
 
     /// At most `max_keys` distinct keys with requests in flight (a client spraying new
@@ -307,14 +533,12 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// let layer = AdmissionLayer::builder()
     ///     .per_key(8, |req| Some(req.uri.path().to_owned()))
     ///     .max_keys(1000)
-    ///     .build()?
-    ///     .unwrap();
+    ///     .build()?;
     /// assert_eq!(layer.gate().keyed().unwrap().max_keys(), 1000);
-    /// # Ok::<(), admission_core::CapacityError>(())
+    /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
-    pub fn max_keys(mut self, max_keys: usize) -> Self {
-        self.gate = self.gate.max_keys(max_keys);
-        self
+    pub fn max_keys(self, max_keys: usize) -> Self {
+        self.limit(|gate| gate.max_keys(max_keys))
     }
 
     /// Requests for which `bypass` returns true are never shed and hold no permit:
@@ -334,8 +558,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// let layer = AdmissionLayer::builder()
     ///     .count(1)
     ///     .bypass(|req| req.uri.path() == "/health")
-    ///     .build()?
-    ///     .unwrap();
+    ///     .build()?;
     /// let service = layer.layer(ok);
     /// let _held = service.clone().oneshot(http::Request::new(Body::default())).await?;
     /// let probe = http::Request::get("/health").body(Body::default())?;
@@ -365,7 +588,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// # let ok = tower::service_fn(|_: http::Request<admission_http::MeteredBody<Body>>| async {
     /// #     Ok::<_, Infallible>(http::Response::new(Body::default()))
     /// # });
-    /// let layer = AdmissionLayer::builder().count(1).retry_after(Duration::from_secs(5)).build()?.unwrap();
+    /// let layer = AdmissionLayer::builder().count(1).retry_after(Duration::from_secs(5)).build()?;
     /// let service = layer.layer(ok);
     /// let _held = service.clone().oneshot(http::Request::new(Body::default())).await?;
     /// let refused = service.oneshot(http::Request::new(Body::default())).await?;
@@ -375,6 +598,28 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// ```
     pub fn retry_after(mut self, delay: Duration) -> Self {
         self.refusals = self.refusals.retry_after(delay);
+        self
+    }
+
+    /// Spreads the `Retry-After` (and a gRPC refusal's pushback) of each refusal over
+    /// `[retry_after, retry_after + jitter]`, drawn per refusal, so that clients shed in
+    /// one burst do not all come back in the same second. Off by default; see
+    /// [`Refusals::retry_jitter`] for why, and for when to turn it on.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder()
+    ///     .count(64)
+    ///     .retry_after(Duration::from_secs(1))
+    ///     .retry_jitter(Duration::from_secs(2)) // Retry-After: 1, 2 or 3
+    ///     .build()?;
+    /// # drop(layer);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn retry_jitter(mut self, jitter: Duration) -> Self {
+        self.refusals = self.refusals.retry_jitter(jitter);
         self
     }
 
@@ -396,8 +641,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// let layer = AdmissionLayer::builder()
     ///     .count(1)
     ///     .refusal_body(|cx| RefusalBody::json(format!(r#"{{"status":{}}}"#, cx.status.as_u16())))
-    ///     .build()?
-    ///     .unwrap();
+    ///     .build()?;
     /// let service = layer.layer(ok);
     /// let _held = service.clone().oneshot(http::Request::new(Body::default())).await?;
     /// let refused = service.oneshot(http::Request::new(Body::default())).await?;
@@ -435,8 +679,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     ///         *response.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
     ///         response
     ///     })
-    ///     .build()?
-    ///     .unwrap();
+    ///     .build()?;
     /// let service = layer.layer(ok);
     /// let _held = service.clone().oneshot(http::Request::new(Body::default())).await?;
     /// let refused = service.oneshot(http::Request::new(Body::default())).await?;
@@ -474,8 +717,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// let layer = AdmissionLayer::builder()
     ///     .count(1)
     ///     .on_refusal(move |_event| { counter.fetch_add(1, Ordering::Relaxed); })
-    ///     .build()?
-    ///     .unwrap();
+    ///     .build()?;
     /// let service = layer.layer(ok);
     /// let _held = service.clone().oneshot(http::Request::new(Body::default())).await?;
     /// let _refused = service.oneshot(http::Request::new(Body::default())).await?;
@@ -516,10 +758,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// let layer = AdmissionLayer::builder()
     ///     .count(64)
     ///     .drain_refused(16 << 10, Duration::from_millis(200))
-    ///     .build()?
-    ///     .unwrap();
+    ///     .build()?;
     /// # drop(layer);
-    /// # Ok::<(), admission_core::CapacityError>(())
+    /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn drain_refused(mut self, max_bytes: u64, within: Duration) -> Self {
         self.drain = DrainLimits { max_bytes, within };
@@ -537,10 +778,9 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// let layer = AdmissionLayer::builder()
     ///     .bytes(1 << 20)
     ///     .body_error(|cx| format!("busy: {}", cx.refused).into())
-    ///     .build()?
-    ///     .unwrap();
+    ///     .build()?;
     /// # drop(layer);
-    /// # Ok::<(), admission_core::CapacityError>(())
+    /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn body_error<F>(mut self, error: F) -> Self
     where
@@ -565,7 +805,7 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
     /// # let ok = tower::service_fn(|_: http::Request<admission_http::MeteredBody<Body>>| async {
     /// #     Ok::<_, Infallible>(http::Response::new(Body::default()))
     /// # });
-    /// let layer = AdmissionLayer::builder().count(1).dry_run(true).build()?.unwrap();
+    /// let layer = AdmissionLayer::builder().count(1).dry_run(true).build()?;
     /// let service = layer.layer(ok);
     /// let _held = service.clone().oneshot(http::Request::new(Body::default())).await?;
     /// let over = service.oneshot(http::Request::new(Body::default())).await?;
@@ -579,30 +819,82 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
         self
     }
 
-    /// The layer, or `None` when every limit is disabled: install nothing then, and the
-    /// service behaves exactly as without admission.
+    /// Count requests in flight even when no limit is set, so that
+    /// [`AdmissionLayer::drain`] can wait for them and snapshots show them.
     ///
-    /// # Errors
-    ///
-    /// [`CapacityError`] if a limit is beyond what its ledger represents.
+    /// A layer with a limit counts every admitted request anyway. A layer built with
+    /// every limit disabled (admission turned off by configuration, say) passes requests
+    /// through uncounted, at about the cost of the bare service; counting costs two
+    /// uncontended atomic operations per request, which is most of the difference
+    /// between the two in the layer bench. Uncounted, such a layer still refuses new
+    /// requests once closed or drained, but its drain cannot know what was admitted
+    /// before and completes at once: a server that shuts down gracefully (hyper's and
+    /// axum's graceful shutdown wait for open connections) still cuts nothing off.
+    /// Likewise a limit set at run time on an uncounted layer counts only the requests
+    /// admitted after it.
     ///
     /// ```
     /// use admission_tower::AdmissionLayer;
+    /// use tower::{Layer, ServiceExt};
     ///
-    /// assert!(AdmissionLayer::builder().count(0).build()?.is_none());
-    /// assert!(AdmissionLayer::builder().count(usize::MAX).build().is_err());
-    /// # Ok::<(), admission_core::CapacityError>(())
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// # type Body = http_body_util::Full<bytes::Bytes>;
+    /// # let ok = tower::service_fn(|_: http::Request<admission_http::MeteredBody<Body>>| async {
+    /// #     Ok::<_, std::convert::Infallible>(http::Response::new(Body::default()))
+    /// # });
+    /// let layer = AdmissionLayer::builder().track_in_flight(true).build()?;
+    /// let response = layer.layer(ok).oneshot(http::Request::new(Body::default())).await?;
+    /// assert_eq!(layer.snapshot().gate.count.in_flight, 1, "counted until the body ends");
+    /// drop(response);
+    /// # Ok(())
+    /// # }
     /// ```
-    pub fn build(self) -> Result<Option<AdmissionLayer<K>>, CapacityError> {
-        let gate = match self.key {
-            Some(_) => self.gate.build()?,
-            // Without an extractor no request has a key: leave the dimension out.
-            None => self.gate.per_key(0).build()?,
+    pub fn track_in_flight(mut self, enabled: bool) -> Self {
+        self.track_in_flight = enabled;
+        self
+    }
+
+    /// The layer. With every limit disabled it refuses nothing (unless closed or
+    /// drained) and costs about what the bare service does; its type is the same either
+    /// way, so a layer can be installed unconditionally.
+    ///
+    /// # Errors
+    ///
+    /// [`BuildError::Capacity`] if a limit is beyond what its ledger represents;
+    /// [`BuildError::LimitsOnSharedGate`] if limits were set on a builder over a given
+    /// gate.
+    ///
+    /// ```
+    /// use admission_tower::{AdmissionLayer, BuildError};
+    ///
+    /// let unlimited = AdmissionLayer::builder().count(0).build()?;
+    /// assert_eq!(unlimited.gate().count().capacity(), 0);
+    /// assert!(matches!(
+    ///     AdmissionLayer::builder().count(usize::MAX).build(),
+    ///     Err(BuildError::Capacity(_))
+    /// ));
+    /// # Ok::<(), BuildError>(())
+    /// ```
+    pub fn build(self) -> Result<AdmissionLayer<K, H>, BuildError> {
+        let gate = match self.limits {
+            Limits::Conflict => return Err(BuildError::LimitsOnSharedGate),
+            Limits::Given(gate) => gate,
+            Limits::Build(builder) => match self.key {
+                Some(_) => builder.build()?,
+                // Without an extractor no request has a key: leave the dimension out.
+                None => builder.per_key(0).build()?,
+            },
         };
-        if gate.is_disabled() {
-            return Ok(None);
-        }
-        Ok(Some(AdmissionLayer {
+        let count_only = gate.bytes().is_none()
+            && gate.keyed().is_none()
+            && self.bypass.is_none()
+            && !self.dry_run;
+        let untracked = !self.track_in_flight
+            && gate.count().capacity() == 0
+            && gate.bytes().is_none()
+            && gate.keyed().is_none();
+        Ok(AdmissionLayer {
             shared: Arc::new(Shared {
                 gate,
                 key: self.key,
@@ -612,15 +904,61 @@ impl<K: Hash + Eq + Clone + Send + Sync + 'static> AdmissionBuilder<K> {
                 dry_run: self.dry_run,
                 drain: self.drain,
                 would_shed: AtomicU64::new(0),
+                count_only,
+                untracked,
             }),
-        }))
+        })
     }
 }
 
-impl<K> fmt::Debug for AdmissionBuilder<K> {
+/// Why [`AdmissionBuilder::build`] could not make a layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// A limit is beyond what its ledger represents.
+    Capacity(CapacityError),
+    /// Limits (count, bytes, per-key cap, hasher, ...) were set on a builder over a
+    /// given gate, whose limits are its own: set them on the gate, and the key extractor
+    /// with [`AdmissionBuilder::key`].
+    LimitsOnSharedGate,
+}
+
+impl From<CapacityError> for BuildError {
+    fn from(error: CapacityError) -> Self {
+        BuildError::Capacity(error)
+    }
+}
+
+impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::Capacity(error) => error.fmt(f),
+            BuildError::LimitsOnSharedGate => f.write_str(
+                "limits were set on a layer built from a gate; set them on the gate, \
+                 and the key extractor with `key`",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BuildError::Capacity(error) => Some(error),
+            BuildError::LimitsOnSharedGate => None,
+        }
+    }
+}
+
+impl<K, H> fmt::Debug for AdmissionBuilder<K, H> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let limits: &dyn fmt::Debug = match &self.limits {
+            Limits::Build(builder) => builder,
+            Limits::Given(_) => &"a given gate",
+            Limits::Conflict => &"limits set on a given gate",
+        };
         f.debug_struct("AdmissionBuilder")
-            .field("gate", &self.gate)
+            .field("limits", limits)
             .field("dry_run", &self.dry_run)
             .finish_non_exhaustive()
     }

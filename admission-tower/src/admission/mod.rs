@@ -6,11 +6,12 @@
 //! 2. reads the head: the key (a header, or an extension set by an authentication
 //!    layer that runs before this one) and the declared `Content-Length`;
 //! 3. admits the request through the gate (count, per-key, bytes; all or nothing) or
-//!    refuses it at once: 503 + `Retry-After` for overload, 429 + `Retry-After` for one
-//!    key over its cap, 413 for a body above the maximum (checked first: never a
-//!    retryable answer to a request that can never fit), 400 for a malformed
-//!    `Content-Length`. The inner service is never called and the refused body is never
-//!    handed to it. Nothing waits for capacity: there is no queue;
+//!    refuses it at once: 503 + `Retry-After` for overload or a closed (draining)
+//!    layer, 429 + `Retry-After` for one key over its cap, 413 for a body above the
+//!    maximum (checked first: never a retryable answer to a request that can never
+//!    fit), 400 for a malformed `Content-Length`. The inner service is never called and
+//!    the refused body is never handed to it. Nothing waits for capacity: there is no
+//!    queue;
 //! 4. charges a body that has no `Content-Length` (chunked uploads, gRPC) as it arrives.
 //!    If the byte budget refuses it before the service has answered, the request is
 //!    answered as refused (503 + `Retry-After`, or 413 past the maximum), in place of
@@ -47,12 +48,9 @@
 //!     .count(512)
 //!     .bytes(256 << 20)
 //!     .max_request_bytes(16 << 20)
-//!     .per_key(32, |req| {
-//!         req.headers.get("x-api-key")?.to_str().ok().map(String::from)
-//!     })
+//!     .per_key(32, admission_http::key::header(http::HeaderName::from_static("x-api-key")))
 //!     .bypass(|req| matches!(req.uri.path(), "/" | "/health"))
-//!     .build()?
-//!     .expect("limits are configured");
+//!     .build()?;
 //!
 //! let app = Router::new()
 //!     .route("/", get(|| async { "up" }))
@@ -68,10 +66,10 @@
 //! assert_eq!(response.status(), StatusCode::OK);
 //!
 //! // The request holds its permits until its response body ends.
-//! assert_eq!(admission.snapshot().gate.count.unwrap().in_flight, 1);
+//! assert_eq!(admission.snapshot().gate.count.in_flight, 1);
 //! let body = response.into_body().collect().await?.to_bytes();
 //! assert_eq!(body, "done");
-//! assert_eq!(admission.snapshot().gate.count.unwrap().in_flight, 0);
+//! assert_eq!(admission.snapshot().gate.count.in_flight, 0);
 //!
 //! // A body above the maximum is refused before it is read.
 //! let huge = Request::post("/work")
@@ -79,7 +77,7 @@
 //!     .body(Body::empty())?;
 //! assert_eq!(app.oneshot(huge).await?.status(), StatusCode::PAYLOAD_TOO_LARGE);
 //!
-//! let count = admission.snapshot().gate.count.unwrap();
+//! let count = admission.snapshot().gate.count;
 //! assert_eq!((count.in_flight, count.high_water), (0, 1));
 //! # Ok(())
 //! # }
@@ -101,8 +99,7 @@
 //! let admission = AdmissionLayer::builder()
 //!     .bytes(64 << 10)
 //!     .max_request_bytes(1024)
-//!     .build()?
-//!     .expect("limits are configured");
+//!     .build()?;
 //! let app = Router::new()
 //!     .route("/upload", post(|body: Bytes| async move { body.len().to_string() }))
 //!     .layer(admission);
@@ -130,5 +127,5 @@ mod service;
 
 pub use body::ResponseBody;
 pub use future::ResponseFuture;
-pub use layer::{AdmissionBuilder, AdmissionLayer, AdmissionSnapshot, RefusalEvent};
-pub use service::{Admission, AdmissionPermit};
+pub use layer::{AdmissionBuilder, AdmissionLayer, AdmissionSnapshot, BuildError, RefusalEvent};
+pub use service::Admission;

@@ -6,7 +6,7 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use admission_core::{Gate, GatePermit};
+use admission_core::{CountPermit, Gate, Key, KeyedPermit, Refused};
 use admission_http::{content_length, MeteredBody, Rejection, RequestCharge};
 use bytes::Bytes;
 use http::request::Parts;
@@ -19,40 +19,27 @@ use super::future::{LateRefusal, ResponseFuture};
 use super::layer::{AdmissionSnapshot, Shared};
 use super::ResponseBody;
 
-/// What an admitted request holds until its response body ends: the gate's permits and
-/// the request's byte charge.
-pub struct AdmissionPermit<K = (), H = RandomState> {
-    _gate: GatePermit<K, H>,
+/// What an admitted request holds until its response body ends: its count permit, and
+/// its key's permit and body charge where those dimensions exist.
+pub(crate) struct AdmissionPermit<K = Key, H = RandomState> {
+    _count: CountPermit,
+    _keyed: Option<KeyedPermit<K, H>>,
     charge: Option<RequestCharge>,
 }
 
 impl<K, H> AdmissionPermit<K, H> {
+    #[inline]
+    fn count(count: CountPermit) -> Self {
+        Self {
+            _count: count,
+            _keyed: None,
+            charge: None,
+        }
+    }
+
     /// Why the request's body was refused while it streamed, if it was.
-    pub(crate) fn refused(&self) -> Option<admission_core::Refused> {
+    pub(crate) fn refused(&self) -> Option<Refused> {
         self.charge.as_ref().and_then(RequestCharge::refused)
-    }
-
-    /// Bytes charged for the request's body, if a byte budget is configured.
-    ///
-    /// ```
-    /// use admission_core::Gate;
-    ///
-    /// // An `AdmissionPermit` rides inside the response body; its charge is the request's.
-    /// let gate = Gate::<()>::builder().bytes(100).build()?;
-    /// let permit = gate.try_admit(None, 10)?;
-    /// assert_eq!(permit.bytes().unwrap().charged(), 10);
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn charged(&self) -> Option<u64> {
-        self.charge.as_ref().map(RequestCharge::charged)
-    }
-}
-
-impl<K, H> fmt::Debug for AdmissionPermit<K, H> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AdmissionPermit")
-            .field("charged", &self.charged())
-            .finish_non_exhaustive()
     }
 }
 
@@ -63,17 +50,50 @@ impl<K, H> fmt::Debug for AdmissionPermit<K, H> {
 /// request's body is never read and the inner service is never called. An admitted
 /// request's permits ride in the response future and then in the response body, and are
 /// released when the body ends, fails or is dropped (or when the future is dropped
-/// before it resolves). `poll_ready` is the inner service's: no capacity is reserved
-/// before a request is seen, so nothing queues here.
+/// before it resolves).
 ///
 /// The inner service receives the request body as a [`MeteredBody`], which charges a
 /// body that arrives without a `Content-Length` (or longer than it said) against the
 /// byte budget, and fails it with `BodyRefused` when the budget refuses. The request is
 /// then answered as refused, in place of the service's answer, unless the service had
-/// already sent its response head.
+/// already sent its response head. Without a byte dimension the body passes through
+/// unmetered.
+///
+/// # When the inner service is not ready
+///
+/// `poll_ready` is the inner service's, as tower middleware does: no capacity is
+/// reserved before a request is seen, so a ready inner service never makes anything wait
+/// here. An inner service that is *not* ready (a `ConcurrencyLimit`, a `Buffer` that is
+/// full, a client pool at its bound) makes the connection wait in `poll_ready`, and the
+/// requests behind it wait in the server, outside any limit of this layer. To shed them
+/// instead, put tower's `LoadShed` between the two, one line:
+///
+/// ```
+/// use admission_tower::AdmissionLayer;
+/// use tower::{ServiceBuilder, ServiceExt};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # type Body = http_body_util::Full<bytes::Bytes>;
+/// # let handler = tower::service_fn(|_: http::Request<admission_http::MeteredBody<Body>>| async {
+/// #     Ok::<_, std::convert::Infallible>(http::Response::new(Body::default()))
+/// # });
+/// let service = ServiceBuilder::new()
+///     .layer(AdmissionLayer::builder().count(64).build()?)
+///     .load_shed()             // an inner service that is not ready: refuse, don't wait
+///     .concurrency_limit(0)    // (an inner service that is never ready, for the example)
+///     .service(handler);
+/// let error = service.oneshot(http::Request::new(Body::default())).await.unwrap_err();
+/// assert!(error.is::<tower::load_shed::error::Overloaded>());
+/// # Ok(())
+/// # }
+/// ```
+///
+/// The error is then tower's `Overloaded`; with axum, `HandleErrorLayer` turns it into a
+/// 503.
 ///
 /// [`AdmissionLayer`]: super::AdmissionLayer
-pub struct Admission<S, K = (), H = RandomState> {
+pub struct Admission<S, K = Key, H = RandomState> {
     inner: S,
     shared: Arc<Shared<K, H>>,
 }
@@ -89,10 +109,10 @@ impl<S, K, H> Admission<S, K, H> {
     /// use admission_tower::AdmissionLayer;
     /// use tower::Layer;
     ///
-    /// let layer = AdmissionLayer::builder().count(1).build()?.unwrap();
+    /// let layer = AdmissionLayer::builder().count(1).build()?;
     /// let service = layer.layer("inner");
     /// assert_eq!(*service.get_ref(), "inner");
-    /// # Ok::<(), admission_core::CapacityError>(())
+    /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn get_ref(&self) -> &S {
         &self.inner
@@ -104,11 +124,11 @@ impl<S, K, H> Admission<S, K, H> {
     /// use admission_tower::AdmissionLayer;
     /// use tower::Layer;
     ///
-    /// let layer = AdmissionLayer::builder().count(1).build()?.unwrap();
+    /// let layer = AdmissionLayer::builder().count(1).build()?;
     /// let mut service = layer.layer(1_u8);
     /// *service.get_mut() += 1;
     /// assert_eq!(*service.get_ref(), 2);
-    /// # Ok::<(), admission_core::CapacityError>(())
+    /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn get_mut(&mut self) -> &mut S {
         &mut self.inner
@@ -120,9 +140,9 @@ impl<S, K, H> Admission<S, K, H> {
     /// use admission_tower::AdmissionLayer;
     /// use tower::Layer;
     ///
-    /// let layer = AdmissionLayer::builder().count(1).build()?.unwrap();
+    /// let layer = AdmissionLayer::builder().count(1).build()?;
     /// assert_eq!(layer.layer("inner").into_inner(), "inner");
-    /// # Ok::<(), admission_core::CapacityError>(())
+    /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn into_inner(self) -> S {
         self.inner
@@ -134,10 +154,10 @@ impl<S, K, H> Admission<S, K, H> {
     /// use admission_tower::AdmissionLayer;
     /// use tower::Layer;
     ///
-    /// let layer = AdmissionLayer::builder().count(5).build()?.unwrap();
+    /// let layer = AdmissionLayer::builder().count(5).build()?;
     /// let service = layer.layer(());
-    /// assert_eq!(service.gate().count().unwrap().capacity(), 5);
-    /// # Ok::<(), admission_core::CapacityError>(())
+    /// assert_eq!(service.gate().count().capacity(), 5);
+    /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn gate(&self) -> &Gate<K, H> {
         &self.shared.gate
@@ -149,10 +169,10 @@ impl<S, K, H> Admission<S, K, H> {
     /// use admission_tower::AdmissionLayer;
     /// use tower::Layer;
     ///
-    /// let layer = AdmissionLayer::builder().count(5).build()?.unwrap();
+    /// let layer = AdmissionLayer::builder().count(5).build()?;
     /// let service = layer.layer(());
     /// assert_eq!(service.snapshot(), layer.snapshot(), "one shared gate");
-    /// # Ok::<(), admission_core::CapacityError>(())
+    /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn snapshot(&self) -> AdmissionSnapshot {
         self.shared.snapshot()
@@ -185,16 +205,37 @@ where
         self.inner.poll_ready(cx)
     }
 
+    #[inline]
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
+        if shared.untracked && shared.gate.count().admits_all() {
+            // No limit, nothing to count: the request passes through.
+            return ResponseFuture::unguarded(self.inner.call(request.map(MeteredBody::unmetered)));
+        }
+        if shared.count_only {
+            // The count alone decides: nothing of the head to read, and the request is
+            // passed on whole.
+            return match shared.gate.count().try_acquire() {
+                Ok(count) => ResponseFuture::admitted(
+                    self.inner.call(request.map(MeteredBody::unmetered)),
+                    AdmissionPermit::count(count),
+                    None,
+                ),
+                Err(refused) => {
+                    let (parts, body) = request.into_parts();
+                    self.refuse(parts, body, Rejection::Refused(refused))
+                }
+            };
+        }
         let (parts, body) = request.into_parts();
         if shared.bypasses(&parts) {
             let request = Request::from_parts(parts, MeteredBody::unmetered(body));
             return ResponseFuture::unguarded(self.inner.call(request));
         }
         match shared.admit(&parts) {
-            Ok(mut permit) => {
-                let (body, charge, late) = match permit.take_bytes() {
+            Ok(permit) => {
+                let (count, bytes, keyed) = permit.into_parts();
+                let (body, charge, late) = match bytes {
                     Some(bytes) => {
                         // A body that may still outgrow its charge may be refused as it
                         // streams; keep what answering that refusal takes.
@@ -206,14 +247,12 @@ where
                     None => (MeteredBody::unmetered(body), None, None),
                 };
                 let future = self.inner.call(Request::from_parts(parts, body));
-                ResponseFuture::admitted(
-                    future,
-                    AdmissionPermit {
-                        _gate: permit,
-                        charge,
-                    },
-                    late,
-                )
+                let permit = AdmissionPermit {
+                    _count: count,
+                    _keyed: keyed,
+                    charge,
+                };
+                ResponseFuture::admitted(future, permit, late)
             }
             Err(rejection) => self.refuse(parts, body, rejection),
         }
@@ -246,7 +285,8 @@ impl<S, K, H> Admission<S, K, H> {
                 .refusals
                 .respond_to(&parts.method, &parts.uri, &parts.headers, rejection);
         let declared = content_length(&parts.headers).ok().flatten();
-        let drain = match shared.drain.plan(&parts, &body, declared) {
+        let closed = rejection == Rejection::Refused(Refused::Closed);
+        let drain = match shared.drain.plan(&parts, &body, declared, closed) {
             Plan::Answer => None,
             Plan::Drain => Some(Drain::new(body, shared.drain)),
             Plan::Close => {
