@@ -380,3 +380,70 @@ async fn a_bidi_stream_that_answered_first_ends_with_the_refusal_status_when_its
     drop(acks);
     eventually("idle", || budget.in_flight() == 0).await;
 }
+
+/// Two services on one tonic server, each behind limits of its own (`NamedAdmission`):
+/// one full does not refuse the other, and one draining answers `UNAVAILABLE` while the
+/// other still answers `RESOURCE_EXHAUSTED` for its own limit.
+#[tokio::test]
+async fn two_services_on_one_server_keep_limits_of_their_own() {
+    use admission_grpc::NamedAdmission;
+    use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+
+    let batch_limit = AdmissionLayer::builder()
+        .count(1)
+        .retry_after(RETRY)
+        .grpc()
+        .build()
+        .unwrap();
+    let health_limit = AdmissionLayer::builder().count(2).grpc().build().unwrap();
+    let state = State::new(1000);
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_service_status("", tonic_health::ServingStatus::Serving)
+        .await;
+    let (batch, health) = (
+        NamedAdmission::new(&batch_limit, Batch(state.clone())),
+        NamedAdmission::new(&health_limit, health),
+    );
+    let addr = serve(move |incoming| {
+        Server::builder()
+            .add_service(batch)
+            .add_service(health)
+            .serve_with_incoming(incoming)
+    })
+    .await;
+    let channel = channel(addr).await;
+    let check = || {
+        let mut client = HealthClient::new(channel.clone());
+        async move { client.check(HealthCheckRequest::default()).await }
+    };
+
+    // Batch's one slot is held by a stream: Batch refuses, Health answers.
+    let stream = hold(&channel).await.unwrap();
+    let status = put(&channel, "w", &[]).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    assert_eq!(status.message(), "admission refused: count limit reached");
+    assert_eq!(check().await.unwrap().into_inner().status, 1);
+    assert_eq!(health_limit.snapshot().gate.count.high_water, 1);
+    assert_eq!(batch_limit.snapshot().gate.count.refused, 1);
+
+    // Health drains (its server is going away): UNAVAILABLE, with pushback. Batch is
+    // unaffected and still refuses for its own limit.
+    let drain = health_limit.drain();
+    let status = check().await.unwrap_err();
+    assert_eq!(status.code(), Code::Unavailable);
+    assert_eq!(status.message(), "admission refused: closed to new work");
+    assert!(status.metadata().get("grpc-retry-pushback-ms").is_some());
+    drain.await;
+    let status = put(&channel, "w", &[]).await.unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+
+    drop(stream);
+    state.end_streams();
+    eventually("batch's slot is free", || {
+        batch_limit.snapshot().gate.count.in_flight == 0
+    })
+    .await;
+    put(&channel, "w", &[]).await.unwrap();
+    assert_eq!(state.calls(), 1);
+}

@@ -91,3 +91,39 @@ fn a_permit_body_shows_its_permit_until_it_is_released() {
     let body = PermitBody::new(Script::new(Hint::Never, [Step::Data("x")]), 7_u8);
     assert_eq!(body.permit(), Some(&7));
 }
+
+#[test]
+fn jitter_spreads_retry_delays_within_its_range() {
+    use std::time::Duration;
+    let (delay, jitter) = (Duration::from_millis(500), Duration::from_millis(1000));
+    let refusals = admission_http::Refusals::new()
+        .retry_after(delay)
+        .retry_jitter(jitter);
+    let request = http::Request::get("/").body(()).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..500 {
+        let response = refusals.respond(
+            &request,
+            admission_http::Rejection::Refused(admission_core::Refused::Count),
+        );
+        let secs: u64 = response.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((1..=2).contains(&secs), "{secs}");
+        seen.insert(secs);
+    }
+    assert_eq!(seen.len(), 2, "both whole seconds of the range are drawn");
+    // Without jitter, the configured delay exactly.
+    assert_eq!(admission_http::jittered(delay, Duration::ZERO), delay);
+    let drawn: Vec<Duration> = (0..500)
+        .map(|_| admission_http::jittered(delay, jitter))
+        .collect();
+    assert!(drawn.iter().all(|d| delay <= *d && *d <= delay + jitter));
+    let below_mid = drawn.iter().filter(|d| **d < delay + jitter / 2).count();
+    assert!(
+        (150..=350).contains(&below_mid),
+        "roughly uniform: {below_mid} of 500"
+    );
+}

@@ -137,3 +137,103 @@ fn tokio_stream_from(
 ) -> impl tokio_stream::Stream<Item = std::io::Result<TcpStream>> {
     tokio_stream::wrappers::TcpListenerStream::new(listener)
 }
+
+/// The ready-made extractors on a real axum server: by client address from axum's
+/// `ConnectInfo`, and by API key from a header; a key over its cap gets 429 + `Retry-After`
+/// while other keys (and a request with no key) are served.
+#[tokio::test]
+async fn axum_per_client_caps_by_peer_address_and_by_api_key() {
+    use admission_http::key;
+    use axum::extract::ConnectInfo;
+    use std::net::SocketAddr;
+
+    let (release_tx, release_rx) = tokio::sync::watch::channel(false);
+    let slow = move || {
+        let mut release = release_rx.clone();
+        async move {
+            let _ = release.wait_for(|go| *go).await;
+            "slow done"
+        }
+    };
+    let routes = || {
+        Router::new()
+            .route("/slow", get(slow.clone()))
+            .route("/fast", get(|| async { "fast" }))
+    };
+    let by_peer = AdmissionLayer::builder()
+        .per_key(
+            1,
+            key::peer_ip(|info: &ConnectInfo<SocketAddr>| info.0.ip()),
+        )
+        .build()
+        .unwrap();
+    let by_api_key = AdmissionLayer::builder()
+        .per_key(1, key::header(http::HeaderName::from_static("x-api-key")))
+        .build()
+        .unwrap();
+    let peer_addr = {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = routes().layer(by_peer.clone());
+        let make = app.into_make_service_with_connect_info::<SocketAddr>();
+        tokio::spawn(async move { axum::serve(listener, make).await.unwrap() });
+        addr
+    };
+    let key_addr = {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = routes().layer(by_api_key.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        addr
+    };
+
+    // By address: one request in flight from 127.0.0.1, the next from it is refused.
+    let held = tokio::spawn(get_status(peer_addr, "/slow"));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while by_peer.snapshot().gate.keyed.unwrap().keys == 0 {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (status, _) = get_status(peer_addr, "/fast").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+
+    // By API key: k1 is at its cap, k2 and a request without a key are served.
+    let request = |key: Option<&str>, path: &str| {
+        let mut builder = http::Request::get(path);
+        if let Some(key) = key {
+            builder = builder.header("x-api-key", key);
+        }
+        builder
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap()
+    };
+    let send = |request: http::Request<_>| async move {
+        let stream = TcpStream::connect(key_addr).await.unwrap();
+        let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .unwrap();
+        tokio::spawn(conn);
+        let response = sender.send_request(request).await.unwrap();
+        let status = response.status();
+        let retry_after = response.headers().get("retry-after").cloned();
+        let _ = response.into_body().collect().await;
+        (status, retry_after)
+    };
+    let k1 = tokio::spawn(send(request(Some("k1"), "/slow")));
+    while by_api_key.snapshot().gate.keyed.unwrap().keys == 0 {
+        assert!(tokio::time::Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let (status, retry_after) = send(request(Some("k1"), "/fast")).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(retry_after.unwrap(), "1");
+    assert_eq!(send(request(Some("k2"), "/fast")).await.0, StatusCode::OK);
+    assert_eq!(send(request(None, "/fast")).await.0, StatusCode::OK);
+
+    release_tx.send(true).unwrap();
+    assert_eq!(
+        held.await.unwrap(),
+        (StatusCode::OK, "slow done".to_owned())
+    );
+    assert_eq!(k1.await.unwrap().0, StatusCode::OK);
+}
