@@ -8,8 +8,8 @@
 //! ```
 //!
 //! The difference of the two totals over 100,000 is the cost of one call. Variants:
-//! `bare`, `ours` (`AdmissionLayer`, count only), `theirs` (`LoadShed` +
-//! `ConcurrencyLimit`), `none`.
+//! `bare`, `ours` (`AdmissionLayer`, count only), `disabled` (`AdmissionLayer` with
+//! every limit disabled), `theirs` (`LoadShed` + `ConcurrencyLimit`), `none`.
 
 use std::task::{Context, Waker};
 

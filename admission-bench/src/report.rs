@@ -166,6 +166,12 @@ const TARGETS: &[Target] = &[
         right: ("layer", "load_shed_concurrency_limit"),
         at_most: 1.0,
     },
+    Target {
+        what: "layer, every limit disabled, within 1.2x of the bare service",
+        left: ("layer", "disabled"),
+        right: ("layer", "bare"),
+        at_most: 1.2,
+    },
 ];
 
 /// The targets, each with its measured ratio and MET / MISSED (or not measured).

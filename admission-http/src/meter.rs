@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll};
 
@@ -248,6 +249,12 @@ struct Charge {
     refused: OnceLock<Refused>,
     /// Makes the source of the body's error (see `Refusals::body_error`).
     error: Option<BodyError>,
+    /// Data bytes the metered body has seen, and what the permit covers: the body's own
+    /// counters (only the body that meters this charge writes them, so relaxed loads and
+    /// stores suffice), kept here so that an unmetered body carries nothing but its inner
+    /// body and one empty pointer.
+    seen: AtomicU64,
+    covered: AtomicU64,
 }
 
 impl RequestCharge {
@@ -293,11 +300,14 @@ impl RequestCharge {
     }
 
     fn with_error(permit: BytePermit, error: Option<BodyError>) -> Self {
+        let covered = AtomicU64::new(permit.charged());
         Self {
             shared: Arc::new(Charge {
                 permit: Mutex::new(permit),
                 refused: OnceLock::new(),
                 error,
+                seen: AtomicU64::new(0),
+                covered,
             }),
         }
     }
@@ -527,12 +537,8 @@ pin_project! {
     pub struct MeteredBody<B> {
         #[pin]
         inner: B,
+        // The charge this body grows, with its counters; `None` unmetered.
         charge: Option<RequestCharge>,
-        // Data bytes seen so far, and what the charge covers (a local copy: only this
-        // body grows the charge, so the lock is taken only to grow).
-        seen: u64,
-        covered: u64,
-        failed: bool,
     }
 }
 
@@ -549,18 +555,18 @@ impl<B> MeteredBody<B> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn new(inner: B, charge: RequestCharge) -> Self {
+        // What the charge covers now is what the body may carry before growing it.
         let covered = charge.charged();
+        charge.shared.covered.store(covered, Ordering::Relaxed);
         Self {
             inner,
             charge: Some(charge),
-            seen: 0,
-            covered,
-            failed: false,
         }
     }
 
-    /// Passes `inner` through uncharged (counting what is seen), for a server whose
-    /// requests are metered only sometimes but whose handlers take one body type.
+    /// Passes `inner` through uncharged and uncounted, for a server whose requests are
+    /// metered only sometimes but whose handlers take one body type. It costs one empty
+    /// pointer beside the inner body.
     ///
     /// ```
     /// use admission_http::MeteredBody;
@@ -568,17 +574,16 @@ impl<B> MeteredBody<B> {
     /// let body = MeteredBody::unmetered(http_body_util::Empty::<bytes::Bytes>::new());
     /// assert!(body.charge().is_none());
     /// ```
+    #[inline]
     pub fn unmetered(inner: B) -> Self {
         Self {
             inner,
             charge: None,
-            seen: 0,
-            covered: u64::MAX,
-            failed: false,
         }
     }
 
-    /// Data bytes read through the body so far.
+    /// Data bytes read through the body so far, if it is metered (0 if not: an unmetered
+    /// body counts nothing).
     ///
     /// ```
     /// use admission_core::ByteLedger;
@@ -589,7 +594,14 @@ impl<B> MeteredBody<B> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn seen(&self) -> u64 {
-        self.seen
+        self.charge
+            .as_ref()
+            .map_or(0, |charge| charge.shared.seen.load(Ordering::Relaxed))
+    }
+
+    /// Whether the byte ledger refused this body: it then ends.
+    fn failed(&self) -> bool {
+        self.charge.as_ref().is_some_and(|c| c.refused().is_some())
     }
 
     /// The shared charge, if the body is metered.
@@ -657,7 +669,11 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.project();
-        if *this.failed {
+        let Some(charge) = this.charge.as_ref() else {
+            // Unmetered: the inner body, as it is.
+            return this.inner.poll_frame(cx).map_err(Into::into);
+        };
+        if charge.refused().is_some() {
             return Poll::Ready(None);
         }
         match this.inner.poll_frame(cx) {
@@ -666,17 +682,17 @@ where
             Poll::Ready(Some(Err(err))) => Poll::Ready(Some(Err(err.into()))),
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
-                    *this.seen = this.seen.saturating_add(data.remaining() as u64);
-                    if let Some(charge) =
-                        this.charge.as_ref().filter(|_| *this.seen > *this.covered)
-                    {
-                        let more = *this.seen - *this.covered;
-                        let grown = charge.lock().try_grow(more);
+                    let counters = &charge.shared;
+                    let seen = (counters.seen.load(Ordering::Relaxed))
+                        .saturating_add(data.remaining() as u64);
+                    counters.seen.store(seen, Ordering::Relaxed);
+                    let covered = counters.covered.load(Ordering::Relaxed);
+                    if seen > covered {
+                        let grown = charge.lock().try_grow(seen - covered);
                         if let Err(refused) = grown {
-                            *this.failed = true;
                             return Poll::Ready(Some(Err(Box::new(charge.refuse(refused)))));
                         }
-                        *this.covered = *this.seen;
+                        counters.covered.store(seen, Ordering::Relaxed);
                     }
                 }
                 Poll::Ready(Some(Ok(frame)))
@@ -685,11 +701,11 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.failed || self.inner.is_end_stream()
+        self.failed() || self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        if self.failed {
+        if self.failed() {
             SizeHint::with_exact(0)
         } else {
             self.inner.size_hint()
@@ -701,8 +717,8 @@ impl<B: fmt::Debug> fmt::Debug for MeteredBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MeteredBody")
             .field("inner", &self.inner)
-            .field("seen", &self.seen)
-            .field("covered", &self.covered)
+            .field("seen", &self.seen())
+            .field("metered", &self.charge.is_some())
             .finish()
     }
 }

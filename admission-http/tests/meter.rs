@@ -252,7 +252,7 @@ fn debug_output_names_the_state() {
     let admitted = meter.admit(post(Some("2"), Unread)).unwrap();
     let (request, charge) = (admitted.request, admitted.charge);
     assert!(format!("{charge:?}").contains("charged: 2"));
-    assert!(format!("{:?}", request.body()).contains("covered: 2"));
+    assert!(format!("{:?}", request.body()).contains("metered: true"));
     let body = PermitBody::new(Unread, ());
     assert!(format!("{body:?}").contains("released: false"));
     assert!(format!("{:?}", Refusals::new()).contains("retry_delay: 1s"));

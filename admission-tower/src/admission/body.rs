@@ -27,7 +27,8 @@ pin_project! {
     #[project = InnerProj]
     enum Inner<B> {
         Body { #[pin] body: B },
-        Refused { bytes: Option<Bytes> },
+        // Empty once sent (and for a refusal without a body).
+        Refused { bytes: Bytes },
     }
 }
 
@@ -41,7 +42,6 @@ impl<B, K, H> ResponseBody<B, K, H> {
     }
 
     pub(crate) fn refused(bytes: Bytes) -> Self {
-        let bytes = Some(bytes).filter(|b| !b.is_empty());
         Self {
             body: PermitBody::from_parts(Inner::Refused { bytes }, None),
         }
@@ -144,7 +144,8 @@ where
         match self.project() {
             InnerProj::Body { body } => body.poll_frame(cx),
             InnerProj::Refused { bytes } => {
-                Poll::Ready(bytes.take().map(|b| Ok(Frame::data(b.into()))))
+                let bytes = std::mem::take(bytes);
+                Poll::Ready((!bytes.is_empty()).then(|| Ok(Frame::data(bytes.into()))))
             }
         }
     }
@@ -153,7 +154,7 @@ where
     fn is_end_stream(&self) -> bool {
         match self {
             Inner::Body { body } => body.is_end_stream(),
-            Inner::Refused { bytes } => bytes.is_none(),
+            Inner::Refused { bytes } => bytes.is_empty(),
         }
     }
 
@@ -161,9 +162,7 @@ where
     fn size_hint(&self) -> SizeHint {
         match self {
             Inner::Body { body } => body.size_hint(),
-            Inner::Refused { bytes } => {
-                SizeHint::with_exact(bytes.as_ref().map_or(0, |b| b.len() as u64))
-            }
+            Inner::Refused { bytes } => SizeHint::with_exact(bytes.len() as u64),
         }
     }
 }

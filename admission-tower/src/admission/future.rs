@@ -34,33 +34,26 @@ pin_project! {
     /// future is the inner future's, which may panic too), as futures may.
     pub struct ResponseFuture<F, B, K = Key, H = RandomState> {
         #[pin]
-        state: State<F>,
+        state: State<F, B>,
         // Held until the response is ready, then handed to its body. `None` for a
-        // bypassed (or dry-run) request and for a refusal.
+        // bypassed (or dry-run, or uncounted) request and for a refusal.
         permit: Option<AdmissionPermit<K, H>>,
-        // Boxed, and `None` on the hot path: what a refusal, or a request whose body may
-        // be refused as it streams, needs beyond the permit.
-        cold: Option<Box<Cold<B, K, H>>>,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    enum State<F> {
+    enum State<F, B> {
         Called { #[pin] future: F },
-        Refused,
+        // Boxed: the cold path, kept out of every admitted request's future.
+        Refused { refusal: Box<Refusal<B>> },
     }
 }
 
-/// The rarely needed part of a response future.
-enum Cold<B, K, H> {
-    /// What answering a refusal of the body while it streams takes.
-    Late(LateRefusal<K, H>),
-    /// A refusal, sent once `drain` (if any) has read the request's body.
-    Refused {
-        response: Option<Response<Bytes>>,
-        drain: Option<Pin<Box<Drain<B>>>>,
-    },
+/// A refusal, sent once `drain` (if any) has read the request's body.
+struct Refusal<B> {
+    response: Option<Response<Bytes>>,
+    drain: Option<Pin<Box<Drain<B>>>>,
 }
 
 /// What answering a request whose body is refused while it streams takes: the request's
@@ -104,36 +97,32 @@ impl<K, H> LateRefusal<K, H> {
 
 impl<F, B, K, H> ResponseFuture<F, B, K, H> {
     #[inline]
-    pub(crate) fn admitted(
-        future: F,
-        permit: AdmissionPermit<K, H>,
-        late: Option<LateRefusal<K, H>>,
-    ) -> Self {
+    pub(crate) fn admitted(future: F, permit: AdmissionPermit<K, H>) -> Self {
         Self {
             state: State::Called { future },
             permit: Some(permit),
-            cold: late.map(|late| Box::new(Cold::Late(late))),
         }
     }
 
-    /// A bypassed (or dry-run) request: no permit.
+    /// A request that holds no permit: bypassed, dry run, or uncounted.
+    #[inline]
     pub(crate) fn unguarded(future: F) -> Self {
         Self {
             state: State::Called { future },
             permit: None,
-            cold: None,
         }
     }
 
     /// A refusal, sent once `drain` (if any) has read the request's body.
     pub(crate) fn refused(response: Response<Bytes>, drain: Option<Drain<B>>) -> Self {
         Self {
-            state: State::Refused,
+            state: State::Refused {
+                refusal: Box::new(Refusal {
+                    response: Some(response),
+                    drain: drain.map(Box::pin),
+                }),
+            },
             permit: None,
-            cold: Some(Box::new(Cold::Refused {
-                response: Some(response),
-                drain: drain.map(Box::pin),
-            })),
         }
     }
 }
@@ -154,20 +143,19 @@ where
             StateProj::Called { future } => match future.poll(cx) {
                 Poll::Pending => Poll::Pending,
                 Poll::Ready(Ok(response)) => {
-                    let permit = this.permit.take();
-                    if let Some(cold) = this.cold.take() {
+                    let permit = match this.permit.take().map(AdmissionPermit::into_late_refusal) {
                         // The meter refused the body while it streamed: whatever the
                         // handler made of the body error (axum: 400; tonic: UNKNOWN), the
                         // request is answered as the refusal it is. The request is over:
-                        // release now.
-                        if let (Cold::Late(late), Some(refused)) =
-                            (*cold, permit.as_ref().and_then(AdmissionPermit::refused))
-                        {
-                            drop((response, permit));
+                        // its permits are released now.
+                        Some(Ok((refused, late))) => {
+                            drop(response);
                             let response = late.respond(refused);
                             return Poll::Ready(Ok(response.map(ResponseBody::refused)));
                         }
-                    }
+                        Some(Err(permit)) => Some(permit),
+                        None => None,
+                    };
                     Poll::Ready(Ok(response.map(|body| ResponseBody::new(body, permit))))
                 }
                 Poll::Ready(Err(err)) => {
@@ -176,10 +164,8 @@ where
                     Poll::Ready(Err(err))
                 }
             },
-            StateProj::Refused => {
-                let Some(Cold::Refused { response, drain }) = this.cold.as_deref_mut() else {
-                    unreachable!("a refusal's future keeps its response until it is ready")
-                };
+            StateProj::Refused { refusal } => {
+                let Refusal { response, drain } = &mut **refusal;
                 let mut close = false;
                 if let Some(pending) = drain {
                     match pending.as_mut().poll(cx) {
@@ -205,7 +191,7 @@ impl<F, B, K, H> std::fmt::Debug for ResponseFuture<F, B, K, H> {
         let state = match (&self.state, &self.permit) {
             (State::Called { .. }, Some(_)) => "admitted",
             (State::Called { .. }, None) => "unguarded",
-            (State::Refused, _) => "refused",
+            (State::Refused { .. }, _) => "refused",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)

@@ -20,26 +20,59 @@ use super::layer::{AdmissionSnapshot, Shared};
 use super::ResponseBody;
 
 /// What an admitted request holds until its response body ends: its count permit, and
-/// its key's permit and body charge where those dimensions exist.
+/// its key's permit and body charge where those dimensions exist. Two words: the
+/// response future and body that carry it are moved at every step, and the common
+/// request (count only) should not pay for the rare ones.
 pub(crate) struct AdmissionPermit<K = Key, H = RandomState> {
     _count: CountPermit,
+    rest: Option<Box<Rest<K, H>>>,
+}
+
+/// The key's permit and the body's charge, for a request that has either; and, for a
+/// body that may be refused as it streams, what answering that refusal takes.
+struct Rest<K, H> {
     _keyed: Option<KeyedPermit<K, H>>,
     charge: Option<RequestCharge>,
+    late: Option<LateRefusal<K, H>>,
 }
 
 impl<K, H> AdmissionPermit<K, H> {
     #[inline]
-    fn count(count: CountPermit) -> Self {
+    fn new(
+        count: CountPermit,
+        keyed: Option<KeyedPermit<K, H>>,
+        charge: Option<RequestCharge>,
+        late: Option<LateRefusal<K, H>>,
+    ) -> Self {
+        let rest = (keyed.is_some() || charge.is_some()).then(|| {
+            Box::new(Rest {
+                _keyed: keyed,
+                charge,
+                late,
+            })
+        });
         Self {
             _count: count,
-            _keyed: None,
-            charge: None,
+            rest,
         }
     }
 
-    /// Why the request's body was refused while it streamed, if it was.
-    pub(crate) fn refused(&self) -> Option<Refused> {
-        self.charge.as_ref().and_then(RequestCharge::refused)
+    /// If the request's body was refused while it streamed (and the layer answers such
+    /// refusals): the refusal, and what answering it takes. The permit is spent.
+    #[inline]
+    pub(crate) fn into_late_refusal(self) -> Result<(Refused, LateRefusal<K, H>), Self> {
+        let Some(mut rest) = self.rest else {
+            return Err(self);
+        };
+        if let Some(refused) = rest.charge.as_ref().and_then(RequestCharge::refused) {
+            if let Some(late) = rest.late.take() {
+                return Ok((refused, late));
+            }
+        }
+        Err(Self {
+            _count: self._count,
+            rest: Some(rest),
+        })
     }
 }
 
@@ -218,8 +251,7 @@ where
             return match shared.gate.count().try_acquire() {
                 Ok(count) => ResponseFuture::admitted(
                     self.inner.call(request.map(MeteredBody::unmetered)),
-                    AdmissionPermit::count(count),
-                    None,
+                    AdmissionPermit::new(count, None, None, None),
                 ),
                 Err(refused) => {
                     let (parts, body) = request.into_parts();
@@ -227,6 +259,25 @@ where
                 }
             };
         }
+        self.call_with_head(request)
+    }
+}
+
+impl<S, K, H> Admission<S, K, H> {
+    /// Admission that reads the head: a bypass, a key, a declared length, a dry run.
+    /// Out of line, so that `call` stays small for the paths that read nothing.
+    #[inline(never)]
+    fn call_with_head<ReqBody, ResBody>(
+        &mut self,
+        request: Request<ReqBody>,
+    ) -> ResponseFuture<S::Future, ReqBody, K, H>
+    where
+        S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
+        ReqBody: Body,
+        K: Hash + Eq + Clone,
+        H: BuildHasher,
+    {
+        let shared = &*self.shared;
         let (parts, body) = request.into_parts();
         if shared.bypasses(&parts) {
             let request = Request::from_parts(parts, MeteredBody::unmetered(body));
@@ -247,19 +298,12 @@ where
                     None => (MeteredBody::unmetered(body), None, None),
                 };
                 let future = self.inner.call(Request::from_parts(parts, body));
-                let permit = AdmissionPermit {
-                    _count: count,
-                    _keyed: keyed,
-                    charge,
-                };
-                ResponseFuture::admitted(future, permit, late)
+                ResponseFuture::admitted(future, AdmissionPermit::new(count, keyed, charge, late))
             }
             Err(rejection) => self.refuse(parts, body, rejection),
         }
     }
-}
 
-impl<S, K, H> Admission<S, K, H> {
     /// The cold path: a refused request (or, in a dry run, one admitted over a limit).
     /// Kept out of `call` so the admit path stays small.
     #[cold]
