@@ -167,7 +167,7 @@ async fn handle(
     Ok(Response::new(AppBody { chunks, stake }))
 }
 
-async fn serve(layer: AdmissionLayer<String>, inside: Arc<Inside>) -> SocketAddr {
+async fn serve(layer: AdmissionLayer, inside: Arc<Inside>) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind loopback");
@@ -292,13 +292,10 @@ async fn main() -> std::process::ExitCode {
         .count(COUNT_LIMIT)
         .bytes(BYTE_BUDGET)
         .max_request_bytes(MAX_REQUEST)
-        .per_key(PER_KEY, |req| {
-            req.headers
-                .get("x-client")?
-                .to_str()
-                .ok()
-                .map(str::to_owned)
-        })
+        .per_key(
+            PER_KEY,
+            admission_http::key::header(http::HeaderName::from_static("x-client")),
+        )
         .max_keys(MAX_KEYS)
         .bypass(|req| matches!(req.uri.path(), "/" | "/health"))
         .build()
