@@ -1126,6 +1126,67 @@ mod tests {
     }
 
     #[test]
+    fn admits_all_only_while_unlimited_and_open() {
+        let ledger = CountLedger::new(0).unwrap();
+        assert!(ledger.admits_all());
+        ledger.set_capacity(5).unwrap();
+        assert!(!ledger.admits_all(), "limited");
+        ledger.set_unlimited();
+        assert!(ledger.admits_all());
+        ledger.close();
+        assert!(!ledger.admits_all(), "closed");
+        ledger.reopen();
+        assert!(ledger.admits_all());
+        assert!(!CountLedger::new(1).unwrap().admits_all());
+    }
+
+    /// The hand-over `unwatch` must respect, taken apart: a release has taken the count
+    /// to zero with `WATCH` set (so `WATCH` is now that release's to give back) but has
+    /// not given it back yet, and the last drain stops waiting in between. The drain must
+    /// leave `WATCH` alone; the release then gives it back exactly once.
+    #[test]
+    fn a_drain_that_stops_waiting_leaves_an_inherited_watch_to_the_release() {
+        let before = crate::raw::live::count();
+        let ledger = CountLedger::new(2).unwrap();
+        let permit = ledger.try_acquire().unwrap();
+        let (_, waker) = counting_waker();
+        let mut drain = ledger.drain();
+        assert!(poll(&mut drain, &waker).is_pending());
+        let state = &ledger.inner().hot.state;
+        assert_eq!(state.load(Ordering::SeqCst), OWNER | WATCH | 1);
+        // The release's decrement, without the rest of the release.
+        let ptr = permit.inner;
+        std::mem::forget(permit);
+        state.fetch_sub(1, Ordering::SeqCst);
+        drop(drain);
+        assert_eq!(
+            state.load(Ordering::SeqCst),
+            OWNER | WATCH,
+            "the inherited WATCH is the release's, not the drain's"
+        );
+        // The rest of the release: it gives WATCH back, once.
+        // SAFETY: as `last_out` requires: the decrement above took the count from one to
+        // zero with `WATCH` set, and `ptr` is not used again.
+        unsafe { CountInner::last_out(ptr) };
+        assert_eq!(ledger.inner().hot.state.load(Ordering::SeqCst), OWNER);
+        drop(ledger);
+        assert_eq!(crate::raw::live::count(), before, "freed once, not leaked");
+    }
+
+    #[test]
+    fn a_drain_that_stops_waiting_with_permits_in_flight_takes_its_watch_back() {
+        let ledger = CountLedger::new(2).unwrap();
+        let permit = ledger.try_acquire().unwrap();
+        let (_, waker) = counting_waker();
+        let mut drain = ledger.drain();
+        assert!(poll(&mut drain, &waker).is_pending());
+        drop(drain);
+        assert_eq!(ledger.inner().hot.state.load(Ordering::SeqCst), OWNER | 1);
+        drop(permit);
+        assert_eq!(ledger.inner().hot.state.load(Ordering::SeqCst), OWNER);
+    }
+
+    #[test]
     fn a_blocking_drain_returns_when_another_thread_releases_the_last_permit() {
         let ledger = CountLedger::new(2).unwrap();
         let permits: Vec<_> = (0..2).map(|_| ledger.try_acquire().unwrap()).collect();
