@@ -758,10 +758,6 @@ impl std::task::Wake for Unpark {
     fn wake(self: std::sync::Arc<Self>) {
         self.0.unpark();
     }
-
-    fn wake_by_ref(self: &std::sync::Arc<Self>) {
-        self.0.unpark();
-    }
 }
 
 impl fmt::Debug for Drain {
@@ -1123,6 +1119,31 @@ mod tests {
         let held: Vec<_> = (0..2).map(|_| ledger.try_acquire().unwrap()).collect();
         assert_eq!(ledger.try_acquire().unwrap_err(), Refused::Count);
         drop(held);
+    }
+
+    #[test]
+    fn a_blocking_wait_returns_only_after_the_last_release_and_a_timeout_says_so() {
+        let ledger = CountLedger::new(1).unwrap();
+        let permit = ledger.try_acquire().unwrap();
+        assert!(!ledger.drain().wait_timeout(std::time::Duration::from_millis(20)));
+        let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let t = {
+            let released = released.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                released.store(true, std::sync::atomic::Ordering::SeqCst);
+                drop(permit);
+            })
+        };
+        let drain = ledger.drain();
+        assert_eq!(
+            format!("{drain:?}"),
+            "Drain { in_flight: 1, waiting: false }"
+        );
+        drain.wait();
+        assert!(released.load(std::sync::atomic::Ordering::SeqCst));
+        assert_eq!(ledger.in_flight(), 0);
+        t.join().unwrap();
     }
 
     #[test]
