@@ -1393,6 +1393,28 @@ mod loom_models {
         });
     }
 
+    /// A close racing a capacity change (an operator, or a controller): whichever runs
+    /// last, the ledger ends closed, and a reopening then applies the new capacity. The
+    /// threshold is written from both settings under one lock, so no interleaving
+    /// leaves the new capacity in force while closed.
+    #[test]
+    fn close_racing_set_capacity_stays_closed() {
+        loom::model(|| {
+            let ledger = CountLedger::new(1).unwrap();
+            let setter = {
+                let ledger = ledger.clone();
+                loom::thread::spawn(move || ledger.set_capacity(3).unwrap())
+            };
+            ledger.close();
+            setter.join().unwrap();
+            assert_eq!(ledger.try_acquire().unwrap_err(), Refused::Closed);
+            ledger.reopen();
+            let held: Vec<_> = (0..3).map(|_| ledger.try_acquire().unwrap()).collect();
+            assert_eq!(ledger.try_acquire().unwrap_err(), Refused::Count);
+            drop(held);
+        });
+    }
+
     /// `set_capacity` racing an acquisition: the new permit never makes the count exceed
     /// the larger of the two capacities, and a held permit is never revoked.
     #[test]
