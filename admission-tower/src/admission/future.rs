@@ -140,6 +140,12 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.project();
         match this.state.project() {
+            // Nothing to hand over (a bypassed or uncounted request): the response as it
+            // comes, its body wrapped, in one expression (no copy of the response kept
+            // across a branch).
+            StateProj::Called { future } if this.permit.is_none() => future
+                .poll(cx)
+                .map_ok(|response| response.map(|body| ResponseBody::new(body, None))),
             StateProj::Called { future } => match future.poll(cx) {
                 Poll::Pending => Poll::Pending,
                 Poll::Ready(Ok(response)) => {
