@@ -37,7 +37,8 @@ use crate::{
 /// what [`drain`](Self::drain) waits on and what [`close`](Self::close) shuts. The byte
 /// and key dimensions exist only when configured.
 ///
-/// Build with [`Gate::builder`] (0 disables a dimension) or from existing ledgers with
+/// Build with [`Gate::builder`] (0 sets no limit: the count is then unlimited, the byte
+/// and key dimensions left out) or from existing ledgers with
 /// [`Gate::from_ledgers`] (to share a ledger between gates). Cloning shares the ledgers:
 /// an HTTP layer and a gRPC interceptor built from clones of one gate share one limit.
 ///
@@ -345,7 +346,8 @@ pub struct GateSnapshot {
     pub keyed: Option<KeyedSnapshot>,
 }
 
-/// Configuration of a [`Gate`]; 0 disables a dimension.
+/// Configuration of a [`Gate`]; 0 sets no limit (the count is still kept; a byte or key
+/// dimension with no limit is left out).
 ///
 /// ```
 /// use admission_core::Gate;

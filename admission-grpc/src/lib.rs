@@ -44,7 +44,7 @@
 //!     .count(256)                              // calls in flight, streams included
 //!     .bytes(64 << 20)                         // request bytes in flight
 //!     .max_request_bytes(4 << 20)
-//!     .per_key(16, |req| req.headers.get("x-tenant")?.to_str().ok().map(String::from))
+//!     .per_key(16, admission_http::key::header(http::HeaderName::from_static("x-tenant")))
 //!     .retry_after(Duration::from_millis(250)) // RetryInfo and grpc-retry-pushback-ms
 //!     .bypass(is_health_check)
 //!     .grpc()

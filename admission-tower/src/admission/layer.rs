@@ -389,7 +389,7 @@ where
     H: BuildHasher + Clone + Send + Sync + 'static,
 {
     /// At most `capacity` requests in flight (from the call until the response body
-    /// ends); 0 disables.
+    /// ends); 0 sets no count limit.
     ///
     /// ```
     /// use admission_tower::AdmissionLayer;
