@@ -244,3 +244,40 @@ async fn an_inner_service_error_releases_the_permit() {
         "released while the future is alive"
     );
 }
+
+#[test]
+fn limits_set_on_a_builder_over_a_given_gate_are_an_error_not_ignored() {
+    use admission_core::{Gate, Key};
+    use admission_tower::BuildError;
+    let gate: Gate = Gate::builder().count(4).per_key(2).build().unwrap();
+    let key = |_: &http::request::Parts| Some(Key::from("k"));
+    for built in [
+        AdmissionLayer::from_gate(gate.clone())
+            .count(8)
+            .build()
+            .err(),
+        AdmissionLayer::from_gate(gate.clone())
+            .bytes(8)
+            .build()
+            .err(),
+        AdmissionLayer::from_gate(gate.clone())
+            .max_keys(8)
+            .build()
+            .err(),
+        AdmissionLayer::from_gate(gate.clone())
+            .per_key(1, key)
+            .build()
+            .err(),
+        AdmissionLayer::from_gate(gate.clone())
+            .hasher(std::collections::hash_map::RandomState::new())
+            .build()
+            .err(),
+    ] {
+        assert_eq!(built, Some(BuildError::LimitsOnSharedGate));
+    }
+    // The key extractor alone is what a given gate takes; its limits are the gate's.
+    let layer = AdmissionLayer::from_gate(gate).key(key).build().unwrap();
+    assert_eq!(layer.gate().count().capacity(), 4);
+    assert_eq!(layer.gate().keyed().unwrap().cap(), 2);
+    assert!(BuildError::LimitsOnSharedGate.to_string().contains("`key`"));
+}

@@ -321,16 +321,9 @@ pub struct AdmissionBuilder<K = Key, H = RandomState> {
 }
 
 impl<K, H> Limits<K, H> {
-    /// Changes the limits being built; any change to a given gate is a conflict.
-    fn map(self, set: impl FnOnce(GateBuilder<K, H>) -> GateBuilder<K, H>) -> Self {
-        match self {
-            Limits::Build(builder) => Limits::Build(set(builder)),
-            Limits::Given(_) | Limits::Conflict => Limits::Conflict,
-        }
-    }
-
-    /// As `map`, to limits of another key type or hasher.
-    fn map_to<K2, H2>(
+    /// Changes the limits being built (to another key type or hasher, if need be); any
+    /// change to a given gate is a conflict.
+    fn map<K2, H2>(
         self,
         set: impl FnOnce(GateBuilder<K, H>) -> GateBuilder<K2, H2>,
     ) -> Limits<K2, H2> {
@@ -468,7 +461,7 @@ where
     {
         let (limits, rest) = self.take_limits();
         // A given gate's key type is fixed: `key` is the method for it.
-        let limits = limits.map_to(|gate| gate.with_key_type::<K2>().per_key(cap));
+        let limits = limits.map(|gate| gate.with_key_type::<K2>().per_key(cap));
         let mut builder = rest.with_limits(limits);
         builder.key = Some(Box::new(key));
         builder
@@ -519,7 +512,7 @@ where
     {
         let (limits, mut rest) = self.take_limits();
         let key = rest.key.take();
-        let mut builder = rest.with_limits(limits.map_to(|gate| gate.hasher(hasher)));
+        let mut builder = rest.with_limits(limits.map(|gate| gate.hasher(hasher)));
         builder.key = key;
         builder
     }
