@@ -24,6 +24,7 @@ use std::task::{Context, Poll, Waker};
 use crossbeam_utils::CachePadded;
 
 use crate::limit::{self, UNLIMITED};
+use crate::priority::{Priority, MAX_CLASSES};
 use crate::raw::{self, Counted, Owner, OWNER};
 use crate::stats::{Snapshot, Stats};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, Track};
@@ -130,6 +131,8 @@ struct Hot {
 
 struct Cold {
     stats: Stats,
+    /// Refusals of class-aware acquisitions, by class index.
+    refused_by_class: [AtomicU64; MAX_CLASSES],
     /// The configured capacity in its stored form (`UNLIMITED` for none).
     capacity: AtomicU64,
     closed: AtomicBool,
@@ -173,8 +176,12 @@ impl CountInner {
 
     /// The refusal of an acquisition the threshold turned away: closed, or full.
     #[cold]
-    fn refuse(&self) -> Refused {
+    fn refuse(&self, priority: Option<Priority>) -> Refused {
         self.cold.stats.refuse();
+        if let Some(class) = priority.and_then(|p| self.cold.refused_by_class.get(p.index())) {
+            // Relaxed: a statistic.
+            class.fetch_add(1, Ordering::Relaxed);
+        }
         if self.cold.closed.load(Ordering::Relaxed) {
             Refused::Closed
         } else {
@@ -261,6 +268,7 @@ impl CountLedger {
             }),
             cold: CachePadded::new(Cold {
                 stats: Stats::new(),
+                refused_by_class: std::array::from_fn(|_| AtomicU64::new(0)),
                 capacity: AtomicU64::new(capacity),
                 closed: AtomicBool::new(false),
                 control: Mutex::new(Waiters::default()),
@@ -301,7 +309,41 @@ impl CountLedger {
     /// ```
     #[inline]
     pub fn try_acquire(&self) -> Result<CountPermit, Refused> {
-        let (permit, level) = self.try_acquire_unobserved()?;
+        let (permit, level) = self.acquire(None)?;
+        self.inner().cold.stats.observe(level);
+        Ok(permit)
+    }
+
+    /// Takes one permit if fewer than `priority`'s share of the capacity are in flight
+    /// (of every class together), else refuses at once: the least important work is shed
+    /// first (see [`Priority`] and [`Classes`](crate::Classes)).
+    ///
+    /// Costs what [`try_acquire`](Self::try_acquire) costs: the same compare-exchange,
+    /// against a threshold computed from the one the ledger holds (so a capacity change
+    /// moves every class's threshold at once, never some before others).
+    ///
+    /// # Errors
+    ///
+    /// [`Refused::Count`] when the class's share is in flight, [`Refused::Closed`] while
+    /// the ledger is closed. Either is also counted in
+    /// [`refused_by_class`](Self::refused_by_class).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use admission_core::{CountLedger, Priority, Refused};
+    ///
+    /// let ledger = CountLedger::new(10)?;
+    /// let sheddable: Vec<_> = (0..7).map(|_| ledger.try_acquire_as(Priority::SHEDDABLE)).collect::<Result<_, _>>()?;
+    /// assert_eq!(ledger.try_acquire_as(Priority::SHEDDABLE).unwrap_err(), Refused::Count);
+    /// let critical: Vec<_> = (0..3).map(|_| ledger.try_acquire_as(Priority::CRITICAL)).collect::<Result<_, _>>()?;
+    /// assert_eq!(ledger.in_flight(), 10);
+    /// # drop((sheddable, critical));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_as(&self, priority: Priority) -> Result<CountPermit, Refused> {
+        let (permit, level) = self.acquire(Some(priority))?;
         self.inner().cold.stats.observe(level);
         Ok(permit)
     }
@@ -310,17 +352,34 @@ impl CountLedger {
     /// brought the ledger to, for a caller (the gate) that records it only once every
     /// other dimension has admitted too. A refusal is counted here.
     #[inline]
-    pub(crate) fn try_acquire_unobserved(&self) -> Result<(CountPermit, u64), Refused> {
+    pub(crate) fn try_acquire_unobserved(
+        &self,
+        priority: Option<Priority>,
+    ) -> Result<(CountPermit, u64), Refused> {
+        self.acquire(priority)
+    }
+
+    /// The acquisition, for a class (its share of the threshold) or for none (the whole
+    /// threshold). Always inlined, so that the plain path, whose `priority` is a constant
+    /// `None`, compiles to exactly the compare against the threshold.
+    #[inline(always)]
+    fn acquire(&self, priority: Option<Priority>) -> Result<(CountPermit, u64), Refused> {
         let inner = self.inner();
         // Relaxed: the threshold is a plain setting; an acquisition racing a change may
-        // see either value, which is the documented "next acquisition" semantics.
+        // see either value, which is the documented "next acquisition" semantics. A
+        // class's threshold is derived from this one read, so it is the old or the new
+        // setting's, never a mix.
         let threshold = inner.hot.threshold.load(Ordering::Relaxed);
+        let threshold = match priority {
+            Some(priority) => priority.of(threshold),
+            None => threshold,
+        };
         let mut current = inner.hot.state.load(Ordering::Relaxed);
         loop {
             // `WATCH`, when set, is above every threshold: nothing is admitted.
             let held = current & !OWNER;
             if held >= threshold {
-                return Err(inner.refuse());
+                return Err(inner.refuse(priority));
             }
             // Relaxed on success: admission orders no other memory, and the new permit's
             // share of the reference count is made through our live handle, so no
@@ -343,17 +402,22 @@ impl CountLedger {
         }
     }
 
-    /// Whether an acquisition would be admitted now, by one load and no write; a "no"
-    /// is counted as a refusal. The gate asks this of every dimension before it takes
-    /// anything, so a request that one dimension refuses holds nothing in another even
-    /// for a moment (no collateral refusals).
+    /// Whether an acquisition (of `priority`'s class, if given) would be admitted now, by
+    /// one load and no write; a "no" is counted as a refusal. The gate asks this of every
+    /// dimension before it takes anything, so a request that one dimension refuses holds
+    /// nothing in another even for a moment (no collateral refusals).
     #[inline]
-    pub(crate) fn check(&self) -> Result<(), Refused> {
+    pub(crate) fn check(&self, priority: Option<Priority>) -> Result<(), Refused> {
         let inner = self.inner();
         // Relaxed: advisory; the compare-exchange that follows decides.
         let held = inner.hot.state.load(Ordering::Relaxed) & !OWNER;
-        if held >= inner.hot.threshold.load(Ordering::Relaxed) {
-            return Err(inner.refuse());
+        let threshold = inner.hot.threshold.load(Ordering::Relaxed);
+        let threshold = match priority {
+            Some(priority) => priority.of(threshold),
+            None => threshold,
+        };
+        if held >= threshold {
+            return Err(inner.refuse(priority));
         }
         Ok(())
     }
@@ -584,6 +648,27 @@ impl CountLedger {
             high_water: inner.cold.stats.high_water(),
             refused: inner.cold.stats.refused(),
         }
+    }
+
+    /// Refusals of class-aware acquisitions ([`try_acquire_as`](Self::try_acquire_as),
+    /// a gate's [`Claim::priority`](crate::Claim::priority)) by class, indexed by
+    /// [`Priority::index`]: which class was shed, and how often. (Refusals of plain
+    /// acquisitions are in [`Snapshot::refused`] only.)
+    ///
+    /// ```
+    /// use admission_core::{CountLedger, Priority};
+    ///
+    /// let ledger = CountLedger::new(1)?;
+    /// let _held = ledger.try_acquire()?;
+    /// let _ = ledger.try_acquire_as(Priority::SHEDDABLE).unwrap_err();
+    /// let _ = ledger.try_acquire().unwrap_err();
+    /// assert_eq!(ledger.refused_by_class()[..3], [0, 0, 1]);
+    /// assert_eq!(ledger.snapshot().refused, 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refused_by_class(&self) -> [u64; MAX_CLASSES] {
+        let classes = &self.inner().cold.refused_by_class;
+        std::array::from_fn(|index| classes[index].load(Ordering::Relaxed))
     }
 }
 
@@ -932,6 +1017,34 @@ mod tests {
             "CountLedger { in_flight: 1, capacity: 3, closed: false }"
         );
         assert_eq!(format!("{p:?}"), "CountPermit { .. }");
+    }
+
+    #[test]
+    fn every_class_follows_a_capacity_change_and_a_close() {
+        use crate::Priority;
+        let ledger = CountLedger::new(10).unwrap();
+        let fill = |priority| {
+            let mut held = Vec::new();
+            while let Ok(permit) = ledger.try_acquire_as(priority) {
+                held.push(permit);
+            }
+            held.len()
+        };
+        assert_eq!(fill(Priority::SHEDDABLE), 7);
+        assert_eq!(fill(Priority::DEFAULT), 9);
+        assert_eq!(fill(Priority::CRITICAL), 10);
+        ledger.set_capacity(20).unwrap();
+        assert_eq!(fill(Priority::SHEDDABLE), 14);
+        assert_eq!(fill(Priority::DEFAULT), 18);
+        ledger.set_unlimited();
+        assert_eq!(ledger.try_acquire_as(Priority::SHEDDABLE).map(drop), Ok(()));
+        ledger.close();
+        for class in [Priority::CRITICAL, Priority::SHEDDABLE] {
+            assert_eq!(ledger.try_acquire_as(class).unwrap_err(), Refused::Closed);
+        }
+        // Each fill ended with one refusal; then one of each closed.
+        assert_eq!(ledger.refused_by_class()[..4], [2, 2, 3, 0]);
+        assert_eq!(ledger.snapshot().refused, 7);
     }
 
     #[test]

@@ -3,9 +3,10 @@
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash};
 
+use crate::priority::MAX_CLASSES;
 use crate::{
     ByteLedger, BytePermit, CapacityError, CountLedger, CountPermit, Drain, Key, KeyedLedger,
-    KeyedPermit, KeyedSnapshot, Refused, Snapshot,
+    KeyedPermit, KeyedSnapshot, Priority, Refused, Snapshot,
 };
 
 /// Count, byte and per-key limits admitted together, all or nothing.
@@ -157,11 +158,61 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn try_admit(&self, key: Option<&K>, bytes: u64) -> Result<GatePermit<K, S>, Refused> {
+        let claim = Claim {
+            key,
+            bytes,
+            priority: None,
+            key_cap: None,
+        };
+        self.admit(claim)
+    }
+
+    /// Admits a [`Claim`]: a request with a key, a byte charge, a priority class and a
+    /// per-key cap of its own, each optional. [`try_admit`](Self::try_admit) is the claim
+    /// with a key and bytes only.
+    ///
+    /// The priority class bounds the count dimension at the class's share of the
+    /// capacity in force; the key's cap replaces the gate's per-key cap for this claim.
+    /// Everything else is as `try_admit`: all or nothing, no collateral refusals.
+    ///
+    /// # Errors
+    ///
+    /// The [`Refused`] of the first dimension that refused.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use admission_core::{Claim, Gate, Priority, Refused};
+    ///
+    /// let gate = Gate::<&str>::builder().count(10).per_key(2).build()?;
+    /// let held: Vec<_> = (0..7).map(|_| gate.try_claim(Claim::new().priority(Priority::SHEDDABLE))).collect::<Result<_, _>>()?;
+    /// let shed = gate.try_claim(Claim::new().priority(Priority::SHEDDABLE)).unwrap_err();
+    /// assert_eq!(shed, Refused::Count);
+    /// let paying = Claim::new().key(&"tenant-a").key_cap(3).priority(Priority::CRITICAL);
+    /// let _a = gate.try_claim(paying)?;
+    /// assert_eq!(gate.snapshot().refused_by_class[Priority::SHEDDABLE.index()], 1);
+    /// # drop(held);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_claim(&self, claim: Claim<'_, K>) -> Result<GatePermit<K, S>, Refused> {
+        self.admit(claim)
+    }
+
+    #[inline(always)]
+    fn admit(&self, claim: Claim<'_, K>) -> Result<GatePermit<K, S>, Refused> {
+        let Claim {
+            key,
+            bytes,
+            priority,
+            key_cap,
+        } = claim;
         let keyed = self.keyed.as_ref().zip(key);
         if keyed.is_none() && self.bytes.is_none() {
             // Count alone: one compare-exchange, nothing to check ahead.
+            let (count, level) = self.count.try_acquire_unobserved(priority)?;
+            self.count.observe(level);
             return Ok(GatePermit {
-                count: self.count.try_acquire()?,
+                count,
                 bytes: None,
                 keyed: None,
             });
@@ -170,15 +221,15 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
         if let Some(ledger) = &self.bytes {
             ledger.check_size(bytes)?;
         }
-        self.count.check()?;
+        self.count.check(priority)?;
         if let Some(ledger) = &self.bytes {
             ledger.check_room(bytes)?;
         }
         // Then take. Each `?` drops the permits taken so far: that is the all-or-nothing.
         let keyed = keyed
-            .map(|(ledger, key)| ledger.try_acquire_unobserved(key))
+            .map(|(ledger, key)| ledger.try_acquire_unobserved(key, key_cap))
             .transpose()?;
-        let (count, level) = self.count.try_acquire_unobserved()?;
+        let (count, level) = self.count.try_acquire_unobserved(priority)?;
         let charged = self
             .bytes
             .as_ref()
@@ -203,6 +254,79 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             bytes,
             keyed,
         })
+    }
+}
+
+/// What one request asks of a [`Gate`] ([`Gate::try_claim`]): a key, a byte charge, a
+/// priority class and a cap for its key, each optional. Built by chaining; `Copy`.
+///
+/// ```
+/// use admission_core::{Claim, Priority};
+///
+/// let tenant = 42_u64;
+/// let claim = Claim::new().key(&tenant).bytes(4096).priority(Priority::DEFAULT).key_cap(8);
+/// # let _ = claim;
+/// ```
+#[derive(Debug)]
+pub struct Claim<'a, K> {
+    key: Option<&'a K>,
+    bytes: u64,
+    priority: Option<Priority>,
+    key_cap: Option<u64>,
+}
+
+impl<K> Clone for Claim<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K> Copy for Claim<'_, K> {}
+
+impl<K> Default for Claim<'_, K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<'a, K> Claim<'a, K> {
+    /// A claim of one request: no key, no bytes, no class (the whole capacity), the
+    /// gate's per-key cap.
+    pub const fn new() -> Self {
+        Self {
+            key: None,
+            bytes: 0,
+            priority: None,
+            key_cap: None,
+        }
+    }
+
+    /// The request's key, for the per-key dimension (ignored by a gate without one).
+    pub const fn key(mut self, key: &'a K) -> Self {
+        self.key = Some(key);
+        self
+    }
+
+    /// The bytes to charge now (ignored by a gate without a byte dimension).
+    pub const fn bytes(mut self, bytes: u64) -> Self {
+        self.bytes = bytes;
+        self
+    }
+
+    /// The request's class: the count dimension admits it only below the class's share
+    /// of the capacity in force (see [`Priority`]).
+    pub const fn priority(mut self, priority: Priority) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// The cap of this request's key, in place of the gate's per-key cap (see
+    /// [`KeyedLedger::try_acquire_with_cap`]: 0 admits nothing, `u64::MAX` is no cap).
+    /// Needs a key dimension ([`GateBuilder::per_key`], or
+    /// [`GateBuilder::track_keys`] for keys with no default cap).
+    pub const fn key_cap(mut self, cap: u64) -> Self {
+        self.key_cap = Some(cap);
+        self
     }
 }
 
@@ -325,6 +449,7 @@ impl<K, S> Gate<K, S> {
     pub fn snapshot(&self) -> GateSnapshot {
         GateSnapshot {
             count: self.count.snapshot(),
+            refused_by_class: self.count.refused_by_class(),
             closed: self.count.is_closed(),
             bytes: self.bytes.as_ref().map(ByteLedger::snapshot),
             keyed: self.keyed.as_ref().map(KeyedLedger::snapshot),
@@ -338,6 +463,9 @@ impl<K, S> Gate<K, S> {
 pub struct GateSnapshot {
     /// The count ledger (capacity 0: no count limit).
     pub count: Snapshot,
+    /// Count refusals of claims with a priority class, by [`Priority::index`]: which
+    /// class was shed (see [`CountLedger::refused_by_class`]).
+    pub refused_by_class: [u64; MAX_CLASSES],
     /// Whether the gate is closed (or draining).
     pub closed: bool,
     /// The byte ledger.
@@ -372,6 +500,7 @@ struct Limits {
     max_request_bytes: u64,
     per_key: usize,
     max_keys: usize,
+    track_keys: bool,
 }
 
 impl<K, S> std::fmt::Debug for GateBuilder<K, S> {
@@ -463,6 +592,23 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
         self
     }
 
+    /// Keeps the key dimension even when [`per_key`](Self::per_key) is 0 (no default
+    /// cap): for caps chosen per key ([`Claim::key_cap`]: tenant tiers) and `max_keys`.
+    ///
+    /// ```
+    /// use admission_core::{Claim, Gate, Refused};
+    ///
+    /// let gate = Gate::<&str>::builder().track_keys().build()?;
+    /// let _free = gate.try_claim(Claim::new().key(&"free").key_cap(1))?;
+    /// assert_eq!(gate.try_claim(Claim::new().key(&"free").key_cap(1)).unwrap_err(), Refused::Key);
+    /// let _other = gate.try_admit(Some(&"free"), 0)?; // no tier given: no cap
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn track_keys(mut self) -> Self {
+        self.limits.track_keys = true;
+        self
+    }
+
     /// At most `max_keys` distinct keys with work in flight; 0 sets no bound.
     ///
     /// ```
@@ -516,15 +662,16 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
             max_request_bytes,
             per_key,
             max_keys,
+            track_keys,
         } = self.limits;
         let count = CountLedger::new(count)?;
         let bytes = match (bytes, max_request_bytes) {
             (0, 0) => None,
             (budget, max) => Some(ByteLedger::with_max_charge(budget, max)?),
         };
-        let keyed = match per_key {
-            0 => None,
-            cap => Some(KeyedLedger::with_limits(cap, max_keys, self.hasher)?),
+        let keyed = match (per_key, track_keys) {
+            (0, false) => None,
+            (cap, _) => Some(KeyedLedger::with_limits(cap, max_keys, self.hasher)?),
         };
         Ok(Gate {
             count,

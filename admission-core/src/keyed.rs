@@ -279,7 +279,42 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn try_acquire(&self, key: &K) -> Result<KeyedPermit<K, S>, Refused> {
-        let (permit, keys) = self.try_acquire_unobserved(key)?;
+        let (permit, keys) = self.try_acquire_unobserved(key, None)?;
+        if let Some(keys) = keys {
+            self.observe(keys);
+        }
+        Ok(permit)
+    }
+
+    /// Takes one permit for `key` if it holds fewer than `cap`, the cap chosen for this
+    /// key by the caller (a tenant's tier: a paying tenant 32, a free one 4) in place of
+    /// the ledger's [`cap`](Self::cap); else refuses at once. The same table, the same
+    /// reclaim guarantees, the same `max_keys`.
+    ///
+    /// `cap` is the cap itself: 0 admits nothing for this key (a blocked tenant), and
+    /// `u64::MAX` is no cap. Each acquisition checks the cap it is given: after a key's
+    /// tier changes, its permits in flight are kept and count against the new cap.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_acquire`](Self::try_acquire).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use admission_core::{KeyedLedger, Refused};
+    ///
+    /// let ledger = KeyedLedger::new(1)?; // the default tier
+    /// let tier = |tenant: &str| if tenant.starts_with("paid-") { 3 } else { 1 };
+    /// let paid: Vec<_> = (0..3).map(|_| ledger.try_acquire_with_cap(&"paid-a", tier("paid-a"))).collect::<Result<_, _>>()?;
+    /// assert_eq!(ledger.try_acquire_with_cap(&"paid-a", 3).unwrap_err(), Refused::Key);
+    /// let _free = ledger.try_acquire_with_cap(&"free-b", tier("free-b"))?;
+    /// assert_eq!(ledger.try_acquire_with_cap(&"free-b", 1).unwrap_err(), Refused::Key);
+    /// # drop(paid);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_acquire_with_cap(&self, key: &K, cap: u64) -> Result<KeyedPermit<K, S>, Refused> {
+        let (permit, keys) = self.try_acquire_unobserved(key, Some(cap))?;
         if let Some(keys) = keys {
             self.observe(keys);
         }
@@ -288,18 +323,27 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
 
     /// `try_acquire` without recording the keys high-water mark: the permit and, when it
     /// created the key's entry, the number of keys it brought the ledger to (see
-    /// `CountLedger::try_acquire_unobserved`). A refusal is counted here.
+    /// `CountLedger::try_acquire_unobserved`), against `cap` if given, else the ledger's
+    /// cap. A refusal is counted here.
+    #[inline]
     pub(crate) fn try_acquire_unobserved(
         &self,
         key: &K,
+        cap: Option<u64>,
     ) -> Result<(KeyedPermit<K, S>, Option<u64>), Refused> {
         let inner = self.inner();
+        if cap == Some(0) {
+            // A key given no share at all: refused before its entry could be created.
+            inner.refused_key.fetch_add(1, Ordering::Relaxed);
+            return Err(Refused::Key);
+        }
         let hash = inner.hasher.hash_one(key);
         let mut table = inner.shard(hash).lock();
         if let Some(found) = table.find(hash, |e| e.get().key == *key) {
             let entry = found.get();
             let held = entry.held.load(Ordering::Relaxed);
-            if held >= inner.cap.load(Ordering::Relaxed) {
+            let cap = cap.unwrap_or_else(|| inner.cap.load(Ordering::Relaxed));
+            if held >= cap {
                 drop(table);
                 inner.refused_key.fetch_add(1, Ordering::Relaxed);
                 return Err(Refused::Key);

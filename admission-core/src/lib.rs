@@ -15,6 +15,8 @@
 //! | bytes buffered in flight | [`ByteLedger`] → [`BytePermit`] (grows, shrinks) | [`Refused::Bytes`], [`Refused::TooLarge`] |
 //! | requests in flight per client | [`KeyedLedger`] → [`KeyedPermit`], keyed by [`Key`] or your own type | [`Refused::Key`], [`Refused::KeyTable`] |
 //! | any of these together | [`Gate`] → [`GatePermit`], all or nothing | the dimension that refused |
+//! | the least important work shed first | [`Priority`] classes ([`Classes`]) with [`CountLedger::try_acquire_as`], [`Claim::priority`] | [`Refused::Count`], counted by class |
+//! | a cap chosen per client (tenant tiers) | [`KeyedLedger::try_acquire_with_cap`], [`Claim::key_cap`] | [`Refused::Key`] |
 //! | shutting down gracefully | [`Gate::drain`] → [`Drain`] (a future, or [`Drain::wait`]) | [`Refused::Closed`] |
 //!
 //! Every permit is `'static`, `Send + Sync`, `#[must_use]`, and releases exactly once,
@@ -76,6 +78,7 @@ mod key;
 #[allow(unsafe_code)]
 mod keyed;
 mod limit;
+mod priority;
 #[allow(unsafe_code)]
 mod raw;
 mod refused;
@@ -84,9 +87,10 @@ mod sync;
 
 pub use bytes::{ByteLedger, BytePermit};
 pub use count::{CountLedger, CountPermit, Drain};
-pub use gate::{Gate, GateBuilder, GatePermit, GateSnapshot};
+pub use gate::{Claim, Gate, GateBuilder, GatePermit, GateSnapshot};
 pub use key::Key;
 pub use keyed::{KeyedLedger, KeyedPermit, KeyedSnapshot};
+pub use priority::{ClassError, Classes, Priority, MAX_CLASSES};
 pub use refused::{CapacityError, Refused};
 pub use stats::Snapshot;
 

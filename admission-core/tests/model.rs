@@ -4,19 +4,23 @@
 use std::collections::HashMap;
 
 use admission_core::{
-    ByteLedger, BytePermit, CountLedger, CountPermit, Gate, GatePermit, KeyedLedger, KeyedPermit,
-    Refused,
+    ByteLedger, BytePermit, Claim, Classes, CountLedger, CountPermit, Gate, GatePermit,
+    KeyedLedger, KeyedPermit, Priority, Refused, MAX_CLASSES,
 };
 use proptest::prelude::*;
 
 #[derive(Debug, Clone)]
 enum Op {
     Acquire,
+    /// A count acquisition of the standard class at this index.
+    AcquireAs(usize),
     Charge(u64),
     Grow(usize, u64),
     Shrink(usize, u64),
     AcquireKey(u8),
     Admit(Option<u8>, u64),
+    /// A gate claim: key, bytes, class (standard index), the key's own cap.
+    Claim(Option<u8>, u64, Option<usize>, Option<u64>),
     Drop(usize),
     SetCapacity(usize),
     SetBudget(u64),
@@ -30,13 +34,21 @@ enum Op {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => Just(Op::Acquire),
+        4 => (0..3_usize).prop_map(Op::AcquireAs),
         4 => (0..120_u64).prop_map(Op::Charge),
         3 => (any::<usize>(), 0..80_u64).prop_map(|(i, n)| Op::Grow(i, n)),
         2 => (any::<usize>(), 0..80_u64).prop_map(|(i, n)| Op::Shrink(i, n)),
         4 => (0..4_u8).prop_map(Op::AcquireKey),
         4 => (proptest::option::of(0..4_u8), 0..120_u64).prop_map(|(k, n)| Op::Admit(k, n)),
-        6 => any::<usize>().prop_map(Op::Drop),
-        1 => (0..5_usize).prop_map(Op::SetCapacity),
+        4 => (
+            proptest::option::of(0..4_u8),
+            0..120_u64,
+            proptest::option::of(0..3_usize),
+            proptest::option::of(prop_oneof![0..4_u64, Just(u64::MAX)]),
+        )
+            .prop_map(|(k, n, class, cap)| Op::Claim(k, n, class, cap)),
+        8 => any::<usize>().prop_map(Op::Drop),
+        1 => (0..12_usize).prop_map(Op::SetCapacity),
         1 => (0..300_u64).prop_map(Op::SetBudget),
         1 => (0..4_usize).prop_map(Op::SetCap),
         1 => (0..3_u8).prop_map(Op::SetUnlimited),
@@ -67,6 +79,8 @@ struct Model {
     /// The highest count and byte levels reached: what the high-water marks must read.
     count_high: u64,
     bytes_high: u64,
+    /// Count refusals of class-aware acquisitions, by class index.
+    refused_by_class: [u64; MAX_CLASSES],
 }
 
 impl Model {
@@ -75,6 +89,14 @@ impl Model {
     }
     fn count_ok(&self) -> bool {
         !self.closed && (self.capacity == 0 || self.count < self.capacity)
+    }
+    /// A class is admitted below its share of the capacity, rounded down.
+    fn class_ok(&self, priority: Option<Priority>) -> bool {
+        let Some(priority) = priority else {
+            return self.count_ok();
+        };
+        let share = self.capacity * u64::from(priority.share()) / 100;
+        !self.closed && (self.capacity == 0 || self.count < share)
     }
     /// Why the count ledger refuses, when it does.
     fn count_refusal(&self) -> Refused {
@@ -94,7 +116,15 @@ impl Model {
         self.budget == 0 || others == 0 || charged + n <= self.budget
     }
     fn key_ok(&self, key: u8) -> bool {
-        self.cap == 0 || self.keys.get(&key).copied().unwrap_or(0) < self.cap
+        self.key_ok_with(key, None)
+    }
+    /// Against the key's own cap if the claim gives one (0: nothing), else the ledger's.
+    fn key_ok_with(&self, key: u8, cap: Option<u64>) -> bool {
+        let held = self.keys.get(&key).copied().unwrap_or(0);
+        match cap {
+            Some(cap) => held < cap,
+            None => self.cap == 0 || held < self.cap,
+        }
     }
     fn add_key(&mut self, key: u8) {
         *self.keys.entry(key).or_default() += 1;
@@ -162,6 +192,23 @@ impl World {
                     }
                 }
             }
+            Op::AcquireAs(class) => {
+                let (_, priority) = Classes::standard().iter().nth(class).unwrap();
+                let expect = self.model.class_ok(Some(priority));
+                match self.count.try_acquire_as(priority) {
+                    Ok(p) => {
+                        assert!(expect, "{priority:?} admitted above its share");
+                        self.model.count += 1;
+                        let id = self.id();
+                        self.held.push((id, Held::Count(p)));
+                    }
+                    Err(e) => {
+                        assert!(!expect, "{priority:?} refused below its share");
+                        assert_eq!(e, self.model.count_refusal());
+                        self.model.refused_by_class[class] += 1;
+                    }
+                }
+            }
             Op::Charge(n) => {
                 let expect = self.model.charge_ok(n);
                 match self.bytes.try_charge(n) {
@@ -222,21 +269,44 @@ impl World {
                     }
                 }
             }
-            Op::Admit(key, n) => {
+            Op::Admit(key, n) | Op::Claim(key, n, _, _) => {
+                let (class, key_cap) = match op {
+                    Op::Claim(_, _, class, cap) => (class, cap),
+                    _ => (None, None),
+                };
+                let priority = class.map(|c| Classes::standard().iter().nth(c).unwrap().1);
                 // The reason named: global overload (count, then bytes) before one
                 // key's share. A refusal changes nothing but the refusing dimension's
                 // refusal counter: no high-water mark sees a refused request.
-                let refusal = if !self.model.count_ok() {
+                let refusal = if !self.model.class_ok(priority) {
                     Some(self.model.count_refusal())
                 } else if !self.model.charge_ok(n) {
                     Some(Refused::Bytes)
-                } else if key.is_some_and(|k| !self.model.key_ok(k)) {
+                } else if key.is_some_and(|k| !self.model.key_ok_with(k, key_cap)) {
                     Some(Refused::Key)
                 } else {
                     None
                 };
                 let before = self.gate.snapshot();
-                let result = self.gate.try_admit(key.as_ref(), n);
+                let result = match op {
+                    Op::Claim(..) => {
+                        let mut claim = Claim::new().bytes(n);
+                        if let Some(k) = &key {
+                            claim = claim.key(k);
+                        }
+                        if let Some(p) = priority {
+                            claim = claim.priority(p);
+                        }
+                        if let Some(cap) = key_cap {
+                            claim = claim.key_cap(cap);
+                        }
+                        self.gate.try_claim(claim)
+                    }
+                    _ => self.gate.try_admit(key.as_ref(), n),
+                };
+                if let (Some(c), Some(Refused::Count | Refused::Closed)) = (class, refusal) {
+                    self.model.refused_by_class[c] += 1;
+                }
                 if let Some(refused) = refusal {
                     let after = self.gate.snapshot();
                     let (b, a) = (before.count, after.count);
@@ -347,6 +417,8 @@ impl World {
         assert_eq!(self.bytes.in_flight(), m.bytes());
         assert_eq!(self.bytes.permits(), m.charges.len() as u64);
         assert_eq!(self.keyed.keys(), m.keys.len() as u64);
+        assert_eq!(self.count.refused_by_class(), m.refused_by_class);
+        assert_eq!(self.gate.snapshot().refused_by_class, m.refused_by_class);
         for key in 0..4 {
             assert_eq!(
                 self.keyed.in_flight(&key),
