@@ -9,7 +9,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use admission_bench::{ArcPermit, Floor};
-use admission_core::{ByteLedger, CountLedger, Gate, KeyedLedger};
+use admission_core::{ByteLedger, CountLedger, Gate, KeyedLedger, Priority};
 use criterion::{criterion_group, criterion_main, Criterion};
 use dashmap::DashMap;
 use parking_lot::Mutex;
@@ -42,6 +42,13 @@ fn count(c: &mut Criterion) {
     let ledger = CountLedger::new(CAPACITY).unwrap();
     g.bench_function("admission", |b| {
         b.iter(|| drop(black_box(ledger.try_acquire().unwrap())))
+    });
+    // The same ledger, with a priority class (its share computed from the threshold).
+    // The class is a run-time value (opaque to the compiler, as a classifier's answer
+    // is), chosen once: it lives in registers, as a request's class would.
+    let class = black_box(Priority::SHEDDABLE);
+    g.bench_function("admission_class", |b| {
+        b.iter(|| drop(black_box(ledger.try_acquire_as(class).unwrap())))
     });
     let sem = Arc::new(Semaphore::new(CAPACITY));
     g.bench_function("tokio_try_acquire", |b| {

@@ -9,11 +9,14 @@
 //!
 //! The difference of the two totals over 100,000 is the cost of one call. Variants:
 //! `bare`, `ours` (`AdmissionLayer`, count only), `disabled` (`AdmissionLayer` with
-//! every limit disabled), `theirs` (`LoadShed` + `ConcurrencyLimit`), `none`.
+//! every limit disabled), `classes` (`AdmissionLayer`, count with priority classes),
+//! `theirs` (`LoadShed` + `ConcurrencyLimit`), `none`; and, without a service, the count
+//! ledger's acquire and release: `count` (plain), `count_class` (with a priority class).
 
 use std::task::{Context, Waker};
 
 use admission_bench::layer::{drive, ok};
+use admission_core::{Classes, CountLedger, Priority};
 use admission_tower::AdmissionLayer;
 use bytes::Bytes;
 use http_body_util::Empty;
@@ -45,6 +48,30 @@ fn main() {
             let mut s = l.layer(tower::service_fn(ok));
             for _ in 0..n {
                 drive::<_, Empty<Bytes>>(&mut s, &mut cx)
+            }
+        }
+        "classes" => {
+            let l = AdmissionLayer::builder()
+                .count(1024)
+                .priority(Classes::standard(), |_| Priority::SHEDDABLE)
+                .build()
+                .unwrap();
+            let mut s = l.layer(tower::service_fn(ok));
+            for _ in 0..n {
+                drive::<_, Empty<Bytes>>(&mut s, &mut cx)
+            }
+        }
+        "count" => {
+            let ledger = CountLedger::new(1024).unwrap();
+            for _ in 0..n {
+                drop(std::hint::black_box(ledger.try_acquire().unwrap()));
+            }
+        }
+        "count_class" => {
+            let ledger = CountLedger::new(1024).unwrap();
+            let class = std::hint::black_box(Priority::SHEDDABLE);
+            for _ in 0..n {
+                drop(std::hint::black_box(ledger.try_acquire_as(class).unwrap()));
             }
         }
         "theirs" => {

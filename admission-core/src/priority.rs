@@ -37,24 +37,31 @@ pub const MAX_CLASSES: usize = 8;
 pub struct Priority {
     index: u8,
     percent: u8,
+    /// `⌈percent × 2⁶⁴ / 100⌉`, or 0 for 100%: see [`of`](Self::of).
+    scale: u64,
 }
 
 impl Priority {
     /// The standard table's most important class: may fill the whole capacity.
-    pub const CRITICAL: Priority = Priority {
-        index: 0,
-        percent: 100,
-    };
+    pub const CRITICAL: Priority = Priority::new(0, 100);
     /// The standard table's class for ordinary work: up to 90% of the capacity.
-    pub const DEFAULT: Priority = Priority {
-        index: 1,
-        percent: 90,
-    };
+    pub const DEFAULT: Priority = Priority::new(1, 90);
     /// The standard table's least important class: up to 70% of the capacity.
-    pub const SHEDDABLE: Priority = Priority {
-        index: 2,
-        percent: 70,
-    };
+    pub const SHEDDABLE: Priority = Priority::new(2, 70);
+
+    /// Class `index` with a share of `percent` (1 to 100, checked by the callers).
+    const fn new(index: u8, percent: u8) -> Self {
+        let scale = if percent >= 100 {
+            0
+        } else {
+            ((percent as u128) << 64).div_ceil(100) as u64
+        };
+        Self {
+            index,
+            percent,
+            scale,
+        }
+    }
 
     /// The class's position in its table, from 0 (the most important); indexes
     /// [`CountLedger::refused_by_class`](crate::CountLedger::refused_by_class).
@@ -80,13 +87,19 @@ impl Priority {
     }
 
     /// The class's threshold under a ledger threshold `threshold`: `⌊threshold × p /
-    /// 100⌋`, exactly and without overflow for every `u64` (the division by a constant
-    /// compiles to multiplications). A share of 100 gives `threshold` itself, a closed
+    /// 100⌋`, as the high half of one 64 × 64-bit multiplication by the precomputed
+    /// `⌈p × 2⁶⁴ / 100⌉`. That is exact for every threshold below 2⁶⁴ / 100 (about
+    /// 1.8 × 10¹⁷; the error `threshold × ε / 2⁶⁴`, with ε < 1, stays under the 1/100 that
+    /// separates `threshold × p / 100` from the next integer), which every reachable
+    /// capacity is; above it (an unlimited ledger's threshold) the result may be one more,
+    /// still far above any count. A share of 100 gives `threshold` itself, and a closed
     /// ledger's 0 gives 0.
     #[inline]
     pub(crate) const fn of(self, threshold: u64) -> u64 {
-        let percent = self.percent as u64;
-        threshold / 100 * percent + threshold % 100 * percent / 100
+        if self.scale == 0 {
+            return threshold;
+        }
+        ((threshold as u128 * self.scale as u128) >> 64) as u64
     }
 }
 
@@ -288,11 +301,8 @@ impl Classes {
     }
 
     fn at(&self, index: usize) -> Priority {
-        Priority {
-            // Below `MAX_CLASSES`, checked in `new`.
-            index: index as u8,
-            percent: self.shares[index],
-        }
+        // Below `MAX_CLASSES`, checked in `new`.
+        Priority::new(index as u8, self.shares[index])
     }
 }
 
@@ -387,12 +397,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_share_of_a_threshold_is_exact_and_never_overflows() {
+    fn the_share_of_a_threshold_is_exact_below_the_bound_and_never_overflows() {
+        // Exact for every threshold a capacity can reach; the largest few checked too.
+        const BOUND: u64 = u64::MAX / 100;
+        let large = (0..1000).map(|i| BOUND - i);
+        let spread = (0..=57).map(|bit| (1_u64 << bit) / 10 * 7 + bit);
         for percent in 1..=100_u8 {
-            let p = Priority { index: 0, percent };
-            for t in (0..1000).chain([u64::MAX, u64::MAX - 1, 1 << 62, (1 << 62) - 1]) {
+            let p = Priority::new(0, percent);
+            for t in (0..2000).chain(large.clone()).chain(spread.clone()) {
                 let exact = (u128::from(t) * u128::from(percent) / 100) as u64;
                 assert_eq!(p.of(t), exact, "{t} at {percent}%");
+            }
+            // Above it (an unlimited ledger's threshold): at most one more, no overflow.
+            for t in [u64::MAX, (1 << 62) - 1, 1 << 62] {
+                let exact = (u128::from(t) * u128::from(percent) / 100) as u64;
+                assert!(p.of(t) - exact <= 1, "{t} at {percent}%");
             }
         }
         assert_eq!(Priority::CRITICAL.of(7), 7);

@@ -6,7 +6,7 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use std::time::Duration;
 
-use admission_core::{Gate, GatePermit, Key};
+use admission_core::{Claim, Gate, GatePermit, Key, Priority};
 use admission_http::jittered;
 use tonic::metadata::MetadataMap;
 use tonic::service::Interceptor;
@@ -15,6 +15,7 @@ use tonic::{Request, Status};
 use crate::status::{refused_status_with, RefusalCode};
 
 type KeyFn<K> = Arc<dyn Fn(&MetadataMap) -> Option<K> + Send + Sync>;
+type ClassifyFn = Arc<dyn Fn(&MetadataMap) -> Priority + Send + Sync>;
 
 /// Count and per-key admission for servers that can only add interceptors.
 ///
@@ -51,6 +52,7 @@ type KeyFn<K> = Arc<dyn Fn(&MetadataMap) -> Option<K> + Send + Sync>;
 pub struct AdmissionInterceptor<K = Key, H = RandomState> {
     gate: Gate<K, H>,
     key: Option<KeyFn<K>>,
+    classify: Option<ClassifyFn>,
     retry_after: Duration,
     retry_jitter: Duration,
     code: RefusalCode,
@@ -61,6 +63,7 @@ impl<K, H> Clone for AdmissionInterceptor<K, H> {
         Self {
             gate: self.gate.clone(),
             key: self.key.clone(),
+            classify: self.classify.clone(),
             retry_after: self.retry_after,
             retry_jitter: self.retry_jitter,
             code: self.code,
@@ -94,6 +97,7 @@ where
         Self {
             gate,
             key: None,
+            classify: None,
             retry_after: Duration::from_secs(1),
             retry_jitter: Duration::ZERO,
             code: RefusalCode::ResourceExhausted,
@@ -121,6 +125,42 @@ where
         F: Fn(&MetadataMap) -> Option<K> + Send + Sync + 'static,
     {
         self.key = Some(Arc::new(key));
+        self
+    }
+
+    /// Priority classes: `classify` names each call's class from its metadata, and the
+    /// call is admitted only below its class's share of the count capacity, so the least
+    /// important calls are shed first (see `admission_core::Classes`). The conventional
+    /// metadata entry is [`class::METADATA`](crate::class::METADATA), read by
+    /// [`class::metadata`](crate::class::metadata). The count ledger records which class
+    /// was shed (`gate().count().refused_by_class()`).
+    ///
+    /// ```
+    /// use admission_core::{Classes, Gate, Priority};
+    /// use admission_grpc::{class, AdmissionInterceptor};
+    /// use tonic::service::Interceptor;
+    ///
+    /// let gate: Gate = Gate::builder().count(10).build()?;
+    /// let classes = Classes::standard();
+    /// let mut interceptor = AdmissionInterceptor::new(gate.clone())
+    ///     .priority(class::metadata(&classes, Priority::DEFAULT));
+    /// let call = |class_name: &str| {
+    ///     let mut request = tonic::Request::new(());
+    ///     class::set(&mut request, class_name).unwrap();
+    ///     request
+    /// };
+    /// let held: Vec<_> = (0..7).map(|_| interceptor.call(call("sheddable"))).collect::<Result<_, _>>()?;
+    /// assert!(interceptor.call(call("sheddable")).is_err(), "sheddable: 70% of 10");
+    /// let _critical = interceptor.call(call("critical"))?;
+    /// assert_eq!(gate.count().refused_by_class()[Priority::SHEDDABLE.index()], 1);
+    /// # drop(held);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn priority<F>(mut self, classify: F) -> Self
+    where
+        F: Fn(&MetadataMap) -> Priority + Send + Sync + 'static,
+    {
+        self.classify = Some(Arc::new(classify));
         self
     }
 
@@ -216,7 +256,14 @@ where
 {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         let key = self.key.as_ref().and_then(|key| key(request.metadata()));
-        match self.gate.try_admit(key.as_ref(), 0) {
+        let mut claim = Claim::new();
+        if let Some(key) = &key {
+            claim = claim.key(key);
+        }
+        if let Some(classify) = &self.classify {
+            claim = claim.priority(classify(request.metadata()));
+        }
+        match self.gate.try_claim(claim) {
             Ok(permit) => {
                 request.extensions_mut().insert(HandlerPermit {
                     _permit: Arc::new(permit),

@@ -95,6 +95,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod class;
 mod interceptor;
 pub mod key;
 mod layer;

@@ -447,3 +447,49 @@ async fn two_services_on_one_server_keep_limits_of_their_own() {
     put(&channel, "w", &[]).await.unwrap();
     assert_eq!(state.calls(), 1);
 }
+
+#[tokio::test]
+async fn a_call_stating_a_sheddable_class_is_shed_first_and_a_critical_one_is_served() {
+    use admission_core::{Classes, Priority};
+    use admission_grpc::class::METADATA;
+
+    let classes = Classes::standard();
+    let layer = AdmissionLayer::builder()
+        .count(10)
+        .retry_after(RETRY)
+        .priority(
+            classes.clone(),
+            admission_http::class::header(
+                admission_http::class::HEADER,
+                &classes,
+                Priority::DEFAULT,
+            ),
+        )
+        .bypass(is_health_check)
+        .grpc()
+        .build()
+        .unwrap();
+    let state = State::new(1000);
+    let addr = start(&layer, &state).await;
+    let channel = channel(addr).await;
+
+    // Seven in flight: the sheddable share (70% of 10) is used up.
+    let held: Vec<_> = (0..7)
+        .map(|_| layer.gate().count().try_acquire().unwrap())
+        .collect();
+    let status = put(&channel, "prefetch", &[(METADATA, "sheddable")])
+        .await
+        .unwrap_err();
+    assert_retryable(&status, Code::ResourceExhausted, "count limit reached");
+    assert_eq!(state.calls(), 0, "the handler did not run");
+    put(&channel, "checkout", &[(METADATA, "critical")])
+        .await
+        .unwrap();
+    put(&channel, "browse", &[]).await.unwrap(); // no class stated: the default (90%)
+    assert_eq!(
+        layer.shed_by_class(),
+        [("critical", 0), ("default", 0), ("sheddable", 1)]
+    );
+    drop(held);
+    eventually("idle", || in_flight(&layer) == 0).await;
+}

@@ -61,6 +61,7 @@
 #![forbid(unsafe_code)]
 
 mod body;
+pub mod class;
 pub mod key;
 mod meter;
 mod refusal;

@@ -1,12 +1,16 @@
 //! A real server under a real overload: `cargo run --release -p admission-tower --example overload`.
 //!
 //! A hyper server on 127.0.0.1 behind `AdmissionLayer` (count limit, byte budget with a
-//! maximum request, a per-key cap, `/health` bypassed) serves a streaming endpoint whose
-//! bodies take a while, and an upload endpoint. A burst of real clients, far above the
-//! limits, hits it: streams (some hang up mid-stream), large uploads, too-large uploads,
-//! one noisy key, and liveness probes throughout. The server's handlers keep their own
-//! count of what they hold, independent of the ledgers. At the end a table says what
-//! happened, and the process exits non-zero if any bound broke or anything leaked.
+//! maximum request, a per-key cap, priority classes, `/health` bypassed) serves a
+//! streaming endpoint whose bodies take a while, an upload endpoint and a short
+//! `/checkout`. A burst of real clients, far above the limits, hits it: streams (some
+//! hang up mid-stream), large uploads, too-large uploads, one noisy key, critical
+//! checkouts, and liveness probes throughout. Each request states its class in
+//! `x-request-class` (critical, default, sheddable: 100%, 90% and 70% of the count
+//! limit). The server's handlers keep their own count of what they hold, independent of
+//! the ledgers. At the end two tables say what happened, and the process exits non-zero
+//! if any bound broke, anything leaked, or any critical request was refused (the
+//! critical traffic is sized to fit in the headroom the other classes may not fill).
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -17,7 +21,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use admission_http::MeteredBody;
+use admission_core::{Classes, Priority};
+use admission_http::{class, MeteredBody};
 use admission_tower::AdmissionLayer;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -42,6 +47,11 @@ const NOISY: usize = 60;
 const UPLOADS: usize = 40;
 const UPLOAD_BYTES: usize = 48 << 10;
 const TOO_LARGE: usize = 10;
+/// Critical clients, each sending checkouts one after another through the burst: at
+/// most this many critical requests are in flight, within the 7 slots of 64 (above the
+/// default class's 57) that only critical work may use.
+const CRITICAL_CLIENTS: usize = 4;
+const CHECKOUT_TAKES: Duration = Duration::from_millis(20);
 const CHUNKS: usize = 20;
 const CHUNK_EVERY: Duration = Duration::from_millis(25);
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -162,6 +172,15 @@ async fn handle(
             };
             Either::Right(Some(Bytes::from(n.to_string())))
         }
+        "/checkout" => {
+            // The head at once, the receipt once the work is done.
+            let (tx, rx) = mpsc::channel(1);
+            tokio::spawn(async move {
+                tokio::time::sleep(CHECKOUT_TAKES).await;
+                let _ = tx.send(Bytes::from_static(b"paid")).await;
+            });
+            Either::Left(rx)
+        }
         _ => Either::Right(Some(Bytes::from_static(b"ok"))),
     };
     Ok(Response::new(AppBody { chunks, stake }))
@@ -196,16 +215,40 @@ enum Outcome {
     Failed,
 }
 
+/// What one priority class's requests met.
+#[derive(Default, Clone)]
+struct ClassTally {
+    sent: u64,
+    admitted: u64,
+    shed: u64,
+    failed: u64,
+    latency: Vec<Duration>,
+}
+
 #[derive(Default)]
 struct Tally {
     sent: AtomicU64,
     outcomes: Mutex<HashMap<Outcome, u64>>,
     admitted_latency: Mutex<Vec<Duration>>,
     shed_latency: Mutex<Vec<Duration>>,
+    by_class: Mutex<HashMap<&'static str, ClassTally>>,
 }
 
 impl Tally {
-    fn record(&self, outcome: Outcome, head_after: Option<Duration>) {
+    fn record(&self, class: &'static str, outcome: Outcome, head_after: Option<Duration>) {
+        {
+            let mut by_class = self.by_class.lock().unwrap();
+            let tally = by_class.entry(class).or_default();
+            tally.sent += 1;
+            match outcome {
+                Outcome::Admitted | Outcome::HungUp => tally.admitted += 1,
+                Outcome::Shed(_) => tally.shed += 1,
+                Outcome::Failed => tally.failed += 1,
+            }
+            if let (Outcome::Admitted | Outcome::HungUp, Some(latency)) = (outcome, head_after) {
+                tally.latency.push(latency);
+            }
+        }
         *self.outcomes.lock().unwrap().entry(outcome).or_default() += 1;
         if let Some(latency) = head_after {
             match outcome {
@@ -230,6 +273,15 @@ impl Tally {
 
 async fn client(addr: SocketAddr, request: Request<Full<Bytes>>, hang_up: bool, tally: Arc<Tally>) {
     tally.sent.fetch_add(1, Ordering::Relaxed);
+    let class = match request
+        .headers()
+        .get("x-request-class")
+        .map(|v| v.as_bytes())
+    {
+        Some(b"critical") => "critical",
+        Some(b"sheddable") => "sheddable",
+        _ => "default",
+    };
     let run = async {
         let stream = TcpStream::connect(addr).await.ok()?;
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -257,13 +309,16 @@ async fn client(addr: SocketAddr, request: Request<Full<Bytes>>, hang_up: bool, 
         Some((Outcome::Admitted, head_after))
     };
     match tokio::time::timeout(CLIENT_TIMEOUT, run).await {
-        Ok(Some((outcome, latency))) => tally.record(outcome, Some(latency)),
-        _ => tally.record(Outcome::Failed, None),
+        Ok(Some((outcome, latency))) => tally.record(class, outcome, Some(latency)),
+        _ => tally.record(class, Outcome::Failed, None),
     }
 }
 
-fn make_request(path: &str, key: &str, body: Option<usize>) -> Request<Full<Bytes>> {
-    let builder = Request::builder().uri(path).header("x-client", key);
+fn make_request(path: &str, key: &str, class: &str, body: Option<usize>) -> Request<Full<Bytes>> {
+    let builder = Request::builder()
+        .uri(path)
+        .header("x-client", key)
+        .header("x-request-class", class);
     match body {
         Some(n) => builder
             .method("POST")
@@ -297,6 +352,10 @@ async fn main() -> std::process::ExitCode {
             admission_http::key::header(http::HeaderName::from_static("x-client")),
         )
         .max_keys(MAX_KEYS)
+        .priority(
+            Classes::standard(),
+            class::header(class::HEADER, &Classes::standard(), Priority::DEFAULT),
+        )
         .bypass(|req| matches!(req.uri.path(), "/" | "/health"))
         .build()
         .expect("valid limits");
@@ -309,7 +368,12 @@ async fn main() -> std::process::ExitCode {
         MAX_REQUEST >> 10
     );
     println!(
-        "burst: {STREAMS} streaming clients ({CHUNKS} chunks, {} ms apart; every {HANGUP_EVERY}th hangs up), {NOISY} from one noisy client, {UPLOADS} uploads of {} KiB, {TOO_LARGE} too large\n",
+        "classes: critical may fill {COUNT_LIMIT}, default {}, sheddable {} (100%, 90%, 70%)",
+        COUNT_LIMIT * 9 / 10,
+        COUNT_LIMIT * 7 / 10
+    );
+    println!(
+        "burst: {STREAMS} streaming clients ({CHUNKS} chunks, {} ms apart; every {HANGUP_EVERY}th hangs up; 2 in 3 sheddable), {NOISY} sheddable from one noisy client, {UPLOADS} uploads of {} KiB, {TOO_LARGE} too large, {CRITICAL_CLIENTS} critical clients checking out one after another\n",
         CHUNK_EVERY.as_millis(),
         UPLOAD_BYTES >> 10
     );
@@ -319,16 +383,17 @@ async fn main() -> std::process::ExitCode {
     let mut clients = Vec::new();
     // First the noisy client, the uploads and the too-large uploads, all at once...
     for _ in 0..NOISY {
-        let request = make_request("/stream", "noisy", None);
+        let request = make_request("/stream", "noisy", "sheddable", None);
         clients.push(tokio::spawn(client(addr, request, false, tally.clone())));
     }
     for u in 0..UPLOADS {
-        let request = make_request("/upload", &format!("uploader-{u}"), Some(UPLOAD_BYTES));
+        let key = format!("uploader-{u}");
+        let request = make_request("/upload", &key, "default", Some(UPLOAD_BYTES));
         clients.push(tokio::spawn(client(addr, request, false, tally.clone())));
     }
     for t in 0..TOO_LARGE {
         let size = MAX_REQUEST as usize * 2;
-        let request = make_request("/upload", &format!("big-{t}"), Some(size));
+        let request = make_request("/upload", &format!("big-{t}"), "default", Some(size));
         clients.push(tokio::spawn(client(addr, request, false, tally.clone())));
     }
     // ...then the streams, in waves of 40 every 100 ms.
@@ -338,7 +403,8 @@ async fn main() -> std::process::ExitCode {
             let mut streams = Vec::new();
             for i in 0..STREAMS {
                 let key = format!("client-{}", i % 100);
-                let request = make_request("/stream", &key, None);
+                let class = if i % 3 == 0 { "default" } else { "sheddable" };
+                let request = make_request("/stream", &key, class, None);
                 let hang_up = i % HANGUP_EVERY == 0;
                 streams.push(tokio::spawn(client(addr, request, hang_up, tally.clone())));
                 if i % 40 == 39 {
@@ -351,6 +417,21 @@ async fn main() -> std::process::ExitCode {
         }
     });
     clients.push(waves);
+    // Critical checkouts throughout the burst, each client one at a time.
+    let burst_over = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut checkouts = Vec::new();
+    for c in 0..CRITICAL_CLIENTS {
+        let (tally, burst_over) = (tally.clone(), burst_over.clone());
+        checkouts.push(tokio::spawn(async move {
+            let mut n = 0;
+            while !burst_over.load(Ordering::Relaxed) {
+                let key = format!("buyer-{c}-{n}");
+                let request = make_request("/checkout", &key, "critical", None);
+                client(addr, request, false, tally.clone()).await;
+                n += 1;
+            }
+        }));
+    }
 
     // Liveness probes while the burst runs, and a progress line every 250 ms.
     let (mut probes, mut probes_ok, mut probe_latency) = (0_u64, 0_u64, Vec::new());
@@ -393,6 +474,10 @@ async fn main() -> std::process::ExitCode {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     for c in clients {
+        let _ = c.await;
+    }
+    burst_over.store(true, Ordering::Relaxed);
+    for c in checkouts {
         let _ = c.await;
     }
     let elapsed = started.elapsed();
@@ -490,6 +575,28 @@ async fn main() -> std::process::ExitCode {
     );
     println!("  {:<34} {:.2} s", "wall time", elapsed.as_secs_f64());
 
+    println!(
+        "\n  {:<10} {:>6} {:>9} {:>6} {:>12}  count limit refused",
+        "class", "sent", "admitted", "shed", "p99 to head"
+    );
+    println!(
+        "  {:-<10} {:->6} {:->9} {:->6} {:->12}  {:-<20}",
+        "", "", "", "", "", ""
+    );
+    let by_class = tally.by_class.lock().unwrap().clone();
+    let shed_by_class = layer.shed_by_class();
+    for (name, refused) in &shed_by_class {
+        let mut row = by_class.get(name).cloned().unwrap_or_default();
+        println!(
+            "  {:<10} {:>6} {:>9} {:>6} {:>12}  {refused}",
+            name,
+            row.sent,
+            row.admitted,
+            row.shed,
+            ms(percentile(&mut row.latency, 0.99)),
+        );
+    }
+
     let mut broken = Vec::new();
     if count_s.high_water > COUNT_LIMIT as u64 || app_max > COUNT_LIMIT as u64 {
         broken.push("the count limit was exceeded");
@@ -514,6 +621,19 @@ async fn main() -> std::process::ExitCode {
     }
     if s503 == 0 || s503b == 0 || s429 == 0 || s413 != TOO_LARGE as u64 {
         broken.push("the burst did not exercise every refusal");
+    }
+    let critical = by_class.get("critical").cloned().unwrap_or_default();
+    if critical.shed != 0 || critical.failed != 0 {
+        broken.push("a critical request was refused");
+    }
+    if critical.admitted == 0 {
+        broken.push("no critical request was sent");
+    }
+    let sheddable = by_class.get("sheddable").cloned().unwrap_or_default();
+    let default = by_class.get("default").cloned().unwrap_or_default();
+    let shed_share = |c: &ClassTally| c.shed as f64 / c.sent.max(1) as f64;
+    if shed_share(&sheddable) <= shed_share(&default) {
+        broken.push("sheddable traffic was not shed more than default traffic");
     }
     if broken.is_empty() {
         println!("\nevery bound held; nothing leaked.");

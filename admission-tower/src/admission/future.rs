@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use admission_core::{Key, Refused};
+use admission_core::{Key, Priority, Refused};
 use admission_http::Rejection;
 use bytes::Bytes;
 use http::request::Parts;
@@ -63,10 +63,16 @@ pub(crate) struct LateRefusal<K, H> {
     shared: Arc<Shared<K, H>>,
     /// The request's head without its extensions (which cannot be cloned).
     head: Parts,
+    /// Its class, for the refusal hook.
+    priority: Option<Priority>,
 }
 
 impl<K, H> LateRefusal<K, H> {
-    pub(crate) fn new(shared: &Arc<Shared<K, H>>, parts: &Parts) -> Self {
+    pub(crate) fn new(
+        shared: &Arc<Shared<K, H>>,
+        parts: &Parts,
+        priority: Option<Priority>,
+    ) -> Self {
         let (mut head, ()) = Request::new(()).into_parts();
         head.method = parts.method.clone();
         head.uri = parts.uri.clone();
@@ -75,6 +81,7 @@ impl<K, H> LateRefusal<K, H> {
         Self {
             shared: shared.clone(),
             head,
+            priority,
         }
     }
 
@@ -82,7 +89,7 @@ impl<K, H> LateRefusal<K, H> {
     #[cold]
     fn respond(self, refused: Refused) -> Response<Bytes> {
         let (head, rejection) = (&self.head, Rejection::Refused(refused));
-        self.shared.refused(head, rejection);
+        self.shared.refused(head, rejection, self.priority);
         let mut response =
             self.shared
                 .refusals

@@ -7,7 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use admission_core::{CapacityError, Drain, Gate, GateBuilder, GatePermit, GateSnapshot, Key};
+use admission_core::{
+    CapacityError, Claim, Classes, Drain, Gate, GateBuilder, GatePermit, GateSnapshot, Key,
+    Priority,
+};
 use admission_http::{
     content_length, BodyRefusalContext, RefusalBody, RefusalContext, Refusals, Rejection,
 };
@@ -19,6 +22,8 @@ use super::Admission;
 
 type KeyFn<K> = Box<dyn Fn(&Parts) -> Option<K> + Send + Sync>;
 type BypassFn = Box<dyn Fn(&Parts) -> bool + Send + Sync>;
+type ClassifyFn = Box<dyn Fn(&Parts) -> Priority + Send + Sync>;
+type KeyCapFn<K> = Box<dyn Fn(&Parts, &K) -> Option<u64> + Send + Sync>;
 type ObserverFn = Box<dyn Fn(&RefusalEvent<'_>) + Send + Sync>;
 
 /// What the refusal hook sees: the refused request's head and why it was refused.
@@ -29,6 +34,11 @@ pub struct RefusalEvent<'a> {
     pub request: &'a Parts,
     /// Why it was refused.
     pub rejection: Rejection,
+    /// The request's priority class, on a layer with classes
+    /// ([`AdmissionBuilder::priority`]).
+    pub priority: Option<Priority>,
+    /// The name of that class in the layer's table.
+    pub class: Option<&'a str>,
     /// True in dry-run mode: the request is admitted all the same.
     pub dry_run: bool,
 }
@@ -37,7 +47,9 @@ pub struct RefusalEvent<'a> {
 pub(crate) struct Shared<K, H> {
     pub(crate) gate: Gate<K, H>,
     key: Option<KeyFn<K>>,
+    key_cap: Option<KeyCapFn<K>>,
     bypass: Option<BypassFn>,
+    classes: Option<(Classes, ClassifyFn)>,
     pub(crate) refusals: Refusals,
     observer: Option<ObserverFn>,
     pub(crate) dry_run: bool,
@@ -56,32 +68,59 @@ impl<K: Hash + Eq + Clone, H: BuildHasher> Shared<K, H> {
         self.bypass.as_ref().is_some_and(|bypass| bypass(parts))
     }
 
-    /// Admits the request on every configured dimension, or says why not. Reads only
-    /// the head: the body is untouched either way.
-    pub(crate) fn admit(&self, parts: &Parts) -> Result<GatePermit<K, H>, Rejection> {
+    /// The request's class, on a layer with classes.
+    #[inline]
+    pub(crate) fn classify(&self, parts: &Parts) -> Option<Priority> {
+        self.classes.as_ref().map(|(_, classify)| classify(parts))
+    }
+
+    /// Admits the request (of class `priority`) on every configured dimension, or says
+    /// why not. Reads only the head: the body is untouched either way.
+    pub(crate) fn admit(
+        &self,
+        parts: &Parts,
+        priority: Option<Priority>,
+    ) -> Result<GatePermit<K, H>, Rejection> {
         let declared = match self.gate.bytes() {
             Some(_) => content_length(&parts.headers)?.unwrap_or(0),
             None => 0,
         };
         let key = self.key.as_ref().and_then(|key| key(parts));
-        Ok(self.gate.try_admit(key.as_ref(), declared)?)
+        let mut claim = Claim::new().bytes(declared);
+        if let Some(key) = &key {
+            claim = claim.key(key);
+            if let Some(cap) = self.key_cap.as_ref().and_then(|cap| cap(parts, key)) {
+                claim = claim.key_cap(cap);
+            }
+        }
+        if let Some(priority) = priority {
+            claim = claim.priority(priority);
+        }
+        Ok(self.gate.try_claim(claim)?)
     }
 }
 
 impl<K, H> Shared<K, H> {
     /// The cold path of a refusal: the hook, and the dry-run count.
     #[cold]
-    pub(crate) fn refused(&self, parts: &Parts, rejection: Rejection) {
+    pub(crate) fn refused(&self, parts: &Parts, rejection: Rejection, priority: Option<Priority>) {
         if self.dry_run {
             self.would_shed.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(observer) = &self.observer {
+            let class = priority.zip(self.classes.as_ref());
             observer(&RefusalEvent {
                 request: parts,
                 rejection,
+                priority,
+                class: class.and_then(|(priority, (classes, _))| classes.name(priority)),
                 dry_run: self.dry_run,
             });
         }
+    }
+
+    pub(crate) fn classes(&self) -> Option<&Classes> {
+        self.classes.as_ref().map(|(classes, _)| classes)
     }
 
     pub(crate) fn snapshot(&self) -> AdmissionSnapshot {
@@ -193,6 +232,47 @@ impl<K, H> AdmissionLayer<K, H> {
     /// ```
     pub fn snapshot(&self) -> AdmissionSnapshot {
         self.shared.snapshot()
+    }
+
+    /// The layer's priority classes, if it has any ([`AdmissionBuilder::priority`]).
+    ///
+    /// ```
+    /// use admission_core::{Classes, Priority};
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder()
+    ///     .count(64)
+    ///     .priority(Classes::standard(), |_| Priority::DEFAULT)
+    ///     .build()?;
+    /// assert_eq!(layer.classes().unwrap().len(), 3);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn classes(&self) -> Option<&Classes> {
+        self.shared.classes()
+    }
+
+    /// How many requests of each class the count limit has refused, most important class
+    /// first; empty for a layer without classes. (The same figures as the snapshot's
+    /// `gate.refused_by_class`, with the names.)
+    ///
+    /// ```
+    /// use admission_core::{Classes, Priority};
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder()
+    ///     .count(64)
+    ///     .priority(Classes::standard(), |_| Priority::DEFAULT)
+    ///     .build()?;
+    /// assert_eq!(layer.shed_by_class(), [("critical", 0), ("default", 0), ("sheddable", 0)]);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn shed_by_class(&self) -> Vec<(&str, u64)> {
+        let refused = self.shared.gate.count().refused_by_class();
+        self.classes()
+            .into_iter()
+            .flat_map(Classes::iter)
+            .map(|(name, priority)| (name, refused[priority.index()]))
+            .collect()
     }
 
     /// Graceful drain, for shutdown: from now on every new request is refused (503 +
@@ -312,7 +392,9 @@ enum Limits<K, H> {
 pub struct AdmissionBuilder<K = Key, H = RandomState> {
     limits: Limits<K, H>,
     key: Option<KeyFn<K>>,
+    key_cap: Option<KeyCapFn<K>>,
     bypass: Option<BypassFn>,
+    classes: Option<(Classes, ClassifyFn)>,
     refusals: Refusals,
     observer: Option<ObserverFn>,
     dry_run: bool,
@@ -345,7 +427,9 @@ impl<K, H> AdmissionBuilder<K, H> {
         Self {
             limits,
             key: None,
+            key_cap: None,
             bypass: None,
+            classes: None,
             refusals: Refusals::new(),
             observer: None,
             dry_run: false,
@@ -366,7 +450,9 @@ impl<K, H> AdmissionBuilder<K, H> {
         AdmissionBuilder {
             limits,
             key: None,
+            key_cap: None,
             bypass: self.bypass,
+            classes: self.classes,
             refusals: self.refusals,
             observer: self.observer,
             dry_run: self.dry_run,
@@ -511,10 +597,78 @@ where
         H2: BuildHasher + Clone + Send + Sync + 'static,
     {
         let (limits, mut rest) = self.take_limits();
-        let key = rest.key.take();
+        let (key, key_cap) = (rest.key.take(), rest.key_cap.take());
         let mut builder = rest.with_limits(limits.map(|gate| gate.hasher(hasher)));
         builder.key = key;
+        builder.key_cap = key_cap;
         builder
+    }
+
+    /// A cap chosen per key, in place of [`per_key`](Self::per_key)'s: tenant tiers. For
+    /// each request with a key, `cap` looks at the head and the key and returns that
+    /// key's cap (a paying tenant 32, a free one 4), or `None` for the layer's per-key
+    /// cap. `Some(0)` refuses the key everything (429), `Some(u64::MAX)` gives it no cap.
+    /// The key table, `max_keys` and the reclaim of idle keys are the same as with one
+    /// cap. Use after [`per_key`](Self::per_key) (with a cap of 0 for "no cap unless the
+    /// lookup gives one").
+    ///
+    /// Keep the lookup cheap (a map read, or a claim already parsed into the request's
+    /// extensions): it runs on every request with a key.
+    ///
+    /// ```
+    /// use admission_core::Key;
+    /// use admission_http::key;
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let paying = [Key::from("acme")];
+    /// let layer = AdmissionLayer::builder()
+    ///     .per_key(4, key::header(http::HeaderName::from_static("x-tenant"))) // free tier: 4
+    ///     .key_cap(move |_req, tenant| paying.contains(tenant).then_some(32))
+    ///     .build()?;
+    /// assert_eq!(layer.gate().keyed().unwrap().cap(), 4);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn key_cap<F>(mut self, cap: F) -> Self
+    where
+        F: Fn(&Parts, &K) -> Option<u64> + Send + Sync + 'static,
+    {
+        self.key_cap = Some(Box::new(cap));
+        self
+    }
+
+    /// Priority classes: `classify` reads each request's head and names its class in
+    /// `classes`; a class is admitted only while fewer than its share of the count
+    /// capacity are in flight, so when the server must shed, the least important work
+    /// goes first (see [`Classes`] on choosing shares). A class shed is a count refusal:
+    /// 503 + `Retry-After`, as any. The refusal hook names the class
+    /// ([`RefusalEvent::class`]), and [`AdmissionLayer::shed_by_class`] counts them.
+    ///
+    /// Bypassed routes are still bypassed. The classifier runs before admission, on
+    /// every request that is not bypassed: keep it to a header or path lookup. A class
+    /// taken from a request header is the client's word: trust it only from callers you
+    /// trust (other services of yours), or derive it from what authenticates them.
+    ///
+    /// ```
+    /// use admission_core::{Classes, Priority};
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder()
+    ///     .count(256)
+    ///     .priority(Classes::standard(), |req| match req.uri.path() {
+    ///         "/checkout" => Priority::CRITICAL,
+    ///         path if path.starts_with("/prefetch") => Priority::SHEDDABLE,
+    ///         _ => Priority::DEFAULT,
+    ///     })
+    ///     .build()?;
+    /// assert!(layer.classes().is_some());
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn priority<F>(mut self, classes: Classes, classify: F) -> Self
+    where
+        F: Fn(&Parts) -> Priority + Send + Sync + 'static,
+    {
+        self.classes = Some((classes, Box::new(classify)));
+        self
     }
 
     /// At most `max_keys` distinct keys with requests in flight (a client spraying new
@@ -874,6 +1028,8 @@ where
             Limits::Conflict => return Err(BuildError::LimitsOnSharedGate),
             Limits::Given(gate) => gate,
             Limits::Build(builder) => match self.key {
+                // Caps chosen per key need the key table even with no default cap.
+                Some(_) if self.key_cap.is_some() => builder.track_keys().build()?,
                 Some(_) => builder.build()?,
                 // Without an extractor no request has a key: leave the dimension out.
                 None => builder.per_key(0).build()?,
@@ -882,6 +1038,7 @@ where
         let count_only = gate.bytes().is_none()
             && gate.keyed().is_none()
             && self.bypass.is_none()
+            && self.classes.is_none()
             && !self.dry_run;
         let untracked = !self.track_in_flight
             && gate.count().capacity() == 0
@@ -891,7 +1048,9 @@ where
             shared: Arc::new(Shared {
                 gate,
                 key: self.key,
+                key_cap: self.key_cap,
                 bypass: self.bypass,
+                classes: self.classes,
                 refusals: self.refusals,
                 observer: self.observer,
                 dry_run: self.dry_run,

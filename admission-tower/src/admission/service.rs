@@ -6,7 +6,7 @@ use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use admission_core::{CountPermit, Gate, Key, KeyedPermit, Refused};
+use admission_core::{CountPermit, Gate, Key, KeyedPermit, Priority, Refused};
 use admission_http::{content_length, MeteredBody, Rejection, RequestCharge};
 use bytes::Bytes;
 use http::request::Parts;
@@ -255,7 +255,7 @@ where
                 ),
                 Err(refused) => {
                     let (parts, body) = request.into_parts();
-                    self.refuse(parts, body, Rejection::Refused(refused))
+                    self.refuse(parts, body, Rejection::Refused(refused), None)
                 }
             };
         }
@@ -283,7 +283,8 @@ impl<S, K, H> Admission<S, K, H> {
             let request = Request::from_parts(parts, MeteredBody::unmetered(body));
             return ResponseFuture::unguarded(self.inner.call(request));
         }
-        match shared.admit(&parts) {
+        let priority = shared.classify(&parts);
+        match shared.admit(&parts, priority) {
             Ok(permit) => {
                 let (count, bytes, keyed) = permit.into_parts();
                 let (body, charge, late) = match bytes {
@@ -291,7 +292,7 @@ impl<S, K, H> Admission<S, K, H> {
                         // A body that may still outgrow its charge may be refused as it
                         // streams; keep what answering that refusal takes.
                         let late = (!shared.dry_run && may_outgrow(&body, bytes.charged()))
-                            .then(|| LateRefusal::new(&self.shared, &parts));
+                            .then(|| LateRefusal::new(&self.shared, &parts, priority));
                         let charge = RequestCharge::with_refusals(bytes, &shared.refusals);
                         (MeteredBody::new(body, charge.clone()), Some(charge), late)
                     }
@@ -300,7 +301,7 @@ impl<S, K, H> Admission<S, K, H> {
                 let future = self.inner.call(Request::from_parts(parts, body));
                 ResponseFuture::admitted(future, AdmissionPermit::new(count, keyed, charge, late))
             }
-            Err(rejection) => self.refuse(parts, body, rejection),
+            Err(rejection) => self.refuse(parts, body, rejection, priority),
         }
     }
 
@@ -313,13 +314,14 @@ impl<S, K, H> Admission<S, K, H> {
         parts: Parts,
         body: ReqBody,
         rejection: Rejection,
+        priority: Option<Priority>,
     ) -> ResponseFuture<S::Future, ReqBody, K, H>
     where
         S: Service<Request<MeteredBody<ReqBody>>>,
         ReqBody: Body,
     {
         let shared = &*self.shared;
-        shared.refused(&parts, rejection);
+        shared.refused(&parts, rejection, priority);
         if shared.dry_run {
             let request = Request::from_parts(parts, MeteredBody::unmetered(body));
             return ResponseFuture::unguarded(self.inner.call(request));
