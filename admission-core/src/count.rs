@@ -1366,6 +1366,36 @@ mod tests {
         assert_eq!(ledger.in_flight(), 0);
         assert!(ledger.snapshot().high_water <= 3);
     }
+
+    #[test]
+    fn concurrent_sheddable_work_never_fills_more_than_its_share() {
+        use crate::Priority;
+        let ledger = CountLedger::new(10).unwrap();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    let mut held = Vec::new();
+                    for i in 0..if cfg!(miri) { 50 } else { 20_000 } {
+                        if let Ok(p) = ledger.try_acquire_as(Priority::SHEDDABLE) {
+                            held.push(p);
+                        }
+                        // Each thread wants three at once: twelve against a share of 7.
+                        if held.len() == 3 || i % 5 == 0 {
+                            held.clear();
+                        }
+                    }
+                });
+            }
+        });
+        let snap = ledger.snapshot();
+        assert_eq!(snap.in_flight, 0);
+        assert!(snap.high_water <= 7, "{}", snap.high_water);
+        // The share is a threshold: critical work still gets the whole capacity.
+        let all: Vec<_> = (0..10)
+            .map(|_| ledger.try_acquire_as(Priority::CRITICAL).unwrap())
+            .collect();
+        assert_eq!(ledger.in_flight(), all.len() as u64);
+    }
 }
 
 #[cfg(all(test, admission_loom))]

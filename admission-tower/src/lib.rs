@@ -6,6 +6,8 @@
 //! |---|---|
 //! | put the gate in front of a service | [`AdmissionLayer::builder`] → [`AdmissionLayer`] → [`Admission`] |
 //! | cap each client (429 over its share) | [`AdmissionBuilder::per_key`] with [`admission_http::key::header`] or [`admission_http::key::peer_ip`] |
+//! | shed the least important work first | [`AdmissionBuilder::priority`] with [`admission_core::Classes`] (or [`admission_http::class::header`]) |
+//! | give each tenant the cap of its tier | [`AdmissionBuilder::key_cap`] |
 //! | share one limit between servers (HTTP and gRPC, a layer and an interceptor) | [`AdmissionLayer::from_gate`] over clones of one [`admission_core::Gate`] |
 //! | shut down gracefully | [`AdmissionLayer::drain`] (refuse new, finish admitted, then complete) |
 //! | read what it is doing | [`AdmissionLayer::snapshot`], [`AdmissionBuilder::on_refusal`] |

@@ -4,10 +4,11 @@
 //!
 //! 1. lets bypassed routes (liveness: `/`, `/health`) straight through, holding nothing;
 //! 2. reads the head: the key (a header, or an extension set by an authentication
-//!    layer that runs before this one) and the declared `Content-Length`;
+//!    layer that runs before this one) and its cap if caps are chosen per key, the
+//!    priority class if the layer has classes, and the declared `Content-Length`;
 //! 3. admits the request through the gate (count, per-key, bytes; all or nothing) or
-//!    refuses it at once: 503 + `Retry-After` for overload or a closed (draining)
-//!    layer, 429 + `Retry-After` for one key over its cap, 413 for a body above the
+//!    refuses it at once: 503 + `Retry-After` for overload (a priority class at its
+//!    share of the count limit included) or a closed (draining) layer, 429 + `Retry-After` for one key over its cap, 413 for a body above the
 //!    maximum (checked first: never a retryable answer to a request that can never
 //!    fit), 400 for a malformed `Content-Length`. The inner service is never called and
 //!    the refused body is never handed to it. Nothing waits for capacity: there is no
