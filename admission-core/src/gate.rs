@@ -816,6 +816,36 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::clone_on_copy)] // the `Clone` impl itself is under test
+    fn a_claim_copied_or_cloned_asks_the_same() {
+        let gate = gate();
+        let key = 9_u8;
+        let claim = Claim::new()
+            .key(&key)
+            .bytes(30)
+            .priority(Priority::SHEDDABLE)
+            .key_cap(2);
+        let (first, second) = (claim.clone(), Claim::default().key(&key));
+        let held = gate.try_claim(first).unwrap();
+        assert_eq!(levels(&gate), (1, 30, 1));
+        assert_eq!(
+            gate.try_claim(second).unwrap_err(),
+            Refused::Key,
+            "default cap 1"
+        );
+        assert_eq!(
+            gate.try_claim(claim).unwrap_err(),
+            Refused::Count,
+            "70% of 2 is 1"
+        );
+        assert_eq!(
+            gate.snapshot().refused_by_class[Priority::SHEDDABLE.index()],
+            1
+        );
+        drop(held);
+    }
+
+    #[test]
     fn each_refusal_names_its_dimension_and_leaves_every_ledger_as_it_found_it() {
         let gate = gate();
         let held = gate.try_admit(Some(&1), 60).unwrap();

@@ -275,7 +275,7 @@ impl Classes {
     /// assert!(!admission_core::Classes::standard().is_empty());
     /// ```
     pub fn is_empty(&self) -> bool {
-        self.names.is_empty()
+        false // `new` refuses an empty table
     }
 
     /// The most important class (share 100%).
@@ -451,8 +451,10 @@ mod tests {
         );
         assert_eq!(standard.get("default"), Some(Priority::DEFAULT));
         assert_eq!(standard.name(Priority::SHEDDABLE), Some("sheddable"));
-        let two = Classes::new([("a", 100)]).unwrap();
-        assert_eq!(two.name(Priority::SHEDDABLE), None);
+        let one = Classes::new([("a", 100)]).unwrap();
+        assert_eq!(one.name(Priority::SHEDDABLE), None);
+        assert_eq!((one.len(), standard.len()), (1, 3));
+        assert!(!one.is_empty() && !standard.is_empty());
         assert_eq!(
             format!("{standard:?}"),
             r#"{"critical": 100%, "default": 90%, "sheddable": 70%}"#
