@@ -45,5 +45,39 @@ fn layer(c: &mut Criterion) {
     g.finish();
 }
 
+/// The added cost of the `metrics` feature per admitted request: the same count-only
+/// layer with metrics off (`admission`) and on (`metrics`), recording into a real
+/// Prometheus recorder, in the same run.
+#[cfg(feature = "metrics")]
+fn layer_metrics(c: &mut Criterion) {
+    let _prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .expect("the bench's recorder");
+    let mut g = c.benchmark_group("layer_metrics");
+    let mut cx = Context::from_waker(Waker::noop());
+    let plain = AdmissionLayer::builder()
+        .count(1024)
+        .metrics(false)
+        .build()
+        .unwrap();
+    let mut plain = plain.layer(tower::service_fn(ok));
+    g.bench_function("admission", |b| {
+        b.iter(|| drive::<_, Empty<Bytes>>(&mut plain, &mut cx))
+    });
+    let recorded = AdmissionLayer::builder()
+        .count(1024)
+        .name("bench")
+        .build()
+        .unwrap();
+    let mut recorded = recorded.layer(tower::service_fn(ok));
+    g.bench_function("metrics", |b| {
+        b.iter(|| drive::<_, Empty<Bytes>>(&mut recorded, &mut cx))
+    });
+    g.finish();
+}
+
+#[cfg(not(feature = "metrics"))]
 criterion_group!(benches, layer);
+#[cfg(feature = "metrics")]
+criterion_group!(benches, layer, layer_metrics);
 criterion_main!(benches);

@@ -12,6 +12,8 @@
 //! every limit disabled), `classes` (`AdmissionLayer`, count with priority classes),
 //! `theirs` (`LoadShed` + `ConcurrencyLimit`), `none`; and, without a service, the count
 //! ledger's acquire and release: `count` (plain), `count_class` (with a priority class).
+//! Built with `--features metrics`, `metrics` is `ours` recording into a Prometheus
+//! recorder.
 
 use std::task::{Context, Waker};
 
@@ -56,6 +58,17 @@ fn main() {
                 .priority(Classes::standard(), |_| Priority::SHEDDABLE)
                 .build()
                 .unwrap();
+            let mut s = l.layer(tower::service_fn(ok));
+            for _ in 0..n {
+                drive::<_, Empty<Bytes>>(&mut s, &mut cx)
+            }
+        }
+        #[cfg(feature = "metrics")]
+        "metrics" => {
+            let _prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
+                .install_recorder()
+                .unwrap();
+            let l = AdmissionLayer::builder().count(1024).build().unwrap();
             let mut s = l.layer(tower::service_fn(ok));
             for _ in 0..n {
                 drive::<_, Empty<Bytes>>(&mut s, &mut cx)

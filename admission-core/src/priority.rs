@@ -404,7 +404,10 @@ mod tests {
         let (small, near) = if cfg!(miri) { (200, 20) } else { (2000, 1000) };
         let large = (0..near).map(|i| BOUND - i);
         let spread = (0..=57).map(|bit| (1_u64 << bit) / 10 * 7 + bit);
-        for percent in (1..=100_u8).step_by(if cfg!(miri) { 9 } else { 1 }).chain([100]) {
+        for percent in (1..=100_u8)
+            .step_by(if cfg!(miri) { 9 } else { 1 })
+            .chain([100])
+        {
             let p = Priority::new(0, percent);
             for t in (0..small).chain(large.clone()).chain(spread.clone()) {
                 let exact = (u128::from(t) * u128::from(percent) / 100) as u64;

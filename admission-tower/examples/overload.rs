@@ -11,6 +11,9 @@
 //! the ledgers. At the end two tables say what happened, and the process exits non-zero
 //! if any bound broke, anything leaked, or any critical request was refused (the
 //! critical traffic is sized to fit in the headroom the other classes may not fill).
+//!
+//! Built with the `metrics` feature (`--features metrics`), it installs a Prometheus
+//! recorder first and prints the layer's Prometheus text at the end of the run.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -343,7 +346,14 @@ fn ms(d: Duration) -> String {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    // The recorder goes in before the layer is built: the layer registers its series
+    // with the recorder installed at that moment.
+    #[cfg(feature = "metrics")]
+    let prometheus = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .expect("no other recorder installed");
     let layer = AdmissionLayer::builder()
+        .name("overload-demo")
         .count(COUNT_LIMIT)
         .bytes(BYTE_BUDGET)
         .max_request_bytes(MAX_REQUEST)
@@ -595,6 +605,13 @@ async fn main() -> std::process::ExitCode {
             row.shed,
             ms(percentile(&mut row.latency, 0.99)),
         );
+    }
+
+    #[cfg(feature = "metrics")]
+    {
+        layer.record_gauges();
+        println!("\nthe layer's Prometheus text (metrics feature):\n");
+        print!("{}", prometheus.render());
     }
 
     let mut broken = Vec::new();

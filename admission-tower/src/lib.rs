@@ -10,7 +10,7 @@
 //! | give each tenant the cap of its tier | [`AdmissionBuilder::key_cap`] |
 //! | share one limit between servers (HTTP and gRPC, a layer and an interceptor) | [`AdmissionLayer::from_gate`] over clones of one [`admission_core::Gate`] |
 //! | shut down gracefully | [`AdmissionLayer::drain`] (refuse new, finish admitted, then complete) |
-//! | read what it is doing | [`AdmissionLayer::snapshot`], [`AdmissionBuilder::on_refusal`] |
+//! | read what it is doing | [`AdmissionLayer::snapshot`], [`AdmissionBuilder::on_refusal`]; features `metrics` (Prometheus and any `metrics` exporter) and `tracing` ([module docs](admission)) |
 //! | roll a limit out safely | [`AdmissionBuilder::dry_run`] |
 //! | change a limit at run time, or stop traffic | [`AdmissionLayer::gate`] and the ledgers' setters; [`AdmissionLayer::close`] |
 //!

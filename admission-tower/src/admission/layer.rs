@@ -18,6 +18,7 @@ use http::request::Parts;
 use tower_layer::Layer;
 
 use super::drain::DrainLimits;
+use super::observe::{self, Observer};
 use super::Admission;
 
 type KeyFn<K> = Box<dyn Fn(&Parts) -> Option<K> + Send + Sync>;
@@ -51,9 +52,10 @@ pub(crate) struct Shared<K, H> {
     bypass: Option<BypassFn>,
     classes: Option<(Classes, ClassifyFn)>,
     pub(crate) refusals: Refusals,
-    observer: Option<ObserverFn>,
+    hook: Option<ObserverFn>,
     pub(crate) dry_run: bool,
     pub(crate) drain: DrainLimits,
+    pub(crate) observer: Observer,
     would_shed: AtomicU64,
     /// Nothing to read from the head: no byte or key dimension, no bypass, no dry run.
     /// The count alone decides, before the request is taken apart.
@@ -107,13 +109,17 @@ impl<K, H> Shared<K, H> {
         if self.dry_run {
             self.would_shed.fetch_add(1, Ordering::Relaxed);
         }
-        if let Some(observer) = &self.observer {
-            let class = priority.zip(self.classes.as_ref());
-            observer(&RefusalEvent {
+        let class = priority
+            .zip(self.classes.as_ref())
+            .and_then(|(priority, (classes, _))| classes.name(priority));
+        self.observer
+            .refused(&self.gate, rejection, priority, class, self.dry_run);
+        if let Some(hook) = &self.hook {
+            hook(&RefusalEvent {
                 request: parts,
                 rejection,
                 priority,
-                class: class.and_then(|(priority, (classes, _))| classes.name(priority)),
+                class,
                 dry_run: self.dry_run,
             });
         }
@@ -232,6 +238,26 @@ impl<K, H> AdmissionLayer<K, H> {
     /// ```
     pub fn snapshot(&self) -> AdmissionSnapshot {
         self.shared.snapshot()
+    }
+
+    /// Sets the layer's gauges from its ledgers (feature `metrics`): requests, bytes
+    /// and keys in flight, their high-water marks, the limits in force, and whether the
+    /// layer is closed. Call it where the exporter renders (the `/metrics` handler), so
+    /// the gauges are the ledgers' values at that moment: see the [module
+    /// docs](crate::admission#metrics) for the whole setup and why gauges are read, not
+    /// pushed.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder().count(8).build()?;
+    /// layer.record_gauges(); // then render
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn record_gauges(&self) {
+        self.shared.observer.record_gauges(&self.shared.gate);
     }
 
     /// The layer's priority classes, if it has any ([`AdmissionBuilder::priority`]).
@@ -400,6 +426,7 @@ pub struct AdmissionBuilder<K = Key, H = RandomState> {
     dry_run: bool,
     drain: DrainLimits,
     track_in_flight: bool,
+    report: observe::Options,
 }
 
 impl<K, H> Limits<K, H> {
@@ -435,6 +462,7 @@ impl<K, H> AdmissionBuilder<K, H> {
             dry_run: false,
             drain: DrainLimits::default(),
             track_in_flight: false,
+            report: observe::Options::default(),
         }
     }
 
@@ -458,6 +486,7 @@ impl<K, H> AdmissionBuilder<K, H> {
             dry_run: self.dry_run,
             drain: self.drain,
             track_in_flight: self.track_in_flight,
+            report: self.report,
         }
     }
 }
@@ -686,6 +715,39 @@ where
     /// ```
     pub fn max_keys(self, max_keys: usize) -> Self {
         self.limit(|gate| gate.max_keys(max_keys))
+    }
+
+    /// The layer's name, for telling layers apart where it reports: the `name` label of
+    /// its metrics (feature `metrics`) and the `name` field of its events (feature
+    /// `tracing`). Default: `admission`.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let api = AdmissionLayer::builder().count(512).name("api").build()?;
+    /// # drop(api);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.report.name = name.into();
+        self
+    }
+
+    /// Whether this layer records metrics (feature `metrics`; default: yes, every layer
+    /// does once the feature is on).
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let internal = AdmissionLayer::builder().count(64).metrics(false).build()?;
+    /// # drop(internal);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn metrics(mut self, enabled: bool) -> Self {
+        self.report.metrics = enabled;
+        self
     }
 
     /// Requests for which `bypass` returns true are never shed and hold no permit:
@@ -1040,7 +1102,13 @@ where
             && self.bypass.is_none()
             && self.classes.is_none()
             && !self.dry_run;
+        let observer = Observer::new(
+            &self.report,
+            &gate,
+            self.classes.as_ref().map(|(classes, _)| classes),
+        );
         let untracked = !self.track_in_flight
+            && !observer.counts()
             && gate.count().capacity() == 0
             && gate.bytes().is_none()
             && gate.keyed().is_none();
@@ -1052,9 +1120,10 @@ where
                 bypass: self.bypass,
                 classes: self.classes,
                 refusals: self.refusals,
-                observer: self.observer,
+                hook: self.observer,
                 dry_run: self.dry_run,
                 drain: self.drain,
+                observer,
                 would_shed: AtomicU64::new(0),
                 count_only,
                 untracked,

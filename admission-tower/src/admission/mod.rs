@@ -119,11 +119,16 @@
 //! and serve it through `hyper_util::service::TowerToHyperService`; with tonic,
 //! `tonic::transport::Server::builder().layer(..)` (and see `admission-grpc` for
 //! gRPC-shaped refusals).
+#![cfg_attr(feature = "metrics", doc = "")]
+#![cfg_attr(feature = "metrics", doc = include_str!("metrics.md"))]
+#![cfg_attr(feature = "tracing", doc = "")]
+#![cfg_attr(feature = "tracing", doc = include_str!("tracing.md"))]
 
 mod body;
 mod drain;
 mod future;
 mod layer;
+mod observe;
 mod service;
 
 pub use body::ResponseBody;

@@ -17,6 +17,7 @@ use tower_service::Service;
 use super::drain::{self, Drain, Plan};
 use super::future::{LateRefusal, ResponseFuture};
 use super::layer::{AdmissionSnapshot, Shared};
+use super::observe::Timer;
 use super::ResponseBody;
 
 /// What an admitted request holds until its response body ends: its count permit, and
@@ -26,6 +27,8 @@ use super::ResponseBody;
 pub(crate) struct AdmissionPermit<K = Key, H = RandomState> {
     _count: CountPermit,
     rest: Option<Box<Rest<K, H>>>,
+    /// The hold time's start, with the `metrics` feature (else nothing at all).
+    _timer: Timer,
 }
 
 /// The key's permit and the body's charge, for a request that has either; and, for a
@@ -43,6 +46,7 @@ impl<K, H> AdmissionPermit<K, H> {
         keyed: Option<KeyedPermit<K, H>>,
         charge: Option<RequestCharge>,
         late: Option<LateRefusal<K, H>>,
+        timer: Timer,
     ) -> Self {
         let rest = (keyed.is_some() || charge.is_some()).then(|| {
             Box::new(Rest {
@@ -54,6 +58,7 @@ impl<K, H> AdmissionPermit<K, H> {
         Self {
             _count: count,
             rest,
+            _timer: timer,
         }
     }
 
@@ -72,6 +77,7 @@ impl<K, H> AdmissionPermit<K, H> {
         Err(Self {
             _count: self._count,
             rest: Some(rest),
+            _timer: self._timer,
         })
     }
 }
@@ -249,10 +255,13 @@ where
             // The count alone decides: nothing of the head to read, and the request is
             // passed on whole.
             return match shared.gate.count().try_acquire() {
-                Ok(count) => ResponseFuture::admitted(
-                    self.inner.call(request.map(MeteredBody::unmetered)),
-                    AdmissionPermit::new(count, None, None, None),
-                ),
+                Ok(count) => {
+                    let timer = shared.observer.admitted(&shared.gate, None);
+                    ResponseFuture::admitted(
+                        self.inner.call(request.map(MeteredBody::unmetered)),
+                        AdmissionPermit::new(count, None, None, None, timer),
+                    )
+                }
                 Err(refused) => {
                     let (parts, body) = request.into_parts();
                     self.refuse(parts, body, Rejection::Refused(refused), None)
@@ -298,8 +307,10 @@ impl<S, K, H> Admission<S, K, H> {
                     }
                     None => (MeteredBody::unmetered(body), None, None),
                 };
+                let timer = shared.observer.admitted(&shared.gate, priority);
                 let future = self.inner.call(Request::from_parts(parts, body));
-                ResponseFuture::admitted(future, AdmissionPermit::new(count, keyed, charge, late))
+                let permit = AdmissionPermit::new(count, keyed, charge, late, timer);
+                ResponseFuture::admitted(future, permit)
             }
             Err(rejection) => self.refuse(parts, body, rejection, priority),
         }
