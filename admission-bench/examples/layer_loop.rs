@@ -13,7 +13,7 @@
 //! `theirs` (`LoadShed` + `ConcurrencyLimit`), `none`; and, without a service, the count
 //! ledger's acquire and release: `count` (plain), `count_class` (with a priority class).
 //! Built with `--features metrics`, `metrics` is `ours` recording into a Prometheus
-//! recorder.
+//! recorder, and `metrics_off` is `ours` opted out (`.metrics(false)`).
 
 use std::task::{Context, Waker};
 
@@ -69,6 +69,18 @@ fn main() {
                 .install_recorder()
                 .unwrap();
             let l = AdmissionLayer::builder().count(1024).build().unwrap();
+            let mut s = l.layer(tower::service_fn(ok));
+            for _ in 0..n {
+                drive::<_, Empty<Bytes>>(&mut s, &mut cx)
+            }
+        }
+        #[cfg(feature = "metrics")]
+        "metrics_off" => {
+            let l = AdmissionLayer::builder()
+                .count(1024)
+                .metrics(false)
+                .build()
+                .unwrap();
             let mut s = l.layer(tower::service_fn(ok));
             for _ in 0..n {
                 drive::<_, Empty<Bytes>>(&mut s, &mut cx)

@@ -25,7 +25,7 @@ type KeyFn<K> = Box<dyn Fn(&Parts) -> Option<K> + Send + Sync>;
 type BypassFn = Box<dyn Fn(&Parts) -> bool + Send + Sync>;
 type ClassifyFn = Box<dyn Fn(&Parts) -> Priority + Send + Sync>;
 type KeyCapFn<K> = Box<dyn Fn(&Parts, &K) -> Option<u64> + Send + Sync>;
-type ObserverFn = Box<dyn Fn(&RefusalEvent<'_>) + Send + Sync>;
+type HookFn = Box<dyn Fn(&RefusalEvent<'_>) + Send + Sync>;
 
 /// What the refusal hook sees: the refused request's head and why it was refused.
 #[derive(Debug)]
@@ -52,7 +52,7 @@ pub(crate) struct Shared<K, H> {
     bypass: Option<BypassFn>,
     classes: Option<(Classes, ClassifyFn)>,
     pub(crate) refusals: Refusals,
-    hook: Option<ObserverFn>,
+    hook: Option<HookFn>,
     pub(crate) dry_run: bool,
     pub(crate) drain: DrainLimits,
     pub(crate) observer: Observer,
@@ -422,7 +422,7 @@ pub struct AdmissionBuilder<K = Key, H = RandomState> {
     bypass: Option<BypassFn>,
     classes: Option<(Classes, ClassifyFn)>,
     refusals: Refusals,
-    observer: Option<ObserverFn>,
+    observer: Option<HookFn>,
     dry_run: bool,
     drain: DrainLimits,
     track_in_flight: bool,
