@@ -119,12 +119,6 @@ const TARGETS: &[Target] = &[
         at_most: 1.5,
     },
     Target {
-        what: "count permit with a priority class within 1.15x of without",
-        left: ("count", "admission_class"),
-        right: ("count", "admission"),
-        at_most: 1.15,
-    },
-    Target {
         what: "count permit 2x cheaper than tokio's owned permit",
         left: ("count", "admission"),
         right: ("count", "tokio_try_acquire_owned"),
