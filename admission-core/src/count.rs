@@ -174,6 +174,18 @@ impl CountInner {
         self.cold.capacity.load(Ordering::Relaxed)
     }
 
+    /// What an acquisition of `priority`'s class (the whole threshold for none) compares
+    /// the permits in flight against, from one read of the threshold word.
+    #[inline(always)]
+    fn threshold(&self, priority: Option<Priority>) -> u64 {
+        // Relaxed: a plain setting (see `acquire`).
+        let threshold = self.hot.threshold.load(Ordering::Relaxed);
+        match priority {
+            Some(priority) => priority.of(threshold),
+            None => threshold,
+        }
+    }
+
     /// The refusal of an acquisition the threshold turned away: closed, or full.
     #[cold]
     fn refuse(&self, priority: Option<Priority>) -> Refused {
@@ -369,11 +381,7 @@ impl CountLedger {
         // see either value, which is the documented "next acquisition" semantics. A
         // class's threshold is derived from this one read, so it is the old or the new
         // setting's, never a mix.
-        let threshold = inner.hot.threshold.load(Ordering::Relaxed);
-        let threshold = match priority {
-            Some(priority) => priority.of(threshold),
-            None => threshold,
-        };
+        let threshold = inner.threshold(priority);
         let mut current = inner.hot.state.load(Ordering::Relaxed);
         loop {
             // `WATCH`, when set, is above every threshold: nothing is admitted.
@@ -411,12 +419,7 @@ impl CountLedger {
         let inner = self.inner();
         // Relaxed: advisory; the compare-exchange that follows decides.
         let held = inner.hot.state.load(Ordering::Relaxed) & !OWNER;
-        let threshold = inner.hot.threshold.load(Ordering::Relaxed);
-        let threshold = match priority {
-            Some(priority) => priority.of(threshold),
-            None => threshold,
-        };
-        if held >= threshold {
+        if held >= inner.threshold(priority) {
             return Err(inner.refuse(priority));
         }
         Ok(())

@@ -422,7 +422,7 @@ mod tracing_impl {
 
     impl Pressure {
         /// On admission: re-arms a warning once its ledger is well below its limit again.
-        /// One relaxed load per admission while nothing was warned.
+        /// Two relaxed loads (one flag per ledger) per admission while nothing was warned.
         #[inline]
         pub(super) fn admitted<K, H>(&self, gate: &Gate<K, H>) {
             // Relaxed: a log's hysteresis, ordering nothing.
