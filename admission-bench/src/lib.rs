@@ -14,6 +14,9 @@ pub mod report;
 /// One whole call of a tower service, for the layer benches.
 pub mod layer;
 
+/// A virtual-time simulation of a server behind a limiter, for the `adaptive` binary.
+pub mod sim;
+
 /// The workspace README's examples, compiled and run as doctests (this crate is not
 /// published, so it can depend on every adapter the README shows).
 #[cfg(doctest)]

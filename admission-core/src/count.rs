@@ -136,6 +136,11 @@ struct Cold {
     /// The configured capacity in its stored form (`UNLIMITED` for none).
     capacity: AtomicU64,
     closed: AtomicBool,
+    /// An [`AdaptiveLimit`](crate::AdaptiveLimit) drives the capacity.
+    driven: AtomicBool,
+    /// An operator set the capacity by hand while it was driven: the controller's
+    /// changes are ignored until the limit is handed back.
+    fixed: AtomicBool,
     /// Serialises every change of the threshold, and holds the drains waiting.
     control: Mutex<Waiters>,
 }
@@ -283,6 +288,8 @@ impl CountLedger {
                 refused_by_class: std::array::from_fn(|_| AtomicU64::new(0)),
                 capacity: AtomicU64::new(capacity),
                 closed: AtomicBool::new(false),
+                driven: AtomicBool::new(false),
+                fixed: AtomicBool::new(false),
                 control: Mutex::new(Waiters::default()),
             }),
             track: Track::new(),
@@ -465,6 +472,10 @@ impl CountLedger {
     /// Lowering the capacity below the number in flight refuses new permits until enough
     /// held ones are released; it never revokes a held permit.
     ///
+    /// While an [`AdaptiveLimit`](crate::AdaptiveLimit) drives the ledger, this (and
+    /// [`set_unlimited`](Self::set_unlimited)) takes the limit out of its hands: the
+    /// capacity stays as set until [`AdaptiveLimit::resume`](crate::AdaptiveLimit::resume).
+    ///
     /// # Errors
     ///
     /// [`CapacityError`] if `capacity` is 0 (which would remove the limit: that is
@@ -509,11 +520,64 @@ impl CountLedger {
         self.configure(UNLIMITED);
     }
 
+    /// An operator's setting: while an [`AdaptiveLimit`](crate::AdaptiveLimit) drives the
+    /// ledger, it also takes the limit out of the controller's hands.
     fn configure(&self, capacity: u64) {
         let inner = self.inner();
         let _control = inner.cold.control.lock();
+        // Relaxed: read and written only under `control`.
+        if inner.cold.driven.load(Ordering::Relaxed) {
+            inner.cold.fixed.store(true, Ordering::Relaxed);
+        }
         inner.cold.capacity.store(capacity, Ordering::Relaxed);
         inner.store_threshold();
+    }
+
+    /// Puts the capacity under a controller's hands, starting at `capacity`; false if
+    /// another controller has it already.
+    pub(crate) fn drive(&self, capacity: u64) -> bool {
+        let inner = self.inner();
+        let _control = inner.cold.control.lock();
+        // Relaxed: read and written only under `control`.
+        if inner.cold.driven.swap(true, Ordering::Relaxed) {
+            return false;
+        }
+        inner.cold.fixed.store(false, Ordering::Relaxed);
+        inner.cold.capacity.store(capacity, Ordering::Relaxed);
+        inner.store_threshold();
+        true
+    }
+
+    /// The controller's setting: applied unless an operator fixed the capacity by hand.
+    /// Whether it was applied. A close (or drain) stays in force either way.
+    pub(crate) fn steer(&self, capacity: u64) -> bool {
+        let inner = self.inner();
+        let _control = inner.cold.control.lock();
+        // Relaxed: read and written only under `control`.
+        if inner.cold.fixed.load(Ordering::Relaxed) {
+            return false;
+        }
+        inner.cold.capacity.store(capacity, Ordering::Relaxed);
+        inner.store_threshold();
+        true
+    }
+
+    /// Hands a capacity fixed by hand back to the controller (`fixed` cleared), or, with
+    /// `release`, ends the controller's drive altogether (its last handle is gone).
+    pub(crate) fn hand_back(&self, release: bool) {
+        let inner = self.inner();
+        let _control = inner.cold.control.lock();
+        // Relaxed: read and written only under `control`.
+        inner.cold.fixed.store(false, Ordering::Relaxed);
+        if release {
+            inner.cold.driven.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether an operator has fixed a driven ledger's capacity by hand.
+    pub(crate) fn is_fixed(&self) -> bool {
+        // Relaxed: a setting.
+        self.inner().cold.fixed.load(Ordering::Relaxed)
     }
 
     /// Refuses every new acquisition with [`Refused::Closed`] until

@@ -17,6 +17,7 @@
 //! | any of these together | [`Gate`] → [`GatePermit`], all or nothing | the dimension that refused |
 //! | the least important work shed first | [`Priority`] classes ([`Classes`]) with [`CountLedger::try_acquire_as`], [`Claim::priority`] | [`Refused::Count`], counted by class |
 //! | a cap chosen per client (tenant tiers) | [`KeyedLedger::try_acquire_with_cap`], [`Claim::key_cap`] | [`Refused::Key`] |
+//! | a count limit that finds the server's concurrency itself | [`AdaptiveLimit`] driving a [`CountLedger`] ([`adaptive`]) | [`Refused::Count`] |
 //! | shutting down gracefully | [`Gate::drain`] → [`Drain`] (a future, or [`Drain::wait`]) | [`Refused::Closed`] |
 //!
 //! Every permit is `'static`, `Send + Sync`, `#[must_use]`, and releases exactly once,
@@ -69,6 +70,7 @@
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+pub mod adaptive;
 #[allow(unsafe_code)]
 mod bytes;
 #[allow(unsafe_code)]
@@ -85,6 +87,7 @@ mod refused;
 mod stats;
 mod sync;
 
+pub use adaptive::AdaptiveLimit;
 pub use bytes::{ByteLedger, BytePermit};
 pub use count::{CountLedger, CountPermit, Drain};
 pub use gate::{Claim, Gate, GateBuilder, GatePermit, GateSnapshot};

@@ -50,6 +50,10 @@ mod imp {
                 .lock()
                 .expect("a loom model thread panicked while holding a lock")
         }
+
+        pub(crate) fn try_lock(&self) -> Option<loom::sync::MutexGuard<'_, T>> {
+            self.0.try_lock().ok()
+        }
     }
 
     /// Every ledger allocation carries one of these under loom, so a leaked or

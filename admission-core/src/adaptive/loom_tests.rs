@@ -1,0 +1,70 @@
+//! loom models of the adaptive limit's protocols: samples recorded on two threads while
+//! either closes windows (each sample counted once), and an operator fixing the capacity
+//! while the controller sets it (the operator's value stays).
+
+use std::sync::{Arc as StdArc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use loom::thread;
+
+use super::*;
+
+#[derive(Debug)]
+struct Sum(StdArc<StdMutex<(u64, Duration)>>, u64);
+
+impl Algorithm for Sum {
+    fn update(&mut self, window: &Window) -> u64 {
+        let mut sum = self.0.lock().unwrap();
+        sum.0 += window.samples;
+        sum.1 += window.latency_total;
+        self.1
+    }
+}
+
+#[test]
+fn samples_recorded_while_windows_close_are_each_counted_once() {
+    loom::model(|| {
+        let sum = StdArc::new(StdMutex::new((0, Duration::ZERO)));
+        let ledger = CountLedger::new(0).unwrap();
+        let epoch = Instant::now();
+        let limit = AdaptiveLimit::builder(Sum(sum.clone(), 5))
+            .window(Duration::ZERO)
+            .min_samples(1)
+            .epoch(epoch)
+            .build(&ledger)
+            .unwrap();
+        let other = limit.clone();
+        let t = thread::spawn(move || {
+            other.record_at(epoch, Duration::from_micros(1), Outcome::Success);
+            other.record_at(epoch, Duration::from_micros(2), Outcome::Success);
+        });
+        limit.record_at(epoch, Duration::from_micros(4), Outcome::Success);
+        t.join().unwrap();
+        // Whatever closed when, a last close gathers what is left.
+        limit.close_window(u64::MAX / 2);
+        let (samples, total) = *sum.lock().unwrap();
+        assert_eq!(samples, 3);
+        assert_eq!(total, Duration::from_micros(7));
+    });
+}
+
+#[test]
+fn an_operators_capacity_outlasts_a_concurrent_controller() {
+    loom::model(|| {
+        let sum = StdArc::new(StdMutex::new((0, Duration::ZERO)));
+        let ledger = CountLedger::new(0).unwrap();
+        let epoch = Instant::now();
+        let limit = AdaptiveLimit::builder(Sum(sum, 9))
+            .window(Duration::ZERO)
+            .min_samples(1)
+            .epoch(epoch)
+            .build(&ledger)
+            .unwrap();
+        let operator = ledger.clone();
+        let t = thread::spawn(move || operator.set_capacity(3).unwrap());
+        limit.record_at(epoch, Duration::from_micros(1), Outcome::Success);
+        t.join().unwrap();
+        assert_eq!(ledger.capacity(), 3);
+        assert!(limit.snapshot().fixed);
+    });
+}

@@ -1,0 +1,657 @@
+//! Adaptive concurrency: a count limit that follows the server, driven by the latency and
+//! the outcome of the work it admits.
+//!
+//! # Design
+//!
+//! Admission is untouched: the [`CountLedger`] still admits with one compare-exchange
+//! against its capacity, and an [`AdaptiveLimit`] changes that capacity between windows,
+//! through the same path an operator's `set_capacity` takes (so held permits are never
+//! revoked and priority classes follow the new limit at once).
+//!
+//! Recording a sample on release must not serialise the releases: each thread adds its
+//! samples to its own shard (a cache-padded word per shard: one `fetch_add` of the
+//! latency and the count packed together, so a window takes each sample whole or not at
+//! all), and whichever release finds the window's time up closes it under a `try_lock`
+//! (the others walk on). The window's samples go to the [`Algorithm`], whose answer,
+//! clamped into the bounds, becomes the ledger's capacity.
+
+use std::cell::Cell;
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::CachePadded;
+
+use crate::count::CountLedger;
+use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
+
+mod aimd;
+mod gradient;
+
+pub use aimd::Aimd;
+pub use gradient::Gradient;
+
+/// How an admitted piece of work ended, as the limit learns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Outcome {
+    /// Served.
+    Success,
+    /// The service failed it or answered that it is overloaded (a 5xx, a gRPC
+    /// `RESOURCE_EXHAUSTED` or `UNAVAILABLE`, an error), or it took at least the
+    /// limit's [`overload_latency`](AdaptiveBuilder::overload_latency).
+    Overload,
+    /// The client went away before the answer (a deadline, a disconnect).
+    Dropped,
+}
+
+/// The samples of one window, as an [`Algorithm`] sees them.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use admission_core::adaptive::{Outcome, Window};
+///
+/// let mut window = Window::new(32, Duration::from_millis(100));
+/// window.add(Duration::from_millis(10), Outcome::Success, 20);
+/// window.add(Duration::from_millis(30), Outcome::Overload, 31);
+/// assert_eq!(window.mean_latency(), Some(Duration::from_millis(20)));
+/// assert_eq!(window.overload_share(), 0.5);
+/// assert!(!window.app_limited());
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Window {
+    /// Samples recorded in the window.
+    pub samples: u64,
+    /// Their latencies added up (at microsecond resolution).
+    pub latency_total: Duration,
+    /// Samples whose outcome was [`Outcome::Overload`].
+    pub overloaded: u64,
+    /// Samples whose outcome was [`Outcome::Dropped`].
+    pub dropped: u64,
+    /// The most permits in flight seen when a sample was recorded.
+    pub max_in_flight: u64,
+    /// The limit in force during the window (the ledger's capacity).
+    pub limit: u64,
+    /// How long the window lasted.
+    pub elapsed: Duration,
+}
+
+impl Window {
+    /// An empty window under `limit` that lasted `elapsed`: for testing an [`Algorithm`].
+    pub fn new(limit: u64, elapsed: Duration) -> Self {
+        Self {
+            limit,
+            elapsed,
+            ..Self::default()
+        }
+    }
+
+    /// Adds one sample, taken with `in_flight` permits in flight.
+    pub fn add(&mut self, latency: Duration, outcome: Outcome, in_flight: u64) {
+        self.samples += 1;
+        self.latency_total += Duration::from_micros(micros(latency));
+        match outcome {
+            Outcome::Success => {}
+            Outcome::Overload => self.overloaded += 1,
+            Outcome::Dropped => self.dropped += 1,
+        }
+        self.max_in_flight = self.max_in_flight.max(in_flight);
+    }
+
+    /// The mean latency of the samples; `None` for an empty window.
+    pub fn mean_latency(&self) -> Option<Duration> {
+        let samples = u32::try_from(self.samples.max(1)).unwrap_or(u32::MAX);
+        (self.samples > 0).then(|| self.latency_total / samples)
+    }
+
+    /// The share of samples that were overloaded or dropped (0 for an empty window).
+    pub fn overload_share(&self) -> f64 {
+        if self.samples == 0 {
+            return 0.0;
+        }
+        (self.overloaded + self.dropped) as f64 / self.samples as f64
+    }
+
+    /// Samples per second over the window.
+    pub fn throughput(&self) -> f64 {
+        self.samples as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Whether the work never used half the limit: growing the limit then would only
+    /// raise a number nothing tests (the limit would run away from the server while it
+    /// is idle, and be far too high when load comes).
+    pub fn app_limited(&self) -> bool {
+        self.max_in_flight.saturating_mul(2) < self.limit
+    }
+}
+
+/// An algorithm that sets a count limit from windows of samples.
+///
+/// Called once per window, under the limit's control lock (never on the admission path),
+/// with the samples of the window that just closed; returns the limit for the next one.
+/// The [`AdaptiveLimit`] clamps the answer into its bounds, so an algorithm should take
+/// [`Window::limit`] (what was really in force) as its starting point rather than what
+/// it returned last time: the two differ after clamping, and after an operator hands a
+/// limit fixed by hand back to the controller.
+///
+/// Two are provided: [`Gradient`] (latency against a no-load estimate: the default)
+/// and [`Aimd`] (outcomes only).
+///
+/// # Examples
+///
+/// ```
+/// use admission_core::adaptive::{Algorithm, Window};
+///
+/// /// Doubles while nothing fails, halves on any failure.
+/// #[derive(Debug)]
+/// struct Doubling;
+///
+/// impl Algorithm for Doubling {
+///     fn update(&mut self, window: &Window) -> u64 {
+///         if window.overload_share() > 0.0 {
+///             window.limit / 2
+///         } else if window.app_limited() {
+///             window.limit
+///         } else {
+///             window.limit * 2
+///         }
+///     }
+/// }
+/// ```
+pub trait Algorithm: fmt::Debug + Send + 'static {
+    /// The limit for the next window, given the window that just closed.
+    fn update(&mut self, window: &Window) -> u64;
+}
+
+impl<A: Algorithm + ?Sized> Algorithm for Box<A> {
+    fn update(&mut self, window: &Window) -> u64 {
+        (**self).update(window)
+    }
+}
+
+/// Why an [`AdaptiveLimit`] could not be built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum AdaptiveError {
+    /// The bounds are empty (minimum above maximum), start at 0, or end above
+    /// [`CountLedger::MAX_CAPACITY`].
+    Bounds {
+        /// The minimum asked for.
+        min: u64,
+        /// The maximum asked for.
+        max: u64,
+    },
+    /// Another [`AdaptiveLimit`] drives this ledger already.
+    AlreadyDriven,
+}
+
+impl fmt::Display for AdaptiveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Bounds { min, max } => write!(
+                f,
+                "adaptive limit bounds {min}..={max} are invalid: need 1 <= min <= max <= {}",
+                CountLedger::MAX_CAPACITY
+            ),
+            Self::AlreadyDriven => f.write_str("another adaptive limit drives this count ledger"),
+        }
+    }
+}
+
+impl std::error::Error for AdaptiveError {}
+
+/// Builds an [`AdaptiveLimit`]; from [`AdaptiveLimit::builder`].
+#[derive(Debug)]
+pub struct AdaptiveBuilder {
+    algorithm: Box<dyn Algorithm>,
+    min: u64,
+    max: u64,
+    initial: u64,
+    window: Duration,
+    min_samples: u64,
+    overload_latency: Option<Duration>,
+    epoch: Option<Instant>,
+}
+
+impl AdaptiveBuilder {
+    /// The bounds the limit stays within, whatever the algorithm says (defaults: 1 and
+    /// 10 000). The minimum is what a struggling server is still sent; the maximum, what
+    /// a fast one may be sent at most.
+    pub fn bounds(mut self, min: u64, max: u64) -> Self {
+        self.min = min;
+        self.max = max;
+        self
+    }
+
+    /// The limit to start from, clamped into the bounds (default 20).
+    pub fn initial(mut self, limit: u64) -> Self {
+        self.initial = limit;
+        self
+    }
+
+    /// The shortest window (default 100 ms): a window closes at the first sample after it
+    /// has lasted this long and holds at least [`min_samples`](Self::min_samples).
+    pub fn window(mut self, window: Duration) -> Self {
+        self.window = window;
+        self
+    }
+
+    /// The fewest samples a window closes with (default 50): fewer make a noisy mean.
+    pub fn min_samples(mut self, samples: u64) -> Self {
+        self.min_samples = samples.max(1);
+        self
+    }
+
+    /// Counts a sample that took at least `latency` as [`Outcome::Overload`] (default:
+    /// none). For outcome-only algorithms such as [`Aimd`], whose only signal otherwise
+    /// is failure: a fraction of the clients' deadline is a good value.
+    pub fn overload_latency(mut self, latency: Duration) -> Self {
+        self.overload_latency = Some(latency);
+        self
+    }
+
+    /// The instant the limit's clock starts from (default: when it is built). A
+    /// simulation passes its virtual clock's origin, and then the instants it records at.
+    pub fn epoch(mut self, epoch: Instant) -> Self {
+        self.epoch = Some(epoch);
+        self
+    }
+
+    /// Puts `ledger`'s capacity in the limit's hands, starting at the initial limit.
+    ///
+    /// # Errors
+    ///
+    /// [`AdaptiveError::Bounds`] for invalid bounds, [`AdaptiveError::AlreadyDriven`] if
+    /// another adaptive limit drives the ledger.
+    pub fn build(self, ledger: &CountLedger) -> Result<AdaptiveLimit, AdaptiveError> {
+        let (min, max) = (self.min, self.max);
+        if min == 0 || min > max || max > CountLedger::MAX_CAPACITY as u64 {
+            return Err(AdaptiveError::Bounds { min, max });
+        }
+        let initial = self.initial.clamp(min, max);
+        if !ledger.drive(initial) {
+            return Err(AdaptiveError::AlreadyDriven);
+        }
+        let shards = shard_count();
+        let window = nanos(self.window);
+        Ok(AdaptiveLimit {
+            inner: Arc::new(Inner {
+                ledger: ledger.clone(),
+                epoch: self.epoch.unwrap_or_else(Instant::now),
+                shards: (0..shards)
+                    .map(|_| CachePadded::new(Shard::new()))
+                    .collect(),
+                deadline: AtomicU64::new(window),
+                overload_after: self.overload_latency.map_or(u64::MAX, micros),
+                control: Mutex::new(Control {
+                    algorithm: self.algorithm,
+                    pending: Window::new(initial, Duration::ZERO),
+                    opened: 0,
+                    window,
+                    min_samples: self.min_samples,
+                    bounds: (min, max),
+                    windows: 0,
+                    last: None,
+                }),
+            }),
+        })
+    }
+}
+
+/// A count limit that an [`Algorithm`] moves, window by window, from the latency and
+/// outcome of the work admitted under it.
+///
+/// It drives a [`CountLedger`]'s capacity: admission stays the ledger's one
+/// compare-exchange. Each admitted piece of work is recorded once when it ends
+/// ([`record`](Self::record), with its latency and [`Outcome`]); recording adds to a
+/// per-thread shard (one uncontended `fetch_add`) and, once per window, one release
+/// closes the window and sets the new capacity. No timer and no runtime: the clock is
+/// read at recording, or passed in ([`record_at`](Self::record_at)), so a simulation can
+/// run it on virtual time.
+///
+/// Clones share one limit.
+///
+/// # Who wins
+///
+/// - A [`close`](CountLedger::close) or a [`drain`](CountLedger::drain) overrides the
+///   controller: the ledger refuses everything new whatever capacity it sets meanwhile.
+/// - An operator's [`set_capacity`](CountLedger::set_capacity) (or
+///   [`set_unlimited`](CountLedger::set_unlimited), or [`set_fixed`](Self::set_fixed))
+///   takes the limit out of the controller's hands: the capacity stays as set, and
+///   windows close without changing it, until [`resume`](Self::resume) hands it back (the
+///   algorithm then starts from the capacity in force).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::{Duration, Instant};
+/// use admission_core::adaptive::{AdaptiveLimit, Gradient, Outcome};
+/// use admission_core::CountLedger;
+///
+/// let ledger = CountLedger::new(0)?;
+/// let limit = AdaptiveLimit::builder(Gradient::default())
+///     .bounds(4, 1_000)
+///     .initial(16)
+///     .build(&ledger)?;
+/// assert_eq!(ledger.capacity(), 16);
+///
+/// // On each admitted request:
+/// let permit = ledger.try_acquire()?;
+/// let admitted = Instant::now();
+/// // ... the work ...
+/// limit.record(admitted.elapsed(), Outcome::Success);
+/// drop(permit);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+pub struct AdaptiveLimit {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    ledger: CountLedger,
+    epoch: Instant,
+    shards: Box<[CachePadded<Shard>]>,
+    /// Nanoseconds since `epoch` at which the open window may close.
+    deadline: AtomicU64,
+    /// Microseconds from which a success counts as an overload (`u64::MAX`: never).
+    overload_after: u64,
+    control: Mutex<Control>,
+}
+
+/// What a window accumulates on one shard.
+struct Shard {
+    /// Samples (low `COUNT_BITS`) and their latencies in microseconds (the rest).
+    packed: AtomicU64,
+    overloaded: AtomicU64,
+    dropped: AtomicU64,
+    max_in_flight: AtomicU64,
+}
+
+/// The sample-count field of a shard's packed word.
+const COUNT_BITS: u32 = 24;
+const COUNT: u64 = (1 << COUNT_BITS) - 1;
+/// The largest latency one sample adds (about 12 days): the field cannot be overrun by
+/// one sample.
+const MAX_MICROS: u64 = (1 << (64 - COUNT_BITS - 2)) - 1;
+/// A shard whose fields reach half their room closes its share of the window early.
+const COUNT_FULL: u64 = 1 << (COUNT_BITS - 1);
+const MICROS_FULL: u64 = 1 << (64 - COUNT_BITS - 1);
+
+impl Shard {
+    fn new() -> Self {
+        Self {
+            packed: AtomicU64::new(0),
+            overloaded: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            max_in_flight: AtomicU64::new(0),
+        }
+    }
+
+    /// Adds one sample; whether the shard is filling up.
+    #[inline]
+    fn add(&self, micros: u64, outcome: Outcome, in_flight: u64) -> bool {
+        // Relaxed throughout: statistics, read whole by the window's `take`; every add is
+        // a read-modify-write, so each sample is in exactly one window.
+        let before = self
+            .packed
+            .fetch_add(1 | (micros << COUNT_BITS), Ordering::Relaxed);
+        match outcome {
+            Outcome::Success => {}
+            Outcome::Overload => {
+                self.overloaded.fetch_add(1, Ordering::Relaxed);
+            }
+            Outcome::Dropped => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if in_flight > self.max_in_flight.load(Ordering::Relaxed) {
+            self.max_in_flight.fetch_max(in_flight, Ordering::Relaxed);
+        }
+        before & COUNT >= COUNT_FULL || before >> COUNT_BITS >= MICROS_FULL
+    }
+
+    /// Moves the shard's samples into `window`.
+    fn take(&self, window: &mut Window) {
+        let packed = self.packed.swap(0, Ordering::Relaxed);
+        window.samples += packed & COUNT;
+        window.latency_total += Duration::from_micros(packed >> COUNT_BITS);
+        window.overloaded += self.overloaded.swap(0, Ordering::Relaxed);
+        window.dropped += self.dropped.swap(0, Ordering::Relaxed);
+        let in_flight = self.max_in_flight.swap(0, Ordering::Relaxed);
+        window.max_in_flight = window.max_in_flight.max(in_flight);
+    }
+}
+
+/// The state the window's closer works on.
+struct Control {
+    algorithm: Box<dyn Algorithm>,
+    /// The open window's samples, gathered from the shards so far.
+    pending: Window,
+    /// When the open window opened, in nanoseconds since the epoch.
+    opened: u64,
+    window: u64,
+    min_samples: u64,
+    bounds: (u64, u64),
+    windows: u64,
+    last: Option<Window>,
+}
+
+/// A reading of an [`AdaptiveLimit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AdaptiveSnapshot {
+    /// The limit in force (the ledger's capacity; 0 if an operator set it unlimited).
+    pub limit: u64,
+    /// Whether an operator has fixed the limit by hand (see [`AdaptiveLimit::resume`]).
+    pub fixed: bool,
+    /// The bounds the controller keeps the limit within.
+    pub min: u64,
+    /// See `min`.
+    pub max: u64,
+    /// Windows closed so far.
+    pub windows: u64,
+    /// The last window closed.
+    pub last: Option<Window>,
+}
+
+impl AdaptiveLimit {
+    /// A builder for a limit that `algorithm` drives.
+    pub fn builder(algorithm: impl Algorithm) -> AdaptiveBuilder {
+        AdaptiveBuilder {
+            algorithm: Box::new(algorithm),
+            min: 1,
+            max: 10_000,
+            initial: 20,
+            window: Duration::from_millis(100),
+            min_samples: 50,
+            overload_latency: None,
+            epoch: None,
+        }
+    }
+
+    /// The ledger whose capacity this limit drives.
+    pub fn ledger(&self) -> &CountLedger {
+        &self.inner.ledger
+    }
+
+    /// The limit in force now (the ledger's capacity).
+    pub fn limit(&self) -> u64 {
+        self.inner.ledger.capacity()
+    }
+
+    /// Records one admitted piece of work that ended now: how long it took and how it
+    /// ended. Reads the clock once; see [`record_at`](Self::record_at).
+    #[inline]
+    pub fn record(&self, latency: Duration, outcome: Outcome) {
+        self.record_at(Instant::now(), latency, outcome);
+    }
+
+    /// Records one admitted piece of work that ended at `now` (on the limit's clock: see
+    /// [`AdaptiveBuilder::epoch`]). Call it once per admitted piece of work, while or just
+    /// after its permit is released.
+    ///
+    /// Costs one `fetch_add` on this thread's shard, a load or two, and, once per
+    /// window, closing the window (a `try_lock` that never waits).
+    #[inline]
+    pub fn record_at(&self, now: Instant, latency: Duration, outcome: Outcome) {
+        let inner = &*self.inner;
+        let micros = micros(latency);
+        let outcome = match outcome {
+            Outcome::Success if micros >= inner.overload_after => Outcome::Overload,
+            outcome => outcome,
+        };
+        let shard = &inner.shards[shard_index() & (inner.shards.len() - 1)];
+        let full = shard.add(micros, outcome, inner.ledger.in_flight());
+        let now = nanos(now.saturating_duration_since(inner.epoch));
+        // Relaxed: a hint; the closer checks again under the lock.
+        if full || now >= inner.deadline.load(Ordering::Relaxed) {
+            self.close_window(now);
+        }
+    }
+
+    /// Gathers the shards and, if the window has lasted long enough with enough samples,
+    /// closes it: the algorithm's answer becomes the ledger's capacity.
+    #[cold]
+    fn close_window(&self, now: u64) {
+        let inner = &*self.inner;
+        // Never wait: another thread is closing this window.
+        let Some(mut control) = inner.control.try_lock() else {
+            return;
+        };
+        let control = &mut *control;
+        for shard in inner.shards.iter() {
+            shard.take(&mut control.pending);
+        }
+        let elapsed = now.saturating_sub(control.opened);
+        if elapsed < control.window || control.pending.samples < control.min_samples {
+            // Relaxed: a hint (see `record_at`). Look again after a slice of a window.
+            let next = now.max(control.opened + control.window) + control.window / 8;
+            inner.deadline.store(next, Ordering::Relaxed);
+            return;
+        }
+        let mut window = std::mem::take(&mut control.pending);
+        window.limit = inner.ledger.capacity();
+        window.elapsed = Duration::from_nanos(elapsed);
+        if !inner.ledger.is_fixed() {
+            let (min, max) = control.bounds;
+            let next = control.algorithm.update(&window).clamp(min, max);
+            inner.ledger.steer(next);
+        }
+        control.windows += 1;
+        control.last = Some(window);
+        control.opened = now;
+        inner
+            .deadline
+            .store(now + control.window, Ordering::Relaxed);
+    }
+
+    /// Fixes the limit at `capacity` by hand: the controller leaves it there until
+    /// [`resume`](Self::resume). The same as the ledger's
+    /// [`set_capacity`](CountLedger::set_capacity).
+    ///
+    /// # Errors
+    ///
+    /// As [`CountLedger::set_capacity`]: 0 or above the maximum.
+    pub fn set_fixed(&self, capacity: usize) -> Result<(), crate::CapacityError> {
+        self.inner.ledger.set_capacity(capacity)
+    }
+
+    /// Hands a limit fixed by hand back to the controller, which goes on from the
+    /// capacity in force.
+    ///
+    /// ```
+    /// use admission_core::adaptive::{AdaptiveLimit, Aimd};
+    /// use admission_core::CountLedger;
+    ///
+    /// let ledger = CountLedger::new(0)?;
+    /// let limit = AdaptiveLimit::builder(Aimd::default()).build(&ledger)?;
+    /// ledger.set_capacity(5)?; // an operator
+    /// assert!(limit.snapshot().fixed);
+    /// limit.resume();
+    /// assert!(!limit.snapshot().fixed);
+    /// assert_eq!(limit.limit(), 5);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn resume(&self) {
+        self.inner.ledger.hand_back(false);
+    }
+
+    /// The limit, whether it is fixed by hand, and the last window.
+    pub fn snapshot(&self) -> AdaptiveSnapshot {
+        let control = self.inner.control.lock();
+        AdaptiveSnapshot {
+            limit: self.limit(),
+            fixed: self.inner.ledger.is_fixed(),
+            min: control.bounds.0,
+            max: control.bounds.1,
+            windows: control.windows,
+            last: control.last,
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // The ledger outlives its controller: it keeps the last capacity, and a later
+        // controller may drive it.
+        self.ledger.hand_back(true);
+    }
+}
+
+impl fmt::Debug for AdaptiveLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let control = self.inner.control.lock();
+        f.debug_struct("AdaptiveLimit")
+            .field("limit", &self.limit())
+            .field("fixed", &self.inner.ledger.is_fixed())
+            .field("bounds", &control.bounds)
+            .field("algorithm", &control.algorithm)
+            .finish()
+    }
+}
+
+/// A latency in whole microseconds, capped so one sample cannot overrun its field.
+fn micros(latency: Duration) -> u64 {
+    u64::try_from(latency.as_micros()).map_or(MAX_MICROS, |m| m.min(MAX_MICROS))
+}
+
+fn nanos(duration: Duration) -> u64 {
+    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Shards: the machine's parallelism rounded up to a power of two (at most 64).
+fn shard_count() -> usize {
+    if cfg!(admission_loom) {
+        return 2;
+    }
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(64)
+        .next_power_of_two()
+}
+
+/// This thread's shard, before masking: threads are numbered as they first record.
+#[inline]
+fn shard_index() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    INDEX.with(|index| match index.get() {
+        usize::MAX => {
+            // Relaxed: a spreading hint, not a protocol.
+            let next = NEXT.fetch_add(1, Ordering::Relaxed) % 1024;
+            index.set(next);
+            next
+        }
+        known => known,
+    })
+}
+
+#[cfg(all(test, not(admission_loom)))]
+mod tests;
+
+#[cfg(all(test, admission_loom))]
+mod loom_tests;

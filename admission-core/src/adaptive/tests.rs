@@ -1,0 +1,378 @@
+use std::sync::{Arc as StdArc, Mutex as StdMutex};
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::Refused;
+
+/// An algorithm that keeps every window it is given and answers `next`.
+#[derive(Debug, Clone)]
+struct Recorder {
+    windows: StdArc<StdMutex<Vec<Window>>>,
+    next: u64,
+}
+
+impl Recorder {
+    fn new(next: u64) -> (Self, StdArc<StdMutex<Vec<Window>>>) {
+        let windows = StdArc::new(StdMutex::new(Vec::new()));
+        let recorder = Self {
+            windows: windows.clone(),
+            next,
+        };
+        (recorder, windows)
+    }
+}
+
+impl Algorithm for Recorder {
+    fn update(&mut self, window: &Window) -> u64 {
+        self.windows.lock().unwrap().push(*window);
+        self.next
+    }
+}
+
+const MS: Duration = Duration::from_millis(1);
+
+fn build(algorithm: impl Algorithm, ledger: &CountLedger, epoch: Instant) -> AdaptiveLimit {
+    AdaptiveLimit::builder(algorithm)
+        .bounds(2, 100)
+        .initial(10)
+        .min_samples(3)
+        .epoch(epoch)
+        .build(ledger)
+        .unwrap()
+}
+
+#[test]
+fn a_window_closes_with_every_sample_it_was_given_and_sets_the_answer() {
+    let ledger = CountLedger::new(0).unwrap();
+    let epoch = Instant::now();
+    let (recorder, windows) = Recorder::new(40);
+    let limit = build(recorder, &ledger, epoch);
+    assert_eq!(ledger.capacity(), 10, "starts at the initial limit");
+    let held: Vec<_> = (0..4).map(|_| ledger.try_acquire().unwrap()).collect();
+    limit.record_at(epoch + 10 * MS, 5 * MS, Outcome::Success);
+    limit.record_at(epoch + 20 * MS, 7 * MS, Outcome::Overload);
+    limit.record_at(epoch + 30 * MS, 9 * MS, Outcome::Dropped);
+    assert!(
+        windows.lock().unwrap().is_empty(),
+        "the window lasts 100 ms"
+    );
+    limit.record_at(epoch + 120 * MS, 3 * MS, Outcome::Success);
+    let closed = windows.lock().unwrap().clone();
+    assert_eq!(closed.len(), 1);
+    let w = closed[0];
+    assert_eq!(w.samples, 4);
+    assert_eq!(w.latency_total, 24 * MS);
+    assert_eq!((w.overloaded, w.dropped), (1, 1));
+    assert_eq!(w.max_in_flight, 4);
+    assert_eq!(w.limit, 10);
+    assert_eq!(w.elapsed, 120 * MS);
+    assert_eq!(
+        ledger.capacity(),
+        40,
+        "the algorithm's answer is the capacity"
+    );
+    assert_eq!(limit.snapshot().windows, 1);
+    assert_eq!(limit.snapshot().last, Some(w));
+    drop(held);
+}
+
+#[test]
+fn a_window_waits_for_enough_samples_and_loses_none() {
+    let ledger = CountLedger::new(0).unwrap();
+    let epoch = Instant::now();
+    let (recorder, windows) = Recorder::new(40);
+    let limit = build(recorder, &ledger, epoch);
+    limit.record_at(epoch + 150 * MS, MS, Outcome::Success);
+    limit.record_at(epoch + 200 * MS, MS, Outcome::Success);
+    assert!(
+        windows.lock().unwrap().is_empty(),
+        "two samples, three needed"
+    );
+    // A sample before the next look (an eighth of a window on) stays in its shard.
+    limit.record_at(epoch + 201 * MS, MS, Outcome::Success);
+    assert!(windows.lock().unwrap().is_empty());
+    limit.record_at(epoch + 300 * MS, MS, Outcome::Success);
+    let closed = windows.lock().unwrap().clone();
+    assert_eq!(closed.len(), 1);
+    assert_eq!(closed[0].samples, 4);
+    assert_eq!(closed[0].elapsed, 300 * MS);
+}
+
+#[test]
+fn the_answer_is_clamped_into_the_bounds() {
+    for (answer, expected) in [(0, 2), (1, 2), (1000, 100), (50, 50)] {
+        let ledger = CountLedger::new(0).unwrap();
+        let epoch = Instant::now();
+        let limit = build(Recorder::new(answer).0, &ledger, epoch);
+        for at in [10, 20, 130] {
+            limit.record_at(epoch + at * MS, MS, Outcome::Success);
+        }
+        assert_eq!(ledger.capacity(), expected, "answer {answer}");
+    }
+}
+
+#[test]
+fn bounds_that_cannot_hold_and_a_second_controller_are_errors() {
+    let ledger = CountLedger::new(0).unwrap();
+    for (min, max) in [(0, 10), (10, 9), (1, u64::MAX)] {
+        let err = AdaptiveLimit::builder(Aimd::default())
+            .bounds(min, max)
+            .build(&ledger)
+            .unwrap_err();
+        assert_eq!(err, AdaptiveError::Bounds { min, max });
+        assert!(err.to_string().contains("bounds"));
+    }
+    let first = AdaptiveLimit::builder(Aimd::default())
+        .initial(500)
+        .bounds(1, 64)
+        .build(&ledger)
+        .unwrap();
+    assert_eq!(ledger.capacity(), 64, "the initial limit is clamped");
+    let second = AdaptiveLimit::builder(Aimd::default()).build(&ledger);
+    assert_eq!(second.unwrap_err(), AdaptiveError::AlreadyDriven);
+    let clone = first.clone();
+    drop(first);
+    assert_eq!(
+        AdaptiveLimit::builder(Aimd::default())
+            .build(&ledger)
+            .unwrap_err(),
+        AdaptiveError::AlreadyDriven,
+        "a clone still drives it"
+    );
+    drop(clone);
+    assert!(AdaptiveLimit::builder(Aimd::default())
+        .build(&ledger)
+        .is_ok());
+}
+
+#[test]
+fn a_capacity_set_by_hand_stays_until_it_is_handed_back() {
+    let ledger = CountLedger::new(0).unwrap();
+    let epoch = Instant::now();
+    let (recorder, windows) = Recorder::new(40);
+    let limit = build(recorder, &ledger, epoch);
+    ledger.set_capacity(7).unwrap();
+    assert!(limit.snapshot().fixed);
+    let mut at = 0;
+    let mut window = |limit: &AdaptiveLimit| {
+        for _ in 0..3 {
+            at += 50;
+            limit.record_at(epoch + at * MS, MS, Outcome::Success);
+        }
+    };
+    window(&limit);
+    assert_eq!(limit.snapshot().windows, 1, "the window still closes");
+    assert!(
+        windows.lock().unwrap().is_empty(),
+        "without asking the algorithm"
+    );
+    assert_eq!(ledger.capacity(), 7);
+    limit.resume();
+    window(&limit);
+    assert_eq!(ledger.capacity(), 40);
+    assert_eq!(
+        windows.lock().unwrap()[0].limit,
+        7,
+        "it starts from the capacity in force"
+    );
+    limit.set_fixed(9).unwrap();
+    window(&limit);
+    assert_eq!(ledger.capacity(), 9);
+    ledger.set_unlimited();
+    window(&limit);
+    assert_eq!(ledger.capacity(), 0, "unlimited by hand is fixed too");
+}
+
+#[test]
+fn a_close_overrides_the_controller_until_reopened() {
+    let ledger = CountLedger::new(0).unwrap();
+    let epoch = Instant::now();
+    let limit = build(Recorder::new(50).0, &ledger, epoch);
+    ledger.close();
+    for at in [10, 20, 130] {
+        limit.record_at(epoch + at * MS, MS, Outcome::Success);
+    }
+    assert_eq!(ledger.capacity(), 50);
+    assert_eq!(ledger.try_acquire().unwrap_err(), Refused::Closed);
+    assert!(
+        !limit.snapshot().fixed,
+        "a close is not a capacity set by hand"
+    );
+    ledger.reopen();
+    let held: Vec<_> = (0..50).map(|_| ledger.try_acquire().unwrap()).collect();
+    assert_eq!(ledger.try_acquire().unwrap_err(), Refused::Count);
+    drop(held);
+}
+
+#[test]
+fn slow_successes_count_as_overloads_from_the_overload_latency() {
+    let ledger = CountLedger::new(0).unwrap();
+    let epoch = Instant::now();
+    let (recorder, windows) = Recorder::new(40);
+    let limit = AdaptiveLimit::builder(recorder)
+        .min_samples(1)
+        .overload_latency(50 * MS)
+        .epoch(epoch)
+        .build(&ledger)
+        .unwrap();
+    limit.record_at(epoch + MS, 49 * MS, Outcome::Success);
+    limit.record_at(epoch + 2 * MS, 50 * MS, Outcome::Success);
+    limit.record_at(epoch + 3 * MS, 80 * MS, Outcome::Dropped);
+    limit.record_at(epoch + 200 * MS, MS, Outcome::Success);
+    let w = windows.lock().unwrap()[0];
+    assert_eq!((w.samples, w.overloaded, w.dropped), (4, 1, 1));
+}
+
+#[test]
+fn a_shard_near_its_room_hands_its_samples_over_early() {
+    let ledger = CountLedger::new(0).unwrap();
+    let epoch = Instant::now();
+    let (recorder, windows) = Recorder::new(40);
+    let limit = build(recorder, &ledger, epoch);
+    // Each sample carries the largest latency a sample can: without the early hand-over
+    // the shard's latency field would overflow after four.
+    let huge = Duration::from_micros(MAX_MICROS);
+    for i in 0..20 {
+        limit.record_at(epoch + i * MS, Duration::MAX, Outcome::Success);
+    }
+    limit.record_at(epoch + 200 * MS, Duration::ZERO, Outcome::Success);
+    let w = windows.lock().unwrap()[0];
+    assert_eq!(w.samples, 21);
+    assert_eq!(w.latency_total, huge * 20);
+}
+
+#[test]
+fn samples_from_many_threads_are_each_counted_once() {
+    let ledger = CountLedger::new(0).unwrap();
+    let epoch = Instant::now();
+    let (recorder, windows) = Recorder::new(40);
+    let limit = AdaptiveLimit::builder(recorder)
+        .window(Duration::ZERO)
+        .min_samples(1)
+        .epoch(epoch)
+        .build(&ledger)
+        .unwrap();
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let limit = limit.clone();
+            std::thread::spawn(move || {
+                for _ in 0..1000 {
+                    limit.record(Duration::from_micros(3), Outcome::Success);
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    limit.record_at(
+        Instant::now() + Duration::from_secs(1),
+        Duration::ZERO,
+        Outcome::Success,
+    );
+    let windows = windows.lock().unwrap();
+    let samples: u64 = windows.iter().map(|w| w.samples).sum();
+    let total: Duration = windows.iter().map(|w| w.latency_total).sum();
+    assert_eq!(samples, 4001);
+    assert_eq!(total, Duration::from_micros(12_000));
+}
+
+#[test]
+fn debug_names_the_limit_and_the_algorithm() {
+    let ledger = CountLedger::new(0).unwrap();
+    let limit = AdaptiveLimit::builder(Gradient::default())
+        .build(&ledger)
+        .unwrap();
+    let debug = format!("{limit:?}");
+    assert!(
+        debug.contains("limit: 20") && debug.contains("Gradient"),
+        "{debug}"
+    );
+}
+
+/// A server of `capacity` workers and mean service time 10 ms, saturated: Little's law
+/// gives the mean latency of a window at `limit`.
+fn saturated(limit: u64, capacity: u64) -> Window {
+    let service = 10.0 * MS.as_secs_f64();
+    let latency = service * (limit as f64 / capacity as f64).max(1.0);
+    let throughput = limit.min(capacity) as f64 / service;
+    let elapsed = Duration::from_millis(100);
+    let samples = (throughput * elapsed.as_secs_f64()) as u64;
+    Window {
+        samples,
+        latency_total: Duration::from_secs_f64(latency) * samples as u32,
+        max_in_flight: limit,
+        limit,
+        elapsed,
+        ..Window::default()
+    }
+}
+
+fn run(algorithm: &mut impl Algorithm, mut limit: u64, capacity: u64, windows: usize) -> u64 {
+    for _ in 0..windows {
+        limit = algorithm
+            .update(&saturated(limit, capacity))
+            .clamp(1, 10_000);
+    }
+    limit
+}
+
+#[test]
+fn the_gradient_finds_the_servers_concurrency_from_far_below_and_far_above() {
+    for start in [8, 64, 512] {
+        let mut gradient = Gradient::default();
+        let limit = run(&mut gradient, start, 64, 300);
+        assert!((64..=96).contains(&limit), "from {start}: {limit}");
+        let noload = gradient.no_load_latency().unwrap();
+        assert!(
+            noload.abs_diff(10 * MS) < MS / 2,
+            "from {start}: {noload:?}"
+        );
+    }
+}
+
+#[test]
+fn the_gradient_follows_a_capacity_that_halves_and_recovers() {
+    let mut gradient = Gradient::default();
+    let limit = run(&mut gradient, 64, 64, 200);
+    let halved = run(&mut gradient, limit, 32, 20);
+    assert!((32..=48).contains(&halved), "{halved}");
+    let recovered = run(&mut gradient, halved, 64, 20);
+    assert!((64..=96).contains(&recovered), "{recovered}");
+}
+
+#[test]
+fn the_gradient_backs_off_on_overload_outcomes_and_holds_while_app_limited() {
+    let mut gradient = Gradient::default().smoothing(1.0);
+    let mut window = saturated(40, 64);
+    assert_eq!(
+        gradient.update(&window),
+        40,
+        "the first window sets the estimate"
+    );
+    window.max_in_flight = 10;
+    assert_eq!(gradient.update(&window), 40, "app-limited: no growth");
+    window.max_in_flight = 40;
+    assert!(gradient.update(&window) > 40, "busy, no queue: growth");
+    let mut window = saturated(40, 64);
+    window.overloaded = window.samples / 10;
+    assert_eq!(
+        gradient.update(&window),
+        36,
+        "10% overloaded: backoff to 90%"
+    );
+}
+
+#[test]
+fn aimd_grows_while_busy_and_backs_off_on_failures() {
+    let mut aimd = Aimd::default();
+    let mut window = saturated(40, 64);
+    assert_eq!(aimd.update(&window), 41);
+    window.limit = 41;
+    window.max_in_flight = 5;
+    assert_eq!(aimd.update(&window), 41, "app-limited: no growth");
+    window.dropped = 1;
+    assert_eq!(aimd.update(&window), 36, "a drop: backoff to 90%");
+    let mut lenient = Aimd::default().threshold(0.5);
+    assert_eq!(lenient.update(&window), 41, "under the threshold");
+}

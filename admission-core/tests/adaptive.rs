@@ -1,0 +1,129 @@
+//! Property tests of the adaptive limit, through its public recording path on a virtual
+//! clock: whatever the samples, the limit stays within its bounds; under sustained rising
+//! latency it falls; with sustained headroom it rises.
+
+use std::time::{Duration, Instant};
+
+use admission_core::adaptive::{AdaptiveLimit, Aimd, Algorithm, Gradient, Outcome};
+use admission_core::{CountLedger, CountPermit};
+use proptest::prelude::*;
+
+const WINDOW: Duration = Duration::from_millis(100);
+
+/// Feeds one window of `samples` samples of `latency` and `outcome`, with the ledger
+/// holding `in_flight` permits, and closes it. Returns the limit after.
+struct Feeder {
+    ledger: CountLedger,
+    limit: AdaptiveLimit,
+    epoch: Instant,
+    now: Duration,
+}
+
+impl Feeder {
+    fn new(algorithm: Box<dyn Algorithm>, min: u64, max: u64, initial: u64) -> Self {
+        let ledger = CountLedger::new(0).unwrap();
+        let epoch = Instant::now();
+        let limit = AdaptiveLimit::builder(algorithm)
+            .bounds(min, max)
+            .initial(initial)
+            .min_samples(10)
+            .epoch(epoch)
+            .build(&ledger)
+            .unwrap();
+        Self {
+            ledger,
+            limit,
+            epoch,
+            now: Duration::ZERO,
+        }
+    }
+
+    fn window(&mut self, samples: u32, latency: Duration, outcome: Outcome, in_flight: u64) -> u64 {
+        let held: Vec<CountPermit> = (0..in_flight)
+            .map_while(|_| self.ledger.try_acquire().ok())
+            .collect();
+        for _ in 0..samples {
+            self.now += WINDOW / samples;
+            self.limit
+                .record_at(self.epoch + self.now, latency, outcome);
+        }
+        // Past the window's end, so it closes.
+        self.now += WINDOW / 100;
+        self.limit
+            .record_at(self.epoch + self.now, latency, outcome);
+        drop(held);
+        self.limit.limit()
+    }
+}
+
+fn algorithm() -> impl Strategy<Value = (Box<dyn Algorithm>, &'static str)> {
+    prop_oneof![
+        Just(()).prop_map(|()| (
+            Box::new(Gradient::default()) as Box<dyn Algorithm>,
+            "gradient"
+        )),
+        Just(()).prop_map(|()| (Box::new(Aimd::default()) as Box<dyn Algorithm>, "aimd")),
+    ]
+}
+
+fn outcome() -> impl Strategy<Value = Outcome> {
+    prop_oneof![
+        8 => Just(Outcome::Success),
+        1 => Just(Outcome::Overload),
+        1 => Just(Outcome::Dropped),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 4 } else { 64 }))]
+
+    #[test]
+    fn the_limit_stays_within_its_bounds(
+        (algorithm, _) in algorithm(),
+        min in 1u64..20,
+        span in 0u64..200,
+        initial in 0u64..400,
+        windows in prop::collection::vec((10u32..60, 1u64..100_000, outcome(), 0u64..300), 1..40),
+    ) {
+        let max = min + span;
+        let mut feeder = Feeder::new(algorithm, min, max, initial);
+        prop_assert!((min..=max).contains(&feeder.limit.limit()));
+        for (samples, micros, outcome, in_flight) in windows {
+            let limit = feeder.window(samples, Duration::from_micros(micros), outcome, in_flight);
+            prop_assert!((min..=max).contains(&limit), "{limit} outside {min}..={max}");
+        }
+    }
+
+    #[test]
+    fn the_gradient_falls_under_sustained_rising_latency(
+        base in 1_000u64..50_000,
+        rise in 1.05f64..1.5,
+        initial in 20u64..500,
+    ) {
+        let mut feeder = Feeder::new(Box::new(Gradient::default()), 1, 10_000, initial);
+        // A busy server at its no-load latency, then latency rising window after window.
+        let mut latency = base as f64;
+        let mut limit = feeder.window(50, Duration::from_micros(base), Outcome::Success, initial);
+        let start = limit;
+        for _ in 0..12 {
+            latency *= rise;
+            limit = feeder.window(50, Duration::from_micros(latency as u64), Outcome::Success, limit);
+        }
+        prop_assert!(limit < start, "{start} -> {limit}");
+    }
+
+    #[test]
+    fn the_gradient_and_aimd_rise_with_sustained_headroom(
+        (algorithm, name) in algorithm(),
+        base in 1_000u64..50_000,
+        initial in 4u64..200,
+    ) {
+        let mut feeder = Feeder::new(algorithm, 1, 10_000, initial);
+        // Every permit in use, latency flat at the no-load latency: room to grow.
+        let mut limit = initial;
+        for _ in 0..12 {
+            limit = feeder.window(50, Duration::from_micros(base), Outcome::Success, limit);
+        }
+        prop_assert!(limit > initial, "{name}: {initial} -> {limit}");
+    }
+}
