@@ -23,6 +23,9 @@ use std::task::{Context, Poll, Waker};
 
 use crossbeam_utils::CachePadded;
 
+use std::time::{Duration, Instant};
+
+use crate::adaptive::{Control, Driver, Outcome, Steered};
 use crate::limit::{self, UNLIMITED};
 use crate::priority::{Priority, MAX_CLASSES};
 use crate::raw::{self, Counted, Owner, OWNER};
@@ -141,6 +144,8 @@ struct Cold {
     /// An operator set the capacity by hand while it was driven: the controller's
     /// changes are ignored until the limit is handed back.
     fixed: AtomicBool,
+    /// The samples and the controller of an adaptive limit, from the first one on.
+    driver: std::sync::OnceLock<Driver>,
     /// Serialises every change of the threshold, and holds the drains waiting.
     control: Mutex<Waiters>,
 }
@@ -256,6 +261,42 @@ impl CountInner {
     }
 }
 
+impl CountInner {
+    #[inline]
+    fn record_at(&self, now: Instant, latency: Duration, outcome: Outcome) {
+        if let Some(driver) = self.cold.driver.get() {
+            driver.record(self, now, latency, outcome);
+        }
+    }
+}
+
+impl Steered for CountInner {
+    fn in_flight(&self) -> u64 {
+        // Relaxed: a statistic.
+        self.hot.state.load(Ordering::Relaxed) & HELD
+    }
+
+    fn capacity(&self) -> u64 {
+        limit::decode(CountInner::capacity(self))
+    }
+
+    fn is_fixed(&self) -> bool {
+        // Relaxed: a setting.
+        self.cold.fixed.load(Ordering::Relaxed)
+    }
+
+    /// The controller's setting: applied unless an operator fixed the capacity by hand.
+    /// A close (or drain) stays in force either way.
+    fn steer(&self, capacity: u64) {
+        let _control = self.cold.control.lock();
+        // Relaxed: read and written only under `control`.
+        if !self.cold.fixed.load(Ordering::Relaxed) {
+            self.cold.capacity.store(capacity, Ordering::Relaxed);
+            self.store_threshold();
+        }
+    }
+}
+
 impl CountLedger {
     /// The largest capacity a count ledger accepts.
     pub const MAX_CAPACITY: usize = usize::MAX >> 2;
@@ -290,6 +331,7 @@ impl CountLedger {
                 closed: AtomicBool::new(false),
                 driven: AtomicBool::new(false),
                 fixed: AtomicBool::new(false),
+                driver: std::sync::OnceLock::new(),
                 control: Mutex::new(Waiters::default()),
             }),
             track: Track::new(),
@@ -535,7 +577,13 @@ impl CountLedger {
 
     /// Puts the capacity under a controller's hands, starting at `capacity`; false if
     /// another controller has it already.
-    pub(crate) fn drive(&self, capacity: u64) -> bool {
+    pub(crate) fn drive(
+        &self,
+        capacity: u64,
+        epoch: Instant,
+        control: Control,
+        overload_after: u64,
+    ) -> bool {
         let inner = self.inner();
         let _control = inner.cold.control.lock();
         // Relaxed: read and written only under `control`.
@@ -545,20 +593,8 @@ impl CountLedger {
         inner.cold.fixed.store(false, Ordering::Relaxed);
         inner.cold.capacity.store(capacity, Ordering::Relaxed);
         inner.store_threshold();
-        true
-    }
-
-    /// The controller's setting: applied unless an operator fixed the capacity by hand.
-    /// Whether it was applied. A close (or drain) stays in force either way.
-    pub(crate) fn steer(&self, capacity: u64) -> bool {
-        let inner = self.inner();
-        let _control = inner.cold.control.lock();
-        // Relaxed: read and written only under `control`.
-        if inner.cold.fixed.load(Ordering::Relaxed) {
-            return false;
-        }
-        inner.cold.capacity.store(capacity, Ordering::Relaxed);
-        inner.store_threshold();
+        let driver = inner.cold.driver.get_or_init(|| Driver::new(epoch));
+        driver.install(control, epoch, overload_after);
         true
     }
 
@@ -571,13 +607,32 @@ impl CountLedger {
         inner.cold.fixed.store(false, Ordering::Relaxed);
         if release {
             inner.cold.driven.store(false, Ordering::Relaxed);
+            if let Some(driver) = inner.cold.driver.get() {
+                driver.uninstall();
+            }
         }
+    }
+
+    /// The adaptive limit's state, once the ledger has been driven.
+    pub(crate) fn driver(&self) -> Option<&Driver> {
+        self.inner().cold.driver.get()
+    }
+
+    /// The ledger as its driver sees it.
+    #[cfg(all(test, admission_loom))]
+    pub(crate) fn steering(&self) -> &impl Steered {
+        self.inner()
+    }
+
+    /// Records a sample for the ledger's adaptive limit, if it has one.
+    #[inline]
+    pub(crate) fn record_at(&self, now: Instant, latency: Duration, outcome: Outcome) {
+        self.inner().record_at(now, latency, outcome);
     }
 
     /// Whether an operator has fixed a driven ledger's capacity by hand.
     pub(crate) fn is_fixed(&self) -> bool {
-        // Relaxed: a setting.
-        self.inner().cold.fixed.load(Ordering::Relaxed)
+        Steered::is_fixed(self.inner())
     }
 
     /// Refuses every new acquisition with [`Refused::Closed`] until
@@ -941,6 +996,42 @@ pub struct CountPermit {
 }
 
 impl CountPermit {
+    /// Records how the work under this permit went, for the ledger's
+    /// [`AdaptiveLimit`](crate::AdaptiveLimit) (nothing happens if the ledger has none):
+    /// its latency, from admission to whatever point the caller chose, and its outcome.
+    /// Call it once, before or as the permit is dropped. Reads the clock once.
+    ///
+    /// The same as the limit's own [`record`](crate::AdaptiveLimit::record), without a
+    /// handle to it: a permit reaches its ledger with no reference-count traffic.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use admission_core::adaptive::{AdaptiveLimit, Gradient, Outcome};
+    /// use admission_core::CountLedger;
+    ///
+    /// let ledger = CountLedger::new(0)?;
+    /// let _limit = AdaptiveLimit::builder(Gradient::default()).build(&ledger)?;
+    /// let permit = ledger.try_acquire()?;
+    /// let admitted = Instant::now();
+    /// // ... the work ...
+    /// permit.record(admitted.elapsed(), Outcome::Success);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn record(&self, latency: Duration, outcome: Outcome) {
+        self.record_at(Instant::now(), latency, outcome);
+    }
+
+    /// [`record`](Self::record) at `now` on the limit's clock (see
+    /// [`AdaptiveBuilder::epoch`](crate::adaptive::AdaptiveBuilder::epoch)).
+    #[inline]
+    pub fn record_at(&self, now: Instant, latency: Duration, outcome: Outcome) {
+        // SAFETY: this permit holds a share of the ledger's count, so the allocation is
+        // alive as long as `self` is; only shared access through atomics and mutexes.
+        let inner = unsafe { self.inner.as_ref() };
+        inner.record_at(now, latency, outcome);
+    }
+
     /// Gives the permit's unit back to its ledger. Called only from `Drop`, so it runs
     /// exactly once.
     #[inline]
@@ -975,7 +1066,8 @@ impl fmt::Debug for CountPermit {
 // decrement (and, for the last release under a drain, the mutex) that is correct on any
 // thread.
 unsafe impl Send for CountPermit {}
-// SAFETY: `&CountPermit` offers no operation at all.
+// SAFETY: `&CountPermit` offers only `record`, which touches the ledger's shared state
+// through atomics and mutexes (`Sync`), correct from any thread.
 unsafe impl Sync for CountPermit {}
 
 #[cfg(all(test, not(admission_loom)))]

@@ -27,7 +27,7 @@ pub mod admission;
 
 pub use admission::{
     Admission, AdmissionBuilder, AdmissionLayer, AdmissionSnapshot, BuildError, RefusalEvent,
-    ResponseBody, ResponseFuture,
+    ResponseBody, ResponseFuture, SampleAt,
 };
 pub use admission_core;
 pub use admission_http;

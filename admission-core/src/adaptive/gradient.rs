@@ -29,10 +29,14 @@ use super::{Algorithm, Window};
 /// the server showed (throughput × `n`), below the knee, where nothing queues; the first
 /// window lets the queue drain, and the second window's mean latency is the estimate (averaged
 /// with the previous one unless they disagree by more than 20%: the service changed).
-/// When a probe finds the estimate was high, the next one comes two windows later, so a
-/// limit started far above the server's comes down in a few seconds. A probe costs
+/// A probe that finds less than 95% of the estimate may itself have queued (the estimate
+/// it was sized from was high), so it takes the lower reading and probes again at once,
+/// 19% lower, until a probe finds no less, and once more ten windows later. The very
+/// first probe always takes a second step (the first estimate comes from whatever the
+/// first window saw, queue included). A limit started far above the server's comes down
+/// in a few seconds. A probe costs
 /// about 10% of two windows' throughput: with the defaults (100 ms windows, a probe
-/// every 100), about 0.2%.
+/// every 100), about 0.2%. No probe runs until the limit binds (the work reaches 90% of it).
 ///
 /// # When to use it
 ///
@@ -77,6 +81,9 @@ pub struct Gradient {
     limit: f64,
     /// The no-load latency estimate, in seconds.
     noload: Option<f64>,
+    /// Whether a probe has measured the estimate (the first comes from whatever the
+    /// first window saw).
+    confirmed: bool,
     /// Windows since the last probe ended.
     since_probe: u32,
     phase: Phase,
@@ -85,15 +92,18 @@ pub struct Gradient {
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
     Normal,
-    /// The limit is lowered to `probe`; the queue drains this window.
+    /// The limit is lowered to `probe`; the queue drains this window. `descended`: an
+    /// earlier probe of this run found the estimate high.
     Draining {
         resume: f64,
         probe: u64,
+        descended: bool,
     },
     /// The limit is lowered; this window's mean is the estimate.
     Measuring {
         resume: f64,
         probe: u64,
+        descended: bool,
     },
 }
 
@@ -108,6 +118,7 @@ impl Default for Gradient {
             threshold: 0.01,
             limit: 0.0,
             noload: None,
+            confirmed: false,
             since_probe: 0,
             phase: Phase::Normal,
         }
@@ -170,18 +181,18 @@ impl Gradient {
         self.phase = Phase::Draining {
             resume: self.limit,
             probe,
+            descended: false,
         };
         probe
     }
 
-    /// Takes a probe's measurement; whether the estimate was high.
-    fn measured(&mut self, latency: f64) -> bool {
-        let high = self.noload.is_some_and(|n| latency < n * 0.9);
+    /// Takes a probe's measurement: averaged with the estimate when they agree within
+    /// 20%, else the new estimate.
+    fn measured(&mut self, latency: f64) {
         self.noload = Some(match self.noload {
             Some(n) if (latency - n).abs() <= 0.2 * n => (n + latency) / 2.0,
             _ => latency,
         });
-        high
     }
 }
 
@@ -191,15 +202,48 @@ impl Algorithm for Gradient {
             return window.limit;
         };
         match self.phase {
-            Phase::Draining { resume, probe } => {
-                self.phase = Phase::Measuring { resume, probe };
+            Phase::Draining {
+                resume,
+                probe,
+                descended,
+            } => {
+                self.phase = Phase::Measuring {
+                    resume,
+                    probe,
+                    descended,
+                };
                 return probe;
             }
-            Phase::Measuring { resume, .. } => {
+            Phase::Measuring {
+                resume,
+                probe,
+                descended,
+            } => {
+                let lower = self.noload.is_none_or(|n| latency < 0.95 * n);
+                if lower || !self.confirmed {
+                    // Lower than the estimate: the estimate was high, and this probe may
+                    // still have queued; or the first probe, whose limit came from an
+                    // unmeasured estimate and may have queued just as much. Take it, and
+                    // probe lower at once (by a step noise cannot hide), until a probe no
+                    // longer finds less.
+                    self.noload = Some(latency);
+                    self.confirmed = true;
+                    let probe = ((probe as f64 * self.probe * self.probe) as u64).max(1);
+                    self.phase = Phase::Draining {
+                        resume,
+                        probe,
+                        descended: true,
+                    };
+                    return probe;
+                }
+                self.measured(latency);
                 self.phase = Phase::Normal;
-                let high = self.measured(latency);
-                // Probe again soon while probes keep finding the estimate too high.
-                self.since_probe = if high { self.probe_every - 2 } else { 0 };
+                // After a descent, confirm the estimate soon.
+                self.since_probe = if descended {
+                    self.probe_every.saturating_sub(10)
+                } else {
+                    0
+                };
                 self.limit = resume;
                 return resume as u64;
             }
@@ -227,9 +271,21 @@ impl Algorithm for Gradient {
                 target
             }
         };
-        self.limit = (self.limit + self.smoothing * (target - self.limit)).max(1.0);
+        // Smoothing damps the way down, where a noisy window would shed work; growth
+        // comes one √limit step at a time already.
+        let step = if target < self.limit {
+            self.smoothing
+        } else {
+            1.0
+        };
+        self.limit = (self.limit + step * (target - self.limit)).max(1.0);
         self.since_probe += 1;
-        if self.since_probe >= self.probe_every {
+        // A probe waits until the limit binds (the work reached 90% of it): until then the
+        // limit shapes nothing, what the server does is its own, and a probe would only
+        // shed work. Should the service slow down meanwhile, the gradient lowers the
+        // limit until it binds, and the probe comes.
+        let binds = window.max_in_flight.saturating_mul(10) >= window.limit.saturating_mul(9);
+        if self.since_probe >= self.probe_every && binds {
             return self.start_probe(window, noload);
         }
         self.limit as u64

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::CachePadded;
 
 use crate::count::CountLedger;
-use crate::sync::{Arc, AtomicU64, Mutex, Ordering};
+use crate::sync::{AtomicU64, Mutex, Ordering};
 
 mod aimd;
 mod gradient;
@@ -269,30 +269,24 @@ impl AdaptiveBuilder {
             return Err(AdaptiveError::Bounds { min, max });
         }
         let initial = self.initial.clamp(min, max);
-        if !ledger.drive(initial) {
+        let epoch = self.epoch.unwrap_or_else(Instant::now);
+        let control = Control {
+            algorithm: self.algorithm,
+            pending: Window::default(),
+            opened: 0,
+            window: nanos(self.window),
+            min_samples: self.min_samples,
+            bounds: (min, max),
+            windows: 0,
+            last: None,
+        };
+        let overload_after = self.overload_latency.map_or(u64::MAX, micros);
+        if !ledger.drive(initial, epoch, control, overload_after) {
             return Err(AdaptiveError::AlreadyDriven);
         }
-        let shards = shard_count();
-        let window = nanos(self.window);
         Ok(AdaptiveLimit {
-            inner: Arc::new(Inner {
+            guard: std::sync::Arc::new(Guard {
                 ledger: ledger.clone(),
-                epoch: self.epoch.unwrap_or_else(Instant::now),
-                shards: (0..shards)
-                    .map(|_| CachePadded::new(Shard::new()))
-                    .collect(),
-                deadline: AtomicU64::new(window),
-                overload_after: self.overload_latency.map_or(u64::MAX, micros),
-                control: Mutex::new(Control {
-                    algorithm: self.algorithm,
-                    pending: Window::new(initial, Duration::ZERO),
-                    opened: 0,
-                    window,
-                    min_samples: self.min_samples,
-                    bounds: (min, max),
-                    windows: 0,
-                    last: None,
-                }),
             }),
         })
     }
@@ -345,18 +339,36 @@ impl AdaptiveBuilder {
 /// ```
 #[derive(Clone)]
 pub struct AdaptiveLimit {
-    inner: Arc<Inner>,
+    guard: std::sync::Arc<Guard>,
 }
 
-struct Inner {
+/// Hands the ledger back when the last handle of its controller goes.
+struct Guard {
     ledger: CountLedger,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        // The ledger outlives its controller: it keeps the last capacity, and a later
+        // controller may drive it.
+        self.ledger.hand_back(true);
+    }
+}
+
+/// What a driven ledger keeps for its controller, reachable from its permits (so that a
+/// permit can record a sample with no reference-count traffic): the shards samples are
+/// added to, and the controller itself. Made by the first controller of the ledger and
+/// kept for later ones.
+pub(crate) struct Driver {
+    /// The clock's origin (the first controller's epoch).
     epoch: Instant,
     shards: Box<[CachePadded<Shard>]>,
     /// Nanoseconds since `epoch` at which the open window may close.
     deadline: AtomicU64,
     /// Microseconds from which a success counts as an overload (`u64::MAX`: never).
-    overload_after: u64,
-    control: Mutex<Control>,
+    overload_after: AtomicU64,
+    /// The controller; `None` once its last handle is gone.
+    control: Mutex<Option<Control>>,
 }
 
 /// What a window accumulates on one shard.
@@ -424,7 +436,7 @@ impl Shard {
 }
 
 /// The state the window's closer works on.
-struct Control {
+pub(crate) struct Control {
     algorithm: Box<dyn Algorithm>,
     /// The open window's samples, gathered from the shards so far.
     pending: Window,
@@ -472,16 +484,17 @@ impl AdaptiveLimit {
 
     /// The ledger whose capacity this limit drives.
     pub fn ledger(&self) -> &CountLedger {
-        &self.inner.ledger
+        &self.guard.ledger
     }
 
     /// The limit in force now (the ledger's capacity).
     pub fn limit(&self) -> u64 {
-        self.inner.ledger.capacity()
+        self.guard.ledger.capacity()
     }
 
     /// Records one admitted piece of work that ended now: how long it took and how it
-    /// ended. Reads the clock once; see [`record_at`](Self::record_at).
+    /// ended. Reads the clock once; see [`record_at`](Self::record_at). (A permit of the
+    /// ledger records the same way: [`CountPermit::record`](crate::CountPermit::record).)
     #[inline]
     pub fn record(&self, latency: Duration, outcome: Outcome) {
         self.record_at(Instant::now(), latency, outcome);
@@ -495,55 +508,7 @@ impl AdaptiveLimit {
     /// window, closing the window (a `try_lock` that never waits).
     #[inline]
     pub fn record_at(&self, now: Instant, latency: Duration, outcome: Outcome) {
-        let inner = &*self.inner;
-        let micros = micros(latency);
-        let outcome = match outcome {
-            Outcome::Success if micros >= inner.overload_after => Outcome::Overload,
-            outcome => outcome,
-        };
-        let shard = &inner.shards[shard_index() & (inner.shards.len() - 1)];
-        let full = shard.add(micros, outcome, inner.ledger.in_flight());
-        let now = nanos(now.saturating_duration_since(inner.epoch));
-        // Relaxed: a hint; the closer checks again under the lock.
-        if full || now >= inner.deadline.load(Ordering::Relaxed) {
-            self.close_window(now);
-        }
-    }
-
-    /// Gathers the shards and, if the window has lasted long enough with enough samples,
-    /// closes it: the algorithm's answer becomes the ledger's capacity.
-    #[cold]
-    fn close_window(&self, now: u64) {
-        let inner = &*self.inner;
-        // Never wait: another thread is closing this window.
-        let Some(mut control) = inner.control.try_lock() else {
-            return;
-        };
-        let control = &mut *control;
-        for shard in inner.shards.iter() {
-            shard.take(&mut control.pending);
-        }
-        let elapsed = now.saturating_sub(control.opened);
-        if elapsed < control.window || control.pending.samples < control.min_samples {
-            // Relaxed: a hint (see `record_at`). Look again after a slice of a window.
-            let next = now.max(control.opened + control.window) + control.window / 8;
-            inner.deadline.store(next, Ordering::Relaxed);
-            return;
-        }
-        let mut window = std::mem::take(&mut control.pending);
-        window.limit = inner.ledger.capacity();
-        window.elapsed = Duration::from_nanos(elapsed);
-        if !inner.ledger.is_fixed() {
-            let (min, max) = control.bounds;
-            let next = control.algorithm.update(&window).clamp(min, max);
-            inner.ledger.steer(next);
-        }
-        control.windows += 1;
-        control.last = Some(window);
-        control.opened = now;
-        inner
-            .deadline
-            .store(now + control.window, Ordering::Relaxed);
+        self.guard.ledger.record_at(now, latency, outcome);
     }
 
     /// Fixes the limit at `capacity` by hand: the controller leaves it there until
@@ -554,7 +519,7 @@ impl AdaptiveLimit {
     ///
     /// As [`CountLedger::set_capacity`]: 0 or above the maximum.
     pub fn set_fixed(&self, capacity: usize) -> Result<(), crate::CapacityError> {
-        self.inner.ledger.set_capacity(capacity)
+        self.guard.ledger.set_capacity(capacity)
     }
 
     /// Hands a limit fixed by hand back to the controller, which goes on from the
@@ -574,40 +539,153 @@ impl AdaptiveLimit {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn resume(&self) {
-        self.inner.ledger.hand_back(false);
+        self.guard.ledger.hand_back(false);
     }
 
     /// The limit, whether it is fixed by hand, and the last window.
     pub fn snapshot(&self) -> AdaptiveSnapshot {
-        let control = self.inner.control.lock();
+        let ledger = &self.guard.ledger;
+        let driver = ledger.driver().expect("a driven ledger has a driver");
+        let control = driver.control.lock();
+        let control = control.as_ref().expect("a live controller");
         AdaptiveSnapshot {
-            limit: self.limit(),
-            fixed: self.inner.ledger.is_fixed(),
+            limit: ledger.capacity(),
+            fixed: ledger.is_fixed(),
             min: control.bounds.0,
             max: control.bounds.1,
             windows: control.windows,
             last: control.last,
         }
     }
+
+    #[cfg(all(test, admission_loom))]
+    fn close_window(&self, now: u64) {
+        let ledger = &self.guard.ledger;
+        ledger
+            .driver()
+            .unwrap()
+            .close_window(ledger.steering(), now);
+    }
 }
 
-impl Drop for Inner {
-    fn drop(&mut self) {
-        // The ledger outlives its controller: it keeps the last capacity, and a later
-        // controller may drive it.
-        self.ledger.hand_back(true);
+/// What the driver needs of the ledger it drives.
+pub(crate) trait Steered {
+    fn in_flight(&self) -> u64;
+    /// The capacity in force (0 for unlimited).
+    fn capacity(&self) -> u64;
+    fn is_fixed(&self) -> bool;
+    fn steer(&self, capacity: u64);
+}
+
+impl Driver {
+    pub(crate) fn new(epoch: Instant) -> Self {
+        Self {
+            epoch,
+            shards: (0..shard_count())
+                .map(|_| CachePadded::new(Shard::new()))
+                .collect(),
+            deadline: AtomicU64::new(u64::MAX),
+            overload_after: AtomicU64::new(u64::MAX),
+            control: Mutex::new(None),
+        }
+    }
+
+    /// Installs a controller whose clock starts at `epoch` (the ledger's control lock is
+    /// held).
+    pub(crate) fn install(&self, control: Control, epoch: Instant, overload_after: u64) {
+        let mut slot = self.control.lock();
+        // Samples left from an earlier controller are not this one's.
+        let mut stale = Window::default();
+        for shard in self.shards.iter() {
+            shard.take(&mut stale);
+        }
+        let now = nanos(epoch.saturating_duration_since(self.epoch));
+        let control = slot.insert(control);
+        control.opened = now;
+        // Relaxed: settings read as hints on the recording path.
+        self.overload_after.store(overload_after, Ordering::Relaxed);
+        self.deadline
+            .store(now.saturating_add(control.window), Ordering::Relaxed);
+    }
+
+    /// Removes the controller: samples are then dropped as they are gathered.
+    pub(crate) fn uninstall(&self) {
+        *self.control.lock() = None;
+    }
+
+    #[inline]
+    pub(crate) fn record(
+        &self,
+        ledger: &impl Steered,
+        now: Instant,
+        latency: Duration,
+        outcome: Outcome,
+    ) {
+        let micros = micros(latency);
+        // Relaxed: a setting.
+        let outcome = match outcome {
+            Outcome::Success if micros >= self.overload_after.load(Ordering::Relaxed) => {
+                Outcome::Overload
+            }
+            outcome => outcome,
+        };
+        let shard = &self.shards[shard_index() & (self.shards.len() - 1)];
+        let full = shard.add(micros, outcome, ledger.in_flight());
+        let now = nanos(now.saturating_duration_since(self.epoch));
+        // Relaxed: a hint; the closer checks again under the lock.
+        if full || now >= self.deadline.load(Ordering::Relaxed) {
+            self.close_window(ledger, now);
+        }
+    }
+
+    /// Gathers the shards and, if the window has lasted long enough with enough samples,
+    /// closes it: the algorithm's answer becomes the ledger's capacity.
+    #[cold]
+    fn close_window(&self, ledger: &impl Steered, now: u64) {
+        // Never wait: another thread is closing this window.
+        let Some(mut control) = self.control.try_lock() else {
+            return;
+        };
+        let Some(control) = control.as_mut() else {
+            let mut stale = Window::default();
+            for shard in self.shards.iter() {
+                shard.take(&mut stale);
+            }
+            return;
+        };
+        for shard in self.shards.iter() {
+            shard.take(&mut control.pending);
+        }
+        let elapsed = now.saturating_sub(control.opened);
+        if elapsed < control.window || control.pending.samples < control.min_samples {
+            // Relaxed: a hint (see `record`). Look again after a slice of a window.
+            let next = now.max(control.opened + control.window) + control.window / 8;
+            self.deadline.store(next, Ordering::Relaxed);
+            return;
+        }
+        let mut window = std::mem::take(&mut control.pending);
+        window.limit = ledger.capacity();
+        window.elapsed = Duration::from_nanos(elapsed);
+        if !ledger.is_fixed() {
+            let (min, max) = control.bounds;
+            ledger.steer(control.algorithm.update(&window).clamp(min, max));
+        }
+        control.windows += 1;
+        control.last = Some(window);
+        control.opened = now;
+        self.deadline
+            .store(now.saturating_add(control.window), Ordering::Relaxed);
     }
 }
 
 impl fmt::Debug for AdaptiveLimit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let control = self.inner.control.lock();
+        let snapshot = self.snapshot();
         f.debug_struct("AdaptiveLimit")
-            .field("limit", &self.limit())
-            .field("fixed", &self.inner.ledger.is_fixed())
-            .field("bounds", &control.bounds)
-            .field("algorithm", &control.algorithm)
-            .finish()
+            .field("limit", &snapshot.limit)
+            .field("fixed", &snapshot.fixed)
+            .field("bounds", &(snapshot.min, snapshot.max))
+            .finish_non_exhaustive()
     }
 }
 

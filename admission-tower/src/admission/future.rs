@@ -166,14 +166,20 @@ where
                             let response = late.respond(refused);
                             return Poll::Ready(Ok(response.map(ResponseBody::refused)));
                         }
-                        Some(Err(permit)) => Some(permit),
+                        Some(Err(mut permit)) => {
+                            permit.head(&response);
+                            Some(permit)
+                        }
                         None => None,
                     };
                     Poll::Ready(Ok(response.map(|body| ResponseBody::new(body, permit))))
                 }
                 Poll::Ready(Err(err)) => {
-                    // The request failed without a response body: release now.
-                    drop(this.permit.take());
+                    // The request failed without a response body: release now (an
+                    // overload, for an adaptive limit).
+                    if let Some(mut permit) = this.permit.take() {
+                        permit.failed();
+                    }
                     Poll::Ready(Err(err))
                 }
             },

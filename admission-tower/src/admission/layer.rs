@@ -7,9 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use admission_core::adaptive::{AdaptiveBuilder, AdaptiveError, AdaptiveSnapshot};
 use admission_core::{
-    CapacityError, Claim, Classes, Drain, Gate, GateBuilder, GatePermit, GateSnapshot, Key,
-    Priority,
+    AdaptiveLimit, CapacityError, Claim, Classes, Drain, Gate, GateBuilder, GatePermit,
+    GateSnapshot, Key, Priority,
 };
 use admission_http::{
     content_length, BodyRefusalContext, RefusalBody, RefusalContext, Refusals, Rejection,
@@ -57,6 +58,10 @@ pub(crate) struct Shared<K, H> {
     pub(crate) drain: DrainLimits,
     pub(crate) observer: Observer,
     would_shed: AtomicU64,
+    /// The adaptive limit driving the count, if any.
+    adaptive: Option<AdaptiveLimit>,
+    /// Where requests are sampled for it (`None` without one).
+    pub(crate) sample_at: Option<SampleAt>,
     /// Nothing to read from the head: no byte or key dimension, no bypass, no dry run.
     /// The count alone decides, before the request is taken apart.
     pub(crate) count_only: bool,
@@ -133,6 +138,7 @@ impl<K, H> Shared<K, H> {
         AdmissionSnapshot {
             gate: self.gate.snapshot(),
             would_shed: self.would_shed.load(Ordering::Relaxed),
+            adaptive: self.adaptive.as_ref().map(AdaptiveLimit::snapshot),
         }
     }
 }
@@ -146,6 +152,27 @@ pub struct AdmissionSnapshot {
     pub gate: GateSnapshot,
     /// Requests refused in dry-run mode and admitted anyway.
     pub would_shed: u64,
+    /// With an adaptive limit ([`AdmissionBuilder::adaptive`]): the limit it has set (also
+    /// `gate.count.capacity`), whether an operator fixed it, and its last window.
+    pub adaptive: Option<AdaptiveSnapshot>,
+}
+
+/// Where an adaptive limit's latency sample of a request ends
+/// ([`AdmissionBuilder::sample_at`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum SampleAt {
+    /// When the inner service answers with the response head (the default). The time
+    /// the service took to decide, whatever the body does next: a streaming response
+    /// (server-sent events, a gRPC server stream, a download to a slow client) would
+    /// otherwise read as a server slowing down. The permit is still held until the body
+    /// ends.
+    #[default]
+    Head,
+    /// When the response body ends (or fails, or is dropped) and the permit is released:
+    /// the whole time the request held its place. For services whose work is in the
+    /// body (a handler that streams a computed result) and whose bodies are short.
+    BodyEnd,
 }
 
 /// Applies admission control to a service: sheds what is over the limits, never queues.
@@ -365,6 +392,12 @@ impl<K, H> AdmissionLayer<K, H> {
     pub fn reopen(&self) {
         self.shared.gate.reopen();
     }
+
+    /// The adaptive limit setting the count limit, if the layer has one
+    /// ([`AdmissionBuilder::adaptive`]): to fix the limit by hand and hand it back.
+    pub fn adaptive(&self) -> Option<&AdaptiveLimit> {
+        self.shared.adaptive.as_ref()
+    }
 }
 
 impl<S, K, H> Layer<S> for AdmissionLayer<K, H> {
@@ -427,6 +460,8 @@ pub struct AdmissionBuilder<K = Key, H = RandomState> {
     drain: DrainLimits,
     track_in_flight: bool,
     report: observe::Options,
+    adaptive: Option<AdaptiveBuilder>,
+    sample_at: SampleAt,
 }
 
 impl<K, H> Limits<K, H> {
@@ -463,6 +498,8 @@ impl<K, H> AdmissionBuilder<K, H> {
             drain: DrainLimits::default(),
             track_in_flight: false,
             report: observe::Options::default(),
+            adaptive: None,
+            sample_at: SampleAt::default(),
         }
     }
 
@@ -487,6 +524,8 @@ impl<K, H> AdmissionBuilder<K, H> {
             drain: self.drain,
             track_in_flight: self.track_in_flight,
             report: self.report,
+            adaptive: self.adaptive,
+            sample_at: self.sample_at,
         }
     }
 }
@@ -1064,6 +1103,54 @@ where
         self
     }
 
+    /// Lets an adaptive limit set the count limit: it raises the limit while the server
+    /// keeps up and lowers it when latency (or failure) says the server queues, within
+    /// its bounds. Replaces [`count`](Self::count)'s fixed number (the limit starts at
+    /// the builder's initial limit); the byte and key dimensions, classes (whose shares
+    /// follow the limit), bypass and dry run work as before. On a layer built
+    /// [`from_gate`](AdmissionLayer::from_gate), it drives that gate's count, for every
+    /// layer and interceptor sharing it.
+    ///
+    /// Each admitted request is one sample: its latency from admission to the point
+    /// chosen with [`sample_at`](Self::sample_at) (default: the response head), and its
+    /// outcome: a 5xx response, a gRPC `RESOURCE_EXHAUSTED`, `UNAVAILABLE` or
+    /// `DEADLINE_EXCEEDED` in a trailers-only response, or an error from the service is
+    /// an overload; a request whose response future is dropped before the head (the
+    /// client went away) is dropped. Refusals by this layer are not samples. Costs two
+    /// clock reads per admitted request and one uncontended atomic addition (see
+    /// [`admission_core::adaptive`]).
+    ///
+    /// Who wins: [`close`](AdmissionLayer::close) and [`drain`](AdmissionLayer::drain)
+    /// override the controller; a count set by hand (`layer.gate().count().set_capacity`)
+    /// takes the limit out of its hands until
+    /// [`AdaptiveLimit::resume`](admission_core::AdaptiveLimit::resume)
+    /// ([`AdmissionLayer::adaptive`]). The limit is in every
+    /// [`snapshot`](AdmissionLayer::snapshot).
+    ///
+    /// ```
+    /// use admission_tower::admission_core::adaptive::{AdaptiveLimit, Gradient};
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder()
+    ///     .adaptive(AdaptiveLimit::builder(Gradient::default()).bounds(8, 2_000).initial(32))
+    ///     .build()?;
+    /// assert_eq!(layer.snapshot().gate.count.capacity, 32);
+    /// assert_eq!(layer.snapshot().adaptive.unwrap().limit, 32);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn adaptive(mut self, limit: AdaptiveBuilder) -> Self {
+        self.adaptive = Some(limit);
+        self
+    }
+
+    /// Where the adaptive limit's latency sample of a request ends: at the response head
+    /// (the default, right for streaming responses) or at the end of the response body.
+    /// See [`SampleAt`].
+    pub fn sample_at(mut self, at: SampleAt) -> Self {
+        self.sample_at = at;
+        self
+    }
+
     /// The layer. With every limit disabled it refuses nothing (unless closed or
     /// drained) and costs about what the bare service does; its type is the same either
     /// way, so a layer can be installed unconditionally.
@@ -1097,6 +1184,10 @@ where
                 None => builder.per_key(0).build()?,
             },
         };
+        let adaptive = self
+            .adaptive
+            .map(|limit| limit.build(gate.count()))
+            .transpose()?;
         let count_only = gate.bytes().is_none()
             && gate.keyed().is_none()
             && self.bypass.is_none()
@@ -1125,6 +1216,8 @@ where
                 drain: self.drain,
                 observer,
                 would_shed: AtomicU64::new(0),
+                sample_at: adaptive.is_some().then_some(self.sample_at),
+                adaptive,
                 count_only,
                 untracked,
             }),
@@ -1142,6 +1235,15 @@ pub enum BuildError {
     /// given gate, whose limits are its own: set them on the gate, and the key extractor
     /// with [`AdmissionBuilder::key`].
     LimitsOnSharedGate,
+    /// The adaptive limit's bounds are invalid, or its count ledger (a given gate's) is
+    /// driven by another adaptive limit already.
+    Adaptive(AdaptiveError),
+}
+
+impl From<AdaptiveError> for BuildError {
+    fn from(error: AdaptiveError) -> Self {
+        BuildError::Adaptive(error)
+    }
 }
 
 impl From<CapacityError> for BuildError {
@@ -1158,6 +1260,7 @@ impl fmt::Display for BuildError {
                 "limits were set on a layer built from a gate; set them on the gate, \
                  and the key extractor with `key`",
             ),
+            BuildError::Adaptive(error) => error.fmt(f),
         }
     }
 }
@@ -1166,6 +1269,7 @@ impl std::error::Error for BuildError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             BuildError::Capacity(error) => Some(error),
+            BuildError::Adaptive(error) => Some(error),
             BuildError::LimitsOnSharedGate => None,
         }
     }
@@ -1181,6 +1285,7 @@ impl<K, H> fmt::Debug for AdmissionBuilder<K, H> {
         f.debug_struct("AdmissionBuilder")
             .field("limits", limits)
             .field("dry_run", &self.dry_run)
+            .field("adaptive", &self.adaptive)
             .finish_non_exhaustive()
     }
 }

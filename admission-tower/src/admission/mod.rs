@@ -133,5 +133,7 @@ mod service;
 
 pub use body::ResponseBody;
 pub use future::ResponseFuture;
-pub use layer::{AdmissionBuilder, AdmissionLayer, AdmissionSnapshot, BuildError, RefusalEvent};
+pub use layer::{
+    AdmissionBuilder, AdmissionLayer, AdmissionSnapshot, BuildError, RefusalEvent, SampleAt,
+};
 pub use service::Admission;

@@ -3,9 +3,13 @@
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
+use std::num::NonZeroU64;
 use std::sync::Arc;
+use std::sync::OnceLock;
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
+use admission_core::adaptive::Outcome;
 use admission_core::{CountPermit, Gate, Key, KeyedPermit, Priority, Refused};
 use admission_http::{content_length, MeteredBody, Rejection, RequestCharge};
 use bytes::Bytes;
@@ -16,19 +20,75 @@ use tower_service::Service;
 
 use super::drain::{self, Drain, Plan};
 use super::future::{LateRefusal, ResponseFuture};
-use super::layer::{AdmissionSnapshot, Shared};
+use super::layer::{AdmissionSnapshot, SampleAt, Shared};
 use super::observe::Timer;
 use super::ResponseBody;
 
 /// What an admitted request holds until its response body ends: its count permit, and
-/// its key's permit and body charge where those dimensions exist. Two words: the
+/// its key's permit and body charge where those dimensions exist. Three words: the
 /// response future and body that carry it are moved at every step, and the common
 /// request (count only) should not pay for the rare ones.
 pub(crate) struct AdmissionPermit<K = Key, H = RandomState> {
-    _count: CountPermit,
+    count: CountPermit,
     rest: Option<Box<Rest<K, H>>>,
     /// The hold time's start, with the `metrics` feature (else nothing at all).
     _timer: Timer,
+    /// The adaptive limit's sample, while it is still to be recorded.
+    sample: Option<Sample>,
+}
+
+/// An adaptive limit's sample of one request, in one word: when it was admitted
+/// (nanoseconds since the process's first sample, plus one, above bit 3), whether it
+/// ends at the response head (bit 2), and how it ended as far as is known (bits 0-1:
+/// `Dropped` until the response head).
+#[derive(Clone, Copy)]
+pub(crate) struct Sample(NonZeroU64);
+
+const AT_HEAD: u64 = 1 << 2;
+const OUTCOME: u64 = 0b11;
+
+impl Sample {
+    fn epoch() -> Instant {
+        static EPOCH: OnceLock<Instant> = OnceLock::new();
+        *EPOCH.get_or_init(Instant::now)
+    }
+
+    #[inline]
+    pub(crate) fn start(at: Option<SampleAt>) -> Option<Self> {
+        let at = at?;
+        let since = Instant::now().saturating_duration_since(Self::epoch());
+        let nanos = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX);
+        let head = if at == SampleAt::Head { AT_HEAD } else { 0 };
+        let word = ((nanos.min(u64::MAX >> 4) + 1) << 3) | head | 2;
+        NonZeroU64::new(word).map(Sample)
+    }
+
+    fn at_head(self) -> bool {
+        self.0.get() & AT_HEAD != 0
+    }
+
+    fn outcome(self) -> Outcome {
+        match self.0.get() & OUTCOME {
+            0 => Outcome::Success,
+            1 => Outcome::Overload,
+            _ => Outcome::Dropped,
+        }
+    }
+
+    fn with(self, outcome: Outcome) -> Self {
+        let bits = match outcome {
+            Outcome::Success => 0,
+            Outcome::Overload => 1,
+            Outcome::Dropped => 2,
+        };
+        // Never zero: the time field is at least one.
+        Sample(NonZeroU64::new((self.0.get() & !OUTCOME) | bits).unwrap_or(self.0))
+    }
+
+    fn latency(self) -> Duration {
+        let admitted = Self::epoch() + Duration::from_nanos((self.0.get() >> 3) - 1);
+        admitted.elapsed()
+    }
 }
 
 /// The key's permit and the body's charge, for a request that has either; and, for a
@@ -47,6 +107,7 @@ impl<K, H> AdmissionPermit<K, H> {
         charge: Option<RequestCharge>,
         late: Option<LateRefusal<K, H>>,
         timer: Timer,
+        sample: Option<Sample>,
     ) -> Self {
         let rest = (keyed.is_some() || charge.is_some()).then(|| {
             Box::new(Rest {
@@ -56,29 +117,76 @@ impl<K, H> AdmissionPermit<K, H> {
             })
         });
         Self {
-            _count: count,
+            count,
             rest,
             _timer: timer,
+            sample,
         }
     }
 
     /// If the request's body was refused while it streamed (and the layer answers such
     /// refusals): the refusal, and what answering it takes. The permit is spent.
     #[inline]
-    pub(crate) fn into_late_refusal(self) -> Result<(Refused, LateRefusal<K, H>), Self> {
-        let Some(mut rest) = self.rest else {
+    pub(crate) fn into_late_refusal(mut self) -> Result<(Refused, LateRefusal<K, H>), Self> {
+        let Some(rest) = self.rest.as_mut() else {
             return Err(self);
         };
         if let Some(refused) = rest.charge.as_ref().and_then(RequestCharge::refused) {
             if let Some(late) = rest.late.take() {
+                // Refused by the layer itself, mid-request: not the service's latency.
+                self.sample = None;
                 return Ok((refused, late));
             }
         }
-        Err(Self {
-            _count: self._count,
-            rest: Some(rest),
-            _timer: self._timer,
-        })
+        Err(self)
+    }
+
+    /// The response head is here: its outcome, and its sample if sampled at the head.
+    #[inline]
+    pub(crate) fn head<B>(&mut self, response: &Response<B>) {
+        if let Some(sample) = self.sample {
+            self.sample = Some(sample.with(outcome(response)));
+            if sample.at_head() {
+                self.record();
+            }
+        }
+    }
+
+    /// The service failed the request: an overload.
+    pub(crate) fn failed(&mut self) {
+        self.sample = self.sample.map(|sample| sample.with(Outcome::Overload));
+    }
+
+    #[inline]
+    fn record(&mut self) {
+        if let Some(sample) = self.sample.take() {
+            self.count.record(sample.latency(), sample.outcome());
+        }
+    }
+}
+
+impl<K, H> Drop for AdmissionPermit<K, H> {
+    #[inline]
+    fn drop(&mut self) {
+        // Before the count permit goes: the sample is recorded through it.
+        self.record();
+    }
+}
+
+/// How a response head reports the request, for the adaptive limit: a 5xx, or a gRPC
+/// status of overload (`RESOURCE_EXHAUSTED`, `UNAVAILABLE`, `DEADLINE_EXCEEDED`) in a
+/// trailers-only response, is an overload.
+fn outcome<B>(response: &Response<B>) -> Outcome {
+    let grpc_overload = || {
+        response
+            .headers()
+            .get("grpc-status")
+            .is_some_and(|status| matches!(status.as_bytes(), b"4" | b"8" | b"14"))
+    };
+    if response.status().is_server_error() || grpc_overload() {
+        Outcome::Overload
+    } else {
+        Outcome::Success
     }
 }
 
@@ -257,9 +365,10 @@ where
             return match shared.gate.count().try_acquire() {
                 Ok(count) => {
                     let timer = shared.observer.admitted(&shared.gate, None);
+                    let sample = Sample::start(shared.sample_at);
                     ResponseFuture::admitted(
                         self.inner.call(request.map(MeteredBody::unmetered)),
-                        AdmissionPermit::new(count, None, None, None, timer),
+                        AdmissionPermit::new(count, None, None, None, timer, sample),
                     )
                 }
                 Err(refused) => {
@@ -308,8 +417,9 @@ impl<S, K, H> Admission<S, K, H> {
                     None => (MeteredBody::unmetered(body), None, None),
                 };
                 let timer = shared.observer.admitted(&shared.gate, priority);
+                let sample = Sample::start(shared.sample_at);
                 let future = self.inner.call(Request::from_parts(parts, body));
-                let permit = AdmissionPermit::new(count, keyed, charge, late, timer);
+                let permit = AdmissionPermit::new(count, keyed, charge, late, timer, sample);
                 ResponseFuture::admitted(future, permit)
             }
             Err(rejection) => self.refuse(parts, body, rejection, priority),

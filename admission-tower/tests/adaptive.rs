@@ -1,0 +1,233 @@
+//! The adaptive limit in the layer, on a real server: what each request reports (latency
+//! to the head or to the body's end, success, overload, dropped), the limit moving with
+//! it, and who wins between the controller and an operator.
+
+mod support;
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use admission_core::adaptive::{AdaptiveLimit, Aimd, Algorithm, Window};
+use admission_http::MeteredBody;
+use admission_tower::{AdmissionLayer, SampleAt};
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Either, Full};
+use hyper::body::Incoming;
+use support::{eventually, get, send, serve, text, ChannelBody};
+use tokio::sync::mpsc;
+use tower::Layer;
+
+/// Keeps every window (one per sample: windows close at once) and answers `next`.
+#[derive(Debug, Clone)]
+struct Recorder {
+    windows: Arc<Mutex<Vec<Window>>>,
+    next: u64,
+}
+
+impl Algorithm for Recorder {
+    fn update(&mut self, window: &Window) -> u64 {
+        self.windows.lock().unwrap().push(*window);
+        self.next
+    }
+}
+
+type AppBody = Either<Full<Bytes>, ChannelBody>;
+
+/// `/ok` 200; `/fail` a 503 of the service's own; `/grpc` a trailers-only
+/// `RESOURCE_EXHAUSTED`; `/slow-body` a head at once and a body that ends 200 ms later;
+/// `/hang` never answers.
+fn app() -> impl tower::Service<
+    Request<MeteredBody<Incoming>>,
+    Response = Response<AppBody>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone
+       + Send
+       + 'static {
+    tower::service_fn(|req: Request<MeteredBody<Incoming>>| async move {
+        let mut response = Response::new(Either::Left(Full::new(Bytes::from_static(b"ok"))));
+        match req.uri().path() {
+            "/fail" => *response.status_mut() = StatusCode::SERVICE_UNAVAILABLE,
+            "/grpc" => {
+                response
+                    .headers_mut()
+                    .insert("grpc-status", "8".parse().unwrap());
+            }
+            "/slow-body" => {
+                let (tx, rx) = mpsc::channel(1);
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    let _ = tx.send(Bytes::from_static(b"done")).await;
+                });
+                *response.body_mut() = Either::Right(ChannelBody::new(rx));
+            }
+            "/hang" => tokio::time::sleep(Duration::from_secs(60)).await,
+            _ => {}
+        }
+        Ok::<_, Infallible>(response)
+    })
+}
+
+fn recording(at: SampleAt) -> (AdmissionLayer, Arc<Mutex<Vec<Window>>>) {
+    let windows = Arc::new(Mutex::new(Vec::new()));
+    let recorder = Recorder {
+        windows: windows.clone(),
+        next: 10,
+    };
+    let layer = AdmissionLayer::builder()
+        .adaptive(
+            AdaptiveLimit::builder(recorder)
+                .initial(10)
+                .window(Duration::ZERO)
+                .min_samples(1),
+        )
+        .sample_at(at)
+        .build()
+        .unwrap();
+    (layer, windows)
+}
+
+fn last(windows: &Mutex<Vec<Window>>) -> Option<Window> {
+    windows.lock().unwrap().last().copied()
+}
+
+#[tokio::test]
+async fn each_request_reports_its_latency_and_outcome() {
+    let (layer, windows) = recording(SampleAt::Head);
+    let addr = serve(layer.layer(app())).await;
+
+    assert_eq!(text(send(addr, get("/ok")).await).await, "ok");
+    let w = last(&windows).expect("a sample");
+    assert_eq!((w.samples, w.overloaded, w.dropped), (1, 0, 0));
+    assert_eq!(
+        w.max_in_flight, 1,
+        "taken while the request held its permit"
+    );
+
+    let response = send(addr, get("/fail")).await;
+    assert_eq!(response.status(), 503);
+    assert!(
+        !response.headers().contains_key("retry-after"),
+        "the service's own 503"
+    );
+    text(response).await;
+    assert_eq!(
+        last(&windows).unwrap().overloaded,
+        1,
+        "a 5xx is an overload"
+    );
+
+    text(send(addr, get("/grpc")).await).await;
+    assert_eq!(
+        last(&windows).unwrap().overloaded,
+        1,
+        "so is RESOURCE_EXHAUSTED"
+    );
+
+    // A client that goes away before the head: the request is dropped.
+    let before = windows.lock().unwrap().len();
+    let hung = tokio::time::timeout(Duration::from_millis(100), send(addr, get("/hang"))).await;
+    assert!(hung.is_err());
+    eventually("the dropped request's sample", || {
+        windows.lock().unwrap().len() > before
+    })
+    .await;
+    assert_eq!(last(&windows).unwrap().dropped, 1);
+    assert_eq!(layer.snapshot().adaptive.unwrap().windows, 4);
+}
+
+#[tokio::test]
+async fn a_streaming_body_is_sampled_at_the_head_by_default_or_at_its_end() {
+    let (head, at_head) = recording(SampleAt::Head);
+    let (end, at_end) = recording(SampleAt::BodyEnd);
+    for (layer, windows, sampled_at_head) in [(head, at_head, true), (end, at_end, false)] {
+        let addr = serve(layer.layer(app())).await;
+        let mut response = send(addr, get("/slow-body")).await;
+        assert_eq!(
+            last(&windows).is_some(),
+            sampled_at_head,
+            "recorded with the head, or not before the body ends"
+        );
+        while response.body_mut().frame().await.is_some() {}
+        eventually("the sample", || last(&windows).is_some()).await;
+        let latency = last(&windows).unwrap().latency_total;
+        if sampled_at_head {
+            assert!(latency < Duration::from_millis(150), "{latency:?}");
+        } else {
+            assert!(latency >= Duration::from_millis(200), "{latency:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn overloads_lower_the_limit_and_a_busy_server_raises_it() {
+    let layer = AdmissionLayer::builder()
+        .adaptive(
+            AdaptiveLimit::builder(Aimd::default().backoff(0.5))
+                .initial(16)
+                .window(Duration::ZERO)
+                .min_samples(1),
+        )
+        .build()
+        .unwrap();
+    let addr = serve(layer.layer(app())).await;
+    for _ in 0..3 {
+        text(send(addr, get("/fail")).await).await;
+    }
+    assert_eq!(
+        layer.snapshot().gate.count.capacity,
+        2,
+        "16 halved three times"
+    );
+    // Samples taken with half the limit or more in use: it grows by one for each.
+    let held = send(addr, get("/slow-body")).await;
+    assert_eq!(layer.snapshot().adaptive.unwrap().limit, 3);
+    text(send(addr, get("/ok")).await).await;
+    assert_eq!(layer.snapshot().adaptive.unwrap().limit, 4);
+    drop(held);
+}
+
+#[tokio::test]
+async fn an_operators_limit_stays_until_handed_back_and_a_close_wins() {
+    let (layer, windows) = recording(SampleAt::Head);
+    let addr = serve(layer.layer(app())).await;
+    layer.gate().count().set_capacity(3).unwrap();
+    text(send(addr, get("/ok")).await).await;
+    let snapshot = layer.snapshot().adaptive.unwrap();
+    assert!(snapshot.fixed);
+    assert_eq!((snapshot.limit, snapshot.windows), (3, 1));
+    assert!(
+        windows.lock().unwrap().is_empty(),
+        "the controller is not asked"
+    );
+
+    layer.adaptive().unwrap().resume();
+    layer.close();
+    let refused = send(addr, get("/ok")).await;
+    assert_eq!(refused.status(), 503);
+    layer.reopen();
+    text(send(addr, get("/ok")).await).await;
+    assert_eq!(
+        layer.snapshot().gate.count.capacity,
+        10,
+        "back in the controller's hands"
+    );
+}
+
+#[tokio::test]
+async fn a_service_error_is_an_overload() {
+    use tower::ServiceExt;
+    let (layer, windows) = recording(SampleAt::Head);
+    let failing = tower::service_fn(|_: Request<MeteredBody<Full<Bytes>>>| async {
+        Err::<Response<Full<Bytes>>, _>("broken")
+    });
+    let result = layer
+        .layer(failing)
+        .oneshot(Request::new(Full::default()))
+        .await;
+    assert!(result.is_err());
+    let w = last(&windows).unwrap();
+    assert_eq!((w.samples, w.overloaded), (1, 1));
+}
