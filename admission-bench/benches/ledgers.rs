@@ -9,6 +9,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use admission_bench::{ArcPermit, Floor};
+use admission_core::adaptive::{AdaptiveLimit, Gradient, Outcome};
 use admission_core::{ByteLedger, CountLedger, Gate, KeyedLedger, Priority};
 use criterion::{criterion_group, criterion_main, Criterion};
 use dashmap::DashMap;
@@ -316,5 +317,54 @@ fn contended(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, count, bytes, keyed, gate, contended);
+/// What an adaptive limit adds to a request: the plain count permit, and the same permit
+/// on a ledger an adaptive limit drives, with its sample recorded; apart, the two clock
+/// reads a real sample takes (at admission and at the end). Uncontended, and two threads
+/// on one ledger.
+fn adaptive(c: &mut Criterion) {
+    let mut g = c.benchmark_group("adaptive");
+    let plain = CountLedger::new(CAPACITY).unwrap();
+    g.bench_function("admission", |b| {
+        b.iter(|| drop(black_box(plain.try_acquire().unwrap())))
+    });
+    let (driven, _limit, epoch) = driven();
+    // Every request ends at the same instant of the limit's clock: the clock is measured
+    // apart, and the window closes once (as it does once per 100 ms in a server).
+    let now = epoch + Duration::from_secs(1);
+    let sampled = |_| {
+        let permit = driven.try_acquire().unwrap();
+        permit.record_at(black_box(now), black_box(LATENCY), Outcome::Success);
+    };
+    g.bench_function("sampled", |b| b.iter(|| sampled(0)));
+    g.bench_function("two_clock_reads", |b| {
+        b.iter(|| {
+            let admitted = black_box(Instant::now());
+            black_box(admitted.elapsed())
+        })
+    });
+    g.bench_function("contended_admission", |b| {
+        b.iter_custom(|iters| two_threads(iters, |_| drop(black_box(plain.try_acquire().unwrap()))))
+    });
+    g.bench_function("contended_sampled", |b| {
+        b.iter_custom(|iters| two_threads(iters, sampled))
+    });
+    g.finish();
+}
+
+const LATENCY: Duration = Duration::from_millis(10);
+
+/// A ledger an adaptive limit drives, its limit (kept alive) and its clock's origin.
+fn driven() -> (CountLedger, AdaptiveLimit, Instant) {
+    let ledger = CountLedger::new(0).unwrap();
+    let epoch = Instant::now();
+    let limit = AdaptiveLimit::builder(Gradient::default())
+        .bounds(CAPACITY as u64, CAPACITY as u64)
+        .initial(CAPACITY as u64)
+        .epoch(epoch)
+        .build(&ledger)
+        .unwrap();
+    (ledger, limit, epoch)
+}
+
+criterion_group!(benches, count, bytes, keyed, gate, contended, adaptive);
 criterion_main!(benches);

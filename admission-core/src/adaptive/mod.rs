@@ -68,7 +68,8 @@ pub struct Window {
     pub overloaded: u64,
     /// Samples whose outcome was [`Outcome::Dropped`].
     pub dropped: u64,
-    /// The most permits in flight seen when a sample was recorded.
+    /// The most permits in flight seen when samples were recorded (read for one sample
+    /// in eight, the first of each thread's included).
     pub max_in_flight: u64,
     /// The limit in force during the window (the ledger's capacity).
     pub limit: u64,
@@ -400,9 +401,12 @@ impl Shard {
         }
     }
 
-    /// Adds one sample; whether the shard is filling up.
+    /// Adds one sample; whether the shard is filling up. `in_flight` is read for every
+    /// eighth sample of the shard's window (the first included): the ledger's word is
+    /// the line every admission and release writes, and a maximum over a window of
+    /// dozens of samples needs no more.
     #[inline]
-    fn add(&self, micros: u64, outcome: Outcome, in_flight: u64) -> bool {
+    fn add(&self, micros: u64, outcome: Outcome, in_flight: impl FnOnce() -> u64) -> bool {
         // Relaxed throughout: statistics, read whole by the window's `take`; every add is
         // a read-modify-write, so each sample is in exactly one window.
         let before = self
@@ -417,8 +421,11 @@ impl Shard {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
-        if in_flight > self.max_in_flight.load(Ordering::Relaxed) {
-            self.max_in_flight.fetch_max(in_flight, Ordering::Relaxed);
+        if before & 7 == 0 {
+            let in_flight = in_flight();
+            if in_flight > self.max_in_flight.load(Ordering::Relaxed) {
+                self.max_in_flight.fetch_max(in_flight, Ordering::Relaxed);
+            }
         }
         before & COUNT >= COUNT_FULL || before >> COUNT_BITS >= MICROS_FULL
     }
@@ -630,7 +637,7 @@ impl Driver {
             outcome => outcome,
         };
         let shard = &self.shards[shard_index() & (self.shards.len() - 1)];
-        let full = shard.add(micros, outcome, ledger.in_flight());
+        let full = shard.add(micros, outcome, || ledger.in_flight());
         let now = nanos(now.saturating_duration_since(self.epoch));
         // Relaxed: a hint; the closer checks again under the lock.
         if full || now >= self.deadline.load(Ordering::Relaxed) {
@@ -689,23 +696,36 @@ impl fmt::Debug for AdaptiveLimit {
     }
 }
 
-/// A latency in whole microseconds, capped so one sample cannot overrun its field.
+/// A latency in whole microseconds, capped so one sample cannot overrun its field. (In
+/// 64-bit arithmetic: `Duration::as_micros` divides a 128-bit number, a cost on every
+/// sample.)
+#[inline]
 fn micros(latency: Duration) -> u64 {
-    u64::try_from(latency.as_micros()).map_or(MAX_MICROS, |m| m.min(MAX_MICROS))
+    latency
+        .as_secs()
+        .saturating_mul(1_000_000)
+        .saturating_add(u64::from(latency.subsec_micros()))
+        .min(MAX_MICROS)
 }
 
+#[inline]
 fn nanos(duration: Duration) -> u64 {
-    u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+    duration
+        .as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(duration.subsec_nanos()))
 }
 
-/// Shards: the machine's parallelism rounded up to a power of two (at most 64).
+/// Shards: four per core, rounded up to a power of two (at most 256), so that threads
+/// numbered in turn rarely share one.
 fn shard_count() -> usize {
     if cfg!(admission_loom) {
         return 2;
     }
     std::thread::available_parallelism()
         .map_or(1, |n| n.get())
-        .min(64)
+        .saturating_mul(4)
+        .min(256)
         .next_power_of_two()
 }
 
