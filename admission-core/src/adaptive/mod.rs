@@ -1,5 +1,66 @@
-//! Adaptive concurrency: a count limit that follows the server, driven by the latency and
-//! the outcome of the work it admits.
+//! Adaptive concurrency: a count limit that finds the server's concurrency itself, and
+//! follows it when it changes.
+//!
+//! Every static count limit is a guess: too high and the server queues inside (latency
+//! climbs, work times out after it was paid for), too low and it sheds work it could have
+//! served. An [`AdaptiveLimit`] drives a [`CountLedger`]'s capacity from what the work
+//! admitted under it reports: its latency and its [`Outcome`].
+//!
+//! ```
+//! use std::time::Instant;
+//! use admission_core::adaptive::{AdaptiveLimit, Gradient, Outcome};
+//! use admission_core::CountLedger;
+//!
+//! let ledger = CountLedger::new(0)?;
+//! let _limit = AdaptiveLimit::builder(Gradient::default()).bounds(4, 5_000).build(&ledger)?;
+//!
+//! // Per request: admit, work, report.
+//! let permit = ledger.try_acquire()?;
+//! let admitted = Instant::now();
+//! // ... the work ...
+//! permit.record(admitted.elapsed(), Outcome::Success);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! # Choosing an algorithm
+//!
+//! - [`Gradient`] (the default choice): compares each window's mean latency with a
+//!   no-load latency it measures itself (by short probes below the knee), and keeps the
+//!   limit just above the concurrency the server really has (10% plus √limit above it),
+//!   where it is busy all the time and its queue stays short. For servers whose work
+//!   waits on a bounded resource (a pool, a dependency's concurrency, CPU) and whose
+//!   requests are alike enough for a mean latency to mean something. Told neither the
+//!   server's concurrency nor its service time, it met every target of the simulation in
+//!   `admission-bench` (`cargo run --release -p admission-bench --bin adaptive`): goodput
+//!   at least 98% of capacity under 2x and 10x overload, p99 latency within 1.08x of the
+//!   best static limit, p99 time queued inside the server under one service time, and
+//!   the limit back within 0.75x-1.5x of the capacity within 2 s after it halves and
+//!   after it recovers.
+//! - [`Aimd`]: grows while nothing fails, backs off on failures (overload answers, errors,
+//!   clients giving up). For services that report overload themselves, or whose requests
+//!   vary so much that latency says little. It learns of a queue only when the queue
+//!   makes work fail, so without a latency threshold
+//!   ([`AdaptiveBuilder::overload_latency`]) it keeps the queue just short of failing (in
+//!   the simulation: p99 latency 1.7x the best static limit's, the limit several times the
+//!   capacity).
+//! - Your own: [`Algorithm`] is one method, from a [`Window`] of samples to the next limit.
+//!
+//! # Where a sample ends
+//!
+//! Latency runs from admission to a point the adapter chooses. `admission-tower` ends it
+//! at the response head by default: a streaming response (server-sent events, a gRPC
+//! stream, a download to a slow client) would otherwise read as a server slowing down;
+//! it can end at the body's end instead, for services whose work is in the body. Work
+//! that ends without a response (the client went away) is [`Outcome::Dropped`].
+//!
+//! # Bounds, windows, and who wins
+//!
+//! The limit stays within [`AdaptiveBuilder::bounds`] (default 1 to 10 000), whatever the
+//! algorithm says: the minimum is what a struggling server is still sent. A window closes
+//! at the first sample after it has lasted [`AdaptiveBuilder::window`] (100 ms) with at
+//! least [`AdaptiveBuilder::min_samples`] (50): a slow server has longer windows. An
+//! operator's `close` or `drain` of the ledger overrides the controller; an operator's
+//! `set_capacity` takes the limit out of its hands until [`AdaptiveLimit::resume`].
 //!
 //! # Design
 //!
@@ -8,12 +69,26 @@
 //! through the same path an operator's `set_capacity` takes (so held permits are never
 //! revoked and priority classes follow the new limit at once).
 //!
-//! Recording a sample on release must not serialise the releases: each thread adds its
-//! samples to its own shard (a cache-padded word per shard: one `fetch_add` of the
-//! latency and the count packed together, so a window takes each sample whole or not at
-//! all), and whichever release finds the window's time up closes it under a `try_lock`
-//! (the others walk on). The window's samples go to the [`Algorithm`], whose answer,
-//! clamped into the bounds, becomes the ledger's capacity.
+//! Recording a sample must not serialise the releases: each thread adds its samples to
+//! its own shard (cache-padded; four per core), with one `fetch_add` of the latency and
+//! the count packed together, so a window takes each sample whole or not at all; the
+//! permits in flight are read for one sample in eight. Whichever recording finds the
+//! window's time up closes it under a `try_lock` (the others walk on, never waiting):
+//! it gathers the shards and hands the window to the [`Algorithm`], whose answer,
+//! clamped into the bounds, becomes the ledger's capacity. The shards live in the
+//! ledger's allocation, so a permit records through its ledger
+//! ([`CountPermit::record`](crate::CountPermit::record)) with no reference-count traffic.
+//! Measured in `admission-bench` (group `adaptive`) on a 2-core x86_64 machine: a sample
+//! adds about 16 ns to an acquire and release (8 ns with two threads on one ledger), plus
+//! the two clock reads a real sample takes (about 70 ns on that machine's clock source).
+//!
+//! Every atomic here is relaxed: the samples are statistics (each read-modify-write puts a
+//! sample in exactly one window, whatever the ordering), the window's state is under a
+//! mutex, and the capacity changes through the ledger's control lock. loom models check
+//! that samples recorded on two threads while windows close are each counted once
+//! (swapping a shard's word as a load and a store loses samples and fails it), and that
+//! an operator's capacity outlasts a controller setting it at the same time (dropping the
+//! check fails it).
 
 use std::cell::Cell;
 use std::fmt;
@@ -294,15 +369,16 @@ impl AdaptiveBuilder {
 }
 
 /// A count limit that an [`Algorithm`] moves, window by window, from the latency and
-/// outcome of the work admitted under it.
+/// outcome of the work admitted under it (see the [module docs](self)).
 ///
 /// It drives a [`CountLedger`]'s capacity: admission stays the ledger's one
 /// compare-exchange. Each admitted piece of work is recorded once when it ends
-/// ([`record`](Self::record), with its latency and [`Outcome`]); recording adds to a
-/// per-thread shard (one uncontended `fetch_add`) and, once per window, one release
-/// closes the window and sets the new capacity. No timer and no runtime: the clock is
-/// read at recording, or passed in ([`record_at`](Self::record_at)), so a simulation can
-/// run it on virtual time.
+/// ([`record`](Self::record), or the permit's
+/// [`CountPermit::record`](crate::CountPermit::record), with its latency and
+/// [`Outcome`]); recording adds to a per-thread shard (one uncontended `fetch_add`) and,
+/// once per window, one recording closes the window and sets the new capacity. No timer
+/// and no runtime: the clock is read at recording, or passed in
+/// ([`record_at`](Self::record_at)), so a simulation can run it on virtual time.
 ///
 /// Clones share one limit.
 ///

@@ -376,3 +376,33 @@ fn aimd_grows_while_busy_and_backs_off_on_failures() {
     let mut lenient = Aimd::default().threshold(0.5);
     assert_eq!(lenient.update(&window), 41, "under the threshold");
 }
+
+#[test]
+fn a_permit_records_through_its_ledger_whatever_handles_are_left() {
+    let ledger = CountLedger::new(0).unwrap();
+    let epoch = Instant::now();
+    let (recorder, windows) = Recorder::new(40);
+    let limit = AdaptiveLimit::builder(recorder)
+        .min_samples(1)
+        .epoch(epoch)
+        .build(&ledger)
+        .unwrap();
+    let first = ledger.try_acquire().unwrap();
+    let second = ledger.try_acquire().unwrap();
+    drop(ledger);
+    first.record_at(epoch + 200 * MS, 3 * MS, Outcome::Overload);
+    let w = last_window(&windows);
+    assert_eq!((w.samples, w.overloaded, w.max_in_flight), (1, 1, 2));
+    assert_eq!(limit.limit(), 40, "set through the permit's ledger");
+    drop(first);
+    // With the controller gone too, a permit's sample goes nowhere, and its release
+    // frees the ledger.
+    drop(limit);
+    second.record_at(epoch + 400 * MS, MS, Outcome::Success);
+    assert_eq!(windows.lock().unwrap().len(), 1);
+    drop(second);
+}
+
+fn last_window(windows: &StdMutex<Vec<Window>>) -> Window {
+    *windows.lock().unwrap().last().expect("a window")
+}

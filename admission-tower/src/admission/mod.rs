@@ -119,6 +119,22 @@
 //! and serve it through `hyper_util::service::TowerToHyperService`; with tonic,
 //! `tonic::transport::Server::builder().layer(..)` (and see `admission-grpc` for
 //! gRPC-shaped refusals).
+//!
+//! # Adaptive concurrency
+//!
+//! [`AdmissionBuilder::adaptive`] hands the count limit to an
+//! [`AdaptiveLimit`](admission_core::AdaptiveLimit), which finds the concurrency the
+//! server really has and follows it (see [`admission_core::adaptive`] for the algorithms
+//! and when to use which). Each admitted request is a sample: its latency from admission
+//! to the response head (or, with [`SampleAt::BodyEnd`], to the body's end) and its
+//! outcome (a 5xx, a trailers-only gRPC `RESOURCE_EXHAUSTED`, `UNAVAILABLE` or
+//! `DEADLINE_EXCEEDED`, or a service error is an overload; a response future dropped
+//! before its head, a client gone). The head is the default because a streaming response
+//! lasts as long as its client reads, which says nothing about the server's load. The
+//! byte and key limits, classes (whose shares follow the limit), bypass and dry run are
+//! unchanged; a [`close`](AdmissionLayer::close) or [`drain`](AdmissionLayer::drain)
+//! overrides the controller, and a count set by hand holds until handed back. The limit in
+//! force is in every snapshot (and, with `metrics`, in `admission_limit_requests`).
 #![cfg_attr(feature = "metrics", doc = "")]
 #![cfg_attr(feature = "metrics", doc = include_str!("metrics.md"))]
 #![cfg_attr(feature = "tracing", doc = "")]
