@@ -10,7 +10,9 @@
 //! The difference of the two totals over 100,000 is the cost of one call. Variants:
 //! `bare`, `ours` (`AdmissionLayer`, count only), `disabled` (`AdmissionLayer` with
 //! every limit disabled), `classes` (`AdmissionLayer`, count with priority classes),
-//! `theirs` (`LoadShed` + `ConcurrencyLimit`), `none`; and, without a service, the count
+//! `adaptive` (`AdmissionLayer` with an adaptive count limit, held at 1024: the
+//! sample's cost, clock reads included), `theirs` (`LoadShed` + `ConcurrencyLimit`),
+//! `none`; and, without a service, the count
 //! ledger's acquire and release: `count` (plain), `count_class` (with a priority class).
 //! Built with `--features metrics`, `metrics` is `ours` recording into a Prometheus
 //! recorder, and `metrics_off` is `ours` opted out (`.metrics(false)`).
@@ -18,6 +20,7 @@
 use std::task::{Context, Waker};
 
 use admission_bench::layer::{drive, ok};
+use admission_core::adaptive::{AdaptiveLimit, Gradient};
 use admission_core::{Classes, CountLedger, Priority};
 use admission_tower::AdmissionLayer;
 use bytes::Bytes;
@@ -40,6 +43,14 @@ fn main() {
         }
         "ours" => {
             let l = AdmissionLayer::builder().count(1024).build().unwrap();
+            let mut s = l.layer(tower::service_fn(ok));
+            for _ in 0..n {
+                drive::<_, Empty<Bytes>>(&mut s, &mut cx)
+            }
+        }
+        "adaptive" => {
+            let limit = AdaptiveLimit::builder(Gradient::default()).bounds(1024, 1024);
+            let l = AdmissionLayer::builder().adaptive(limit).build().unwrap();
             let mut s = l.layer(tower::service_fn(ok));
             for _ in 0..n {
                 drive::<_, Empty<Bytes>>(&mut s, &mut cx)

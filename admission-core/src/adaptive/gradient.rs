@@ -8,14 +8,17 @@ use super::{Algorithm, Window};
 /// ```text
 /// gradient = min(1, n × (1 + tolerance) / m)        (and at least 0.5)
 /// target   = limit × gradient + √limit
-/// limit    = limit + smoothing × (target − limit)   (no growth while app-limited)
+/// limit    = target                                 if target > limit, unless app-limited
+///            limit + smoothing × (target − limit)   if target < limit
 /// ```
 ///
 /// When the server is saturated (its workers all busy, a queue forming), Little's law
 /// makes `m / n` equal to the limit over the server's concurrency, so one step takes the
 /// limit to that concurrency times `1 + tolerance` plus `√limit`: just above the knee,
-/// where the server is busy all the time and its queue stays short. Below the knee the
-/// gradient is 1 and the limit grows by `√limit` a window, while the work uses it.
+/// where the server is busy all the time and its queue stays short (one step with no
+/// smoothing; with the default smoothing of 0.5 the way down halves the distance each
+/// window). Below the knee the gradient is 1 and the limit grows by `√limit` a window,
+/// while the work uses it.
 ///
 /// # The no-load estimate, and why it is probed
 ///
@@ -134,8 +137,9 @@ impl Gradient {
         self
     }
 
-    /// How far each window moves the limit toward its target (default 0.5; between 0.05
-    /// and 1): lower is steadier and slower.
+    /// How far each window moves the limit down toward a lower target (default 0.5;
+    /// between 0.05 and 1): lower is steadier and slower. (Growth takes the whole step: it
+    /// is one √limit at a time already.)
     pub fn smoothing(mut self, smoothing: f64) -> Self {
         self.smoothing = smoothing.clamp(0.05, 1.0);
         self

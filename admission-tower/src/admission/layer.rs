@@ -1109,7 +1109,8 @@ where
     /// the builder's initial limit); the byte and key dimensions, classes (whose shares
     /// follow the limit), bypass and dry run work as before. On a layer built
     /// [`from_gate`](AdmissionLayer::from_gate), it drives that gate's count, for every
-    /// layer and interceptor sharing it.
+    /// layer and interceptor sharing it (requests admitted elsewhere count in flight, but
+    /// only this layer's are sampled).
     ///
     /// Each admitted request is one sample: its latency from admission to the point
     /// chosen with [`sample_at`](Self::sample_at) (default: the response head), and its

@@ -3,18 +3,16 @@
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
-use std::num::NonZeroU64;
 use std::sync::Arc;
-use std::sync::OnceLock;
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use admission_core::adaptive::Outcome;
 use admission_core::{CountPermit, Gate, Key, KeyedPermit, Priority, Refused};
 use admission_http::{content_length, MeteredBody, Rejection, RequestCharge};
 use bytes::Bytes;
 use http::request::Parts;
-use http::{Request, Response};
+use http::{HeaderName, Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
@@ -25,78 +23,68 @@ use super::observe::Timer;
 use super::ResponseBody;
 
 /// What an admitted request holds until its response body ends: its count permit, and
-/// its key's permit and body charge where those dimensions exist. Three words: the
-/// response future and body that carry it are moved at every step, and the common
-/// request (count only) should not pay for the rare ones.
+/// its key's permit, body charge and adaptive sample where the layer has those. Two
+/// words: the response future and body that carry it are moved at every step, and the
+/// common request (count only) should not pay for the rare ones.
 pub(crate) struct AdmissionPermit<K = Key, H = RandomState> {
-    count: CountPermit,
-    rest: Option<Box<Rest<K, H>>>,
+    held: Held<K, H>,
     /// The hold time's start, with the `metrics` feature (else nothing at all).
     _timer: Timer,
+}
+
+enum Held<K, H> {
+    /// The count permit alone.
+    Count { _permit: CountPermit },
+    /// The count permit and the rest.
+    Rest(Box<Rest<K, H>>),
+}
+
+/// The count permit with the key's permit, the body's charge or the adaptive sample, for
+/// a request that has any; and, for a body that may be refused as it streams, what
+/// answering that refusal takes.
+struct Rest<K, H> {
+    count: CountPermit,
+    _keyed: Option<KeyedPermit<K, H>>,
+    charge: Option<RequestCharge>,
+    /// Boxed: the request head it keeps is large, and rare (see `may_outgrow`); the rest
+    /// is moved into its box on every request that has any of it.
+    late: Option<Box<LateRefusal<K, H>>>,
     /// The adaptive limit's sample, while it is still to be recorded.
     sample: Option<Sample>,
 }
 
-/// An adaptive limit's sample of one request, in one word: when it was admitted
-/// (nanoseconds since the process's first sample, plus one, above bit 3), whether it
-/// ends at the response head (bit 2), and how it ended as far as is known (bits 0-1:
-/// `Dropped` until the response head).
-#[derive(Clone, Copy)]
-pub(crate) struct Sample(NonZeroU64);
-
-const AT_HEAD: u64 = 1 << 2;
-const OUTCOME: u64 = 0b11;
-
-impl Sample {
-    fn epoch() -> Instant {
-        static EPOCH: OnceLock<Instant> = OnceLock::new();
-        *EPOCH.get_or_init(Instant::now)
-    }
-
-    #[inline]
-    pub(crate) fn start(at: Option<SampleAt>) -> Option<Self> {
-        let at = at?;
-        let since = Instant::now().saturating_duration_since(Self::epoch());
-        let nanos = u64::try_from(since.as_nanos()).unwrap_or(u64::MAX);
-        let head = if at == SampleAt::Head { AT_HEAD } else { 0 };
-        let word = ((nanos.min(u64::MAX >> 4) + 1) << 3) | head | 2;
-        NonZeroU64::new(word).map(Sample)
-    }
-
-    fn at_head(self) -> bool {
-        self.0.get() & AT_HEAD != 0
-    }
-
-    fn outcome(self) -> Outcome {
-        match self.0.get() & OUTCOME {
-            0 => Outcome::Success,
-            1 => Outcome::Overload,
-            _ => Outcome::Dropped,
-        }
-    }
-
-    fn with(self, outcome: Outcome) -> Self {
-        let bits = match outcome {
-            Outcome::Success => 0,
-            Outcome::Overload => 1,
-            Outcome::Dropped => 2,
-        };
-        // Never zero: the time field is at least one.
-        Sample(NonZeroU64::new((self.0.get() & !OUTCOME) | bits).unwrap_or(self.0))
-    }
-
-    fn latency(self) -> Duration {
-        let admitted = Self::epoch() + Duration::from_nanos((self.0.get() >> 3) - 1);
-        admitted.elapsed()
+impl<K, H> Drop for Rest<K, H> {
+    fn drop(&mut self) {
+        // Before the count permit goes: the sample is recorded through it.
+        self.record();
     }
 }
 
-/// The key's permit and the body's charge, for a request that has either; and, for a
-/// body that may be refused as it streams, what answering that refusal takes.
-struct Rest<K, H> {
-    _keyed: Option<KeyedPermit<K, H>>,
-    charge: Option<RequestCharge>,
-    late: Option<LateRefusal<K, H>>,
+impl<K, H> Rest<K, H> {
+    fn record(&mut self) {
+        if let Some(sample) = self.sample.take() {
+            self.count.record(sample.admitted.elapsed(), sample.outcome);
+        }
+    }
+}
+
+/// An adaptive limit's sample of one request: since when, how it ended as far as is known
+/// (`Dropped` until the response head), and where it ends.
+pub(crate) struct Sample {
+    admitted: Instant,
+    outcome: Outcome,
+    at: SampleAt,
+}
+
+impl Sample {
+    #[inline]
+    pub(crate) fn start(at: Option<SampleAt>) -> Option<Self> {
+        at.map(|at| Sample {
+            admitted: Instant::now(),
+            outcome: Outcome::Dropped,
+            at,
+        })
+    }
 }
 
 impl<K, H> AdmissionPermit<K, H> {
@@ -109,32 +97,34 @@ impl<K, H> AdmissionPermit<K, H> {
         timer: Timer,
         sample: Option<Sample>,
     ) -> Self {
-        let rest = (keyed.is_some() || charge.is_some()).then(|| {
-            Box::new(Rest {
+        let held = if keyed.is_some() || charge.is_some() || sample.is_some() {
+            Held::Rest(Box::new(Rest {
+                count,
                 _keyed: keyed,
                 charge,
-                late,
-            })
-        });
+                late: late.map(Box::new),
+                sample,
+            }))
+        } else {
+            Held::Count { _permit: count }
+        };
         Self {
-            count,
-            rest,
+            held,
             _timer: timer,
-            sample,
         }
     }
 
     /// If the request's body was refused while it streamed (and the layer answers such
     /// refusals): the refusal, and what answering it takes. The permit is spent.
     #[inline]
-    pub(crate) fn into_late_refusal(mut self) -> Result<(Refused, LateRefusal<K, H>), Self> {
-        let Some(rest) = self.rest.as_mut() else {
+    pub(crate) fn into_late_refusal(mut self) -> Result<(Refused, Box<LateRefusal<K, H>>), Self> {
+        let Held::Rest(rest) = &mut self.held else {
             return Err(self);
         };
         if let Some(refused) = rest.charge.as_ref().and_then(RequestCharge::refused) {
             if let Some(late) = rest.late.take() {
                 // Refused by the layer itself, mid-request: not the service's latency.
-                self.sample = None;
+                rest.sample = None;
                 return Ok((refused, late));
             }
         }
@@ -144,34 +134,27 @@ impl<K, H> AdmissionPermit<K, H> {
     /// The response head is here: its outcome, and its sample if sampled at the head.
     #[inline]
     pub(crate) fn head<B>(&mut self, response: &Response<B>) {
-        if let Some(sample) = self.sample {
-            self.sample = Some(sample.with(outcome(response)));
-            if sample.at_head() {
-                self.record();
+        if let Held::Rest(rest) = &mut self.held {
+            if let Some(sample) = &mut rest.sample {
+                sample.outcome = outcome(response);
+                if sample.at == SampleAt::Head {
+                    rest.record();
+                }
             }
         }
     }
 
     /// The service failed the request: an overload.
     pub(crate) fn failed(&mut self) {
-        self.sample = self.sample.map(|sample| sample.with(Outcome::Overload));
-    }
-
-    #[inline]
-    fn record(&mut self) {
-        if let Some(sample) = self.sample.take() {
-            self.count.record(sample.latency(), sample.outcome());
+        if let Held::Rest(rest) = &mut self.held {
+            if let Some(sample) = &mut rest.sample {
+                sample.outcome = Outcome::Overload;
+            }
         }
     }
 }
 
-impl<K, H> Drop for AdmissionPermit<K, H> {
-    #[inline]
-    fn drop(&mut self) {
-        // Before the count permit goes: the sample is recorded through it.
-        self.record();
-    }
-}
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
 
 /// How a response head reports the request, for the adaptive limit: a 5xx, or a gRPC
 /// status of overload (`RESOURCE_EXHAUSTED`, `UNAVAILABLE`, `DEADLINE_EXCEEDED`) in a
@@ -180,7 +163,7 @@ fn outcome<B>(response: &Response<B>) -> Outcome {
     let grpc_overload = || {
         response
             .headers()
-            .get("grpc-status")
+            .get(&GRPC_STATUS)
             .is_some_and(|status| matches!(status.as_bytes(), b"4" | b"8" | b"14"))
     };
     if response.status().is_server_error() || grpc_overload() {
