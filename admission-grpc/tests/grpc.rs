@@ -493,3 +493,65 @@ async fn a_call_stating_a_sheddable_class_is_shed_first_and_a_critical_one_is_se
     drop(held);
     eventually("idle", || in_flight(&layer) == 0).await;
 }
+
+#[tokio::test]
+async fn an_adaptive_limit_learns_overload_from_a_handlers_resource_exhausted() {
+    use admission_core::adaptive::{AdaptiveLimit, Aimd};
+    let layer = AdmissionLayer::builder()
+        .adaptive(
+            AdaptiveLimit::builder(Aimd::default().backoff(0.5))
+                .initial(16)
+                .window(Duration::ZERO)
+                .min_samples(1),
+        )
+        .bypass(is_health_check)
+        .build()
+        .unwrap();
+    // The handler charges the decoded request against 8 bytes of its own: one that does
+    // not fit gets RESOURCE_EXHAUSTED from the handler, a trailers-only response.
+    let state = State::new(8);
+    let addr = start(&layer, &state).await;
+    let channel = channel(addr).await;
+    let windows = |layer: &AdmissionLayer| layer.snapshot().adaptive.unwrap().windows;
+
+    put(&channel, "fits", &[]).await.unwrap();
+    eventually("a sample", || windows(&layer) == 1).await;
+    let snapshot = layer.snapshot().adaptive.unwrap();
+    assert_eq!(snapshot.last.unwrap().overloaded, 0);
+    assert_eq!(
+        snapshot.limit, 16,
+        "one call in flight does not use the limit: no growth"
+    );
+
+    // (A lone charge is admitted however large: hold one, so the next is refused.)
+    let _held = state.decoded.try_charge(4).unwrap();
+    let status = put(&channel, "much more than eight", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), Code::ResourceExhausted);
+    eventually("a sample", || windows(&layer) == 2).await;
+    let snapshot = layer.snapshot().adaptive.unwrap();
+    assert_eq!(
+        snapshot.last.unwrap().overloaded,
+        1,
+        "the handler's overload"
+    );
+    assert_eq!(snapshot.limit, 8, "halved");
+
+    // Another error code is the caller's problem, not overload.
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.unwrap();
+    let request = tonic::Request::new(tonic_health::pb::HealthCheckRequest::default());
+    let path = http::uri::PathAndQuery::from_static("/admission.test.Batch/Nope");
+    let codec = tonic_prost::ProstCodec::<
+        tonic_health::pb::HealthCheckRequest,
+        tonic_health::pb::HealthCheckResponse,
+    >::default();
+    let status = grpc.unary(request, path, codec).await.unwrap_err();
+    assert_eq!(status.code(), Code::Unimplemented);
+    eventually("a sample", || windows(&layer) == 3).await;
+    assert_eq!(
+        layer.snapshot().adaptive.unwrap().last.unwrap().overloaded,
+        0
+    );
+}

@@ -231,3 +231,43 @@ async fn a_service_error_is_an_overload() {
     let w = last(&windows).unwrap();
     assert_eq!((w.samples, w.overloaded), (1, 1));
 }
+
+#[tokio::test]
+async fn a_request_the_layer_refuses_mid_stream_is_not_a_sample() {
+    let windows = Arc::new(Mutex::new(Vec::new()));
+    let recorder = Recorder {
+        windows: windows.clone(),
+        next: 10,
+    };
+    let layer = AdmissionLayer::builder()
+        .adaptive(
+            AdaptiveLimit::builder(recorder)
+                .window(Duration::ZERO)
+                .min_samples(1),
+        )
+        .bytes(64 << 10)
+        .max_request_bytes(1024)
+        .build()
+        .unwrap();
+    let seen = Arc::new(support::Seen::default());
+    let addr = serve(layer.layer(support::app(seen.clone()))).await;
+    // A chunked upload past the maximum on its second chunk: the handler reads the body,
+    // and the layer answers 413 in place of what the handler made of the error.
+    let (tx, rx) = mpsc::channel(2);
+    tx.send(Bytes::from(vec![0; 800])).await.unwrap();
+    tx.send(Bytes::from(vec![0; 800])).await.unwrap();
+    drop(tx);
+    let request = Request::post("/upload").body(ChannelBody::new(rx)).unwrap();
+    let response = send(addr, request).await;
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    text(response).await;
+    assert_eq!(
+        seen.body_errors.load(std::sync::atomic::Ordering::SeqCst),
+        1
+    );
+    assert!(
+        windows.lock().unwrap().is_empty(),
+        "the layer's refusal is not the service's latency"
+    );
+    assert_eq!(layer.snapshot().adaptive.unwrap().windows, 0);
+}
