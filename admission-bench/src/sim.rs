@@ -4,7 +4,8 @@
 //! The model: a server of `C` workers (a count that may change mid-run) with exponential
 //! service times of mean `S`, first-come first-served; requests beyond `C` wait in the
 //! server's own queue. Open-loop Poisson arrivals pass the limiter (a real
-//! [`CountLedger`], its capacity fixed or driven by an [`AdaptiveLimit`] on the
+//! [`CountLedger`](admission_core::CountLedger), its capacity fixed or driven by an
+//! [`AdaptiveLimit`](admission_core::AdaptiveLimit) on the
 //! simulation's clock) or are shed, and shed requests are not retried. A client gives
 //! up at its deadline: the request is cancelled, in the queue or in service (as an async
 //! server drops a request's future when its client goes away), its permit released,

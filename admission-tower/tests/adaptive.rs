@@ -26,6 +26,18 @@ struct Recorder {
     next: u64,
 }
 
+impl Recorder {
+    /// A recorder answering 10, and the windows it keeps.
+    fn new() -> (Self, Arc<Mutex<Vec<Window>>>) {
+        let windows = Arc::new(Mutex::new(Vec::new()));
+        let recorder = Recorder {
+            windows: windows.clone(),
+            next: 10,
+        };
+        (recorder, windows)
+    }
+}
+
 impl Algorithm for Recorder {
     fn update(&mut self, window: &Window) -> u64 {
         self.windows.lock().unwrap().push(*window);
@@ -71,11 +83,7 @@ fn app() -> impl tower::Service<
 }
 
 fn recording(at: SampleAt) -> (AdmissionLayer, Arc<Mutex<Vec<Window>>>) {
-    let windows = Arc::new(Mutex::new(Vec::new()));
-    let recorder = Recorder {
-        windows: windows.clone(),
-        next: 10,
-    };
+    let (recorder, windows) = Recorder::new();
     let layer = AdmissionLayer::builder()
         .adaptive(
             AdaptiveLimit::builder(recorder)
@@ -234,11 +242,7 @@ async fn a_service_error_is_an_overload() {
 
 #[tokio::test]
 async fn a_request_the_layer_refuses_mid_stream_is_not_a_sample() {
-    let windows = Arc::new(Mutex::new(Vec::new()));
-    let recorder = Recorder {
-        windows: windows.clone(),
-        next: 10,
-    };
+    let (recorder, windows) = Recorder::new();
     let layer = AdmissionLayer::builder()
         .adaptive(
             AdaptiveLimit::builder(recorder)

@@ -203,6 +203,12 @@ fn main() -> ExitCode {
     }
 
     println!();
+    println!("(With no limit, clients cancel at the deadline what has not been answered; exponential service");
+    println!(
+        "times are memoryless, so the work lost to cancellation costs no goodput, but every answer"
+    );
+    println!("comes close to the deadline: the difference is in the latency columns.)");
+    println!();
     println!("targets (every seed; worst seed shown):");
     let mut missed = false;
     for (l, name) in results.names.iter().enumerate().take(ADAPTIVE_ROWS) {
