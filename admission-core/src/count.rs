@@ -577,6 +577,10 @@ impl CountLedger {
 
     /// Puts the capacity under a controller's hands, starting at `capacity`; false if
     /// another controller has it already.
+    ///
+    /// Lock order: a window's closer holds the driver's lock and then takes the ledger's
+    /// (to set the capacity), so nothing here holds the ledger's while taking the
+    /// driver's.
     pub(crate) fn drive(
         &self,
         capacity: u64,
@@ -585,31 +589,36 @@ impl CountLedger {
         overload_after: u64,
     ) -> bool {
         let inner = self.inner();
-        let _control = inner.cold.control.lock();
-        // Relaxed: read and written only under `control`.
-        if inner.cold.driven.swap(true, Ordering::Relaxed) {
-            return false;
+        {
+            let _control = inner.cold.control.lock();
+            // Relaxed: read and written only under `control`.
+            if inner.cold.driven.swap(true, Ordering::Relaxed) {
+                return false;
+            }
+            inner.cold.fixed.store(false, Ordering::Relaxed);
+            inner.cold.capacity.store(capacity, Ordering::Relaxed);
+            inner.store_threshold();
         }
-        inner.cold.fixed.store(false, Ordering::Relaxed);
-        inner.cold.capacity.store(capacity, Ordering::Relaxed);
-        inner.store_threshold();
         let driver = inner.cold.driver.get_or_init(|| Driver::new(epoch));
         driver.install(control, epoch, overload_after);
         true
     }
 
     /// Hands a capacity fixed by hand back to the controller (`fixed` cleared), or, with
-    /// `release`, ends the controller's drive altogether (its last handle is gone).
+    /// `release`, ends the controller's drive altogether (its last handle is gone): the
+    /// controller is removed first, and only then may another drive the ledger.
     pub(crate) fn hand_back(&self, release: bool) {
         let inner = self.inner();
+        if release {
+            if let Some(driver) = inner.cold.driver.get() {
+                driver.uninstall();
+            }
+        }
         let _control = inner.cold.control.lock();
         // Relaxed: read and written only under `control`.
         inner.cold.fixed.store(false, Ordering::Relaxed);
         if release {
             inner.cold.driven.store(false, Ordering::Relaxed);
-            if let Some(driver) = inner.cold.driver.get() {
-                driver.uninstall();
-            }
         }
     }
 

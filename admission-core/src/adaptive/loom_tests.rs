@@ -68,3 +68,34 @@ fn an_operators_capacity_outlasts_a_concurrent_controller() {
         assert!(limit.snapshot().fixed);
     });
 }
+
+#[test]
+fn a_controller_dropped_while_a_window_closes_neither_deadlocks_nor_lingers() {
+    loom::model(|| {
+        let sum = StdArc::new(StdMutex::new((0, Duration::ZERO)));
+        let ledger = CountLedger::new(0).unwrap();
+        let epoch = Instant::now();
+        let limit = AdaptiveLimit::builder(Sum(sum, 9))
+            .window(Duration::ZERO)
+            .min_samples(1)
+            .epoch(epoch)
+            .build(&ledger)
+            .unwrap();
+        let recorder = ledger.clone();
+        let t = thread::spawn(move || {
+            recorder.record_at(epoch, Duration::from_micros(1), Outcome::Success);
+        });
+        drop(limit);
+        t.join().unwrap();
+        // Whichever came first, the ledger is free for another controller, which then
+        // drives it.
+        let next = AdaptiveLimit::builder(Sum(StdArc::default(), 4))
+            .window(Duration::ZERO)
+            .min_samples(1)
+            .epoch(epoch)
+            .build(&ledger)
+            .unwrap();
+        next.record_at(epoch, Duration::from_micros(1), Outcome::Success);
+        assert_eq!(ledger.capacity(), 4);
+    });
+}

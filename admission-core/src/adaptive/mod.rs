@@ -88,7 +88,10 @@
 //! that samples recorded on two threads while windows close are each counted once
 //! (swapping a shard's word as a load and a store loses samples and fails it), and that
 //! an operator's capacity outlasts a controller setting it at the same time (dropping the
-//! check fails it).
+//! check fails it), and that a controller dropped while a window closes neither deadlocks
+//! nor lingers (a window's closer takes the limit's lock and then the ledger's; removing
+//! the controller while holding the ledger's lock, as a first version did, deadlocks in
+//! that model).
 
 use std::cell::Cell;
 use std::fmt;
@@ -673,8 +676,7 @@ impl Driver {
         }
     }
 
-    /// Installs a controller whose clock starts at `epoch` (the ledger's control lock is
-    /// held).
+    /// Installs a controller whose clock starts at `epoch`.
     pub(crate) fn install(&self, control: Control, epoch: Instant, overload_after: u64) {
         let mut slot = self.control.lock();
         // Samples left from an earlier controller are not this one's.
