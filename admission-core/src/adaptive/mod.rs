@@ -179,8 +179,13 @@ impl Window {
 
     /// The mean latency of the samples; `None` for an empty window.
     pub fn mean_latency(&self) -> Option<Duration> {
-        let samples = u32::try_from(self.samples.max(1)).unwrap_or(u32::MAX);
-        (self.samples > 0).then(|| self.latency_total / samples)
+        let nanos = self
+            .latency_total
+            .as_nanos()
+            .checked_div(u128::from(self.samples))?;
+        Some(Duration::from_nanos(
+            u64::try_from(nanos).unwrap_or(u64::MAX),
+        ))
     }
 
     /// The share of samples that were overloaded or dropped (0 for an empty window).
@@ -463,10 +468,10 @@ struct Shard {
 /// The sample-count field of a shard's packed word.
 const COUNT_BITS: u32 = 24;
 const COUNT: u64 = (1 << COUNT_BITS) - 1;
-/// The largest latency one sample adds (about 12 days): the field cannot be overrun by
+/// The largest latency one sample adds (about three days): the field cannot be overrun by
 /// one sample.
 const MAX_MICROS: u64 = (1 << (64 - COUNT_BITS - 2)) - 1;
-/// A shard whose fields reach half their room closes its share of the window early.
+/// A shard whose fields reach half their room hands its samples to the open window early.
 const COUNT_FULL: u64 = 1 << (COUNT_BITS - 1);
 const MICROS_FULL: u64 = 1 << (64 - COUNT_BITS - 1);
 
