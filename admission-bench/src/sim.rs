@@ -30,6 +30,9 @@ pub struct Scenario {
     pub load: f64,
     /// Capacity changes: from each time on (seconds), this many workers.
     pub workers: Vec<(f64, u64)>,
+    /// Service time changes: from each time on (seconds), service times this many times
+    /// the model's (a dependency slowing down). Empty: the model's throughout.
+    pub slowdown: Vec<(f64, f64)>,
     /// How long it runs (seconds of virtual time).
     pub seconds: f64,
 }
@@ -44,9 +47,22 @@ impl Scenario {
             .map_or(self.workers[0].1, |(_, w)| *w)
     }
 
-    /// The times the capacity changes after the start.
+    /// How many times the model's service time it takes at `t`.
+    pub fn slowdown_at(&self, t: f64) -> f64 {
+        self.slowdown
+            .iter()
+            .rev()
+            .find(|(from, _)| t >= *from)
+            .map_or(1.0, |(_, factor)| *factor)
+    }
+
+    /// The times the capacity (workers or service time) changes after the start.
     pub fn changes(&self) -> Vec<f64> {
-        self.workers.iter().skip(1).map(|(t, _)| *t).collect()
+        let workers = self.workers.iter().skip(1).map(|(t, _)| *t);
+        let slowdown = self.slowdown.iter().map(|(t, _)| *t).filter(|t| *t > 0.0);
+        let mut changes: Vec<f64> = workers.chain(slowdown).collect();
+        changes.sort_by(f64::total_cmp);
+        changes
     }
 }
 
@@ -83,7 +99,9 @@ pub struct Outcomes {
     pub p50: f64,
     /// See `p50`.
     pub p99: f64,
-    /// Time admitted requests waited in the server's queue, p99, seconds.
+    /// Time admitted requests waited in the server's queue, p99, in seconds of the
+    /// model's service time: each wait is scaled by the slowdown in force when the
+    /// request arrived, so that it reads in multiples of the service time of its day.
     pub queued_p99: f64,
     /// The limit's average over each second of the run (for a static limit, itself).
     pub limit_by_second: Vec<f64>,
@@ -196,7 +214,8 @@ pub fn run(model: Model, scenario: &Scenario, limiter: Limiter, seed: u64) -> Ou
             free.push(id);
             if request.arrived >= model.warmup {
                 latencies.push(latency);
-                queued.push(request.started.unwrap_or(t) - request.arrived);
+                let waited = request.started.unwrap_or(t) - request.arrived;
+                queued.push(waited / scenario.slowdown_at(request.arrived));
             }
         };
         match event {
@@ -264,7 +283,7 @@ pub fn run(model: Model, scenario: &Scenario, limiter: Limiter, seed: u64) -> Ou
             }
             busy += 1;
             requests[next].started = Some(t);
-            let done = t + exponential(&mut rng, model.service);
+            let done = t + exponential(&mut rng, model.service * scenario.slowdown_at(t));
             events.push(Reverse((key(done), Event::Done(next, generation))));
         }
         last_limit = match ledger.capacity() {
@@ -274,12 +293,14 @@ pub fn run(model: Model, scenario: &Scenario, limiter: Limiter, seed: u64) -> Ou
     }
 
     let capacity_in = |from: f64, to: f64| {
-        // Workers × seconds / S over [from, to), by milliseconds.
+        // Workers / service time, integrated over [from, to) by milliseconds.
         let steps = ((to - from) * 1000.0).round() as usize;
         (0..steps)
-            .map(|i| scenario.workers_at(from + i as f64 / 1000.0) as f64 / 1000.0)
+            .map(|i| {
+                let t = from + i as f64 / 1000.0;
+                scenario.workers_at(t) as f64 / (model.service * scenario.slowdown_at(t)) / 1000.0
+            })
             .sum::<f64>()
-            / model.service
     };
     let warm = model.warmup as usize;
     let answered: u64 = answered_by_second[warm..].iter().sum();

@@ -97,22 +97,26 @@ proptest! {
     #[test]
     fn the_gradient_falls_under_sustained_rising_latency(
         base in 1_000u64..50_000,
-        rise in 1.05f64..1.5,
+        shrink in 0.7f64..0.95,
         initial in 20u64..500,
     ) {
-        // No probe in the run: a probe would (rightly) take a latency that is the same at a
-        // lower limit as the new no-load latency.
-        let gradient = Gradient::default().probe_every(1_000);
-        let mut feeder = Feeder::new(Box::new(gradient), 1, 10_000, initial);
-        // A busy server at its no-load latency, then latency rising window after window.
-        let mut latency = base as f64;
-        let mut limit = feeder.window(50, Duration::from_micros(base), Outcome::Success, initial);
-        let start = limit;
+        // A server whose concurrency shrinks window after window at the same service
+        // time: at any limit above it, latency rises (queueing), and keeps rising. (A
+        // latency that rose at every limit alike would be a slower service, which the
+        // probes rightly take as the new no-load latency.)
+        let mut feeder = Feeder::new(Box::new(Gradient::default()), 1, 10_000, initial);
+        let mut capacity = initial as f64;
+        let latency = |limit: u64, capacity: f64| {
+            Duration::from_micros((base as f64 * (limit as f64 / capacity).max(1.0)) as u64)
+        };
+        let start = feeder.window(50, latency(initial, capacity), Outcome::Success, initial);
+        let mut limit = start;
         for _ in 0..24 {
-            latency *= rise;
-            limit = feeder.window(50, Duration::from_micros(latency as u64), Outcome::Success, limit);
+            capacity = (capacity * shrink).max(1.0);
+            limit = feeder.window(50, latency(limit, capacity), Outcome::Success, limit);
         }
-        prop_assert!(limit < start, "{start} -> {limit}");
+        // The server's concurrency is now at most 0.95^24 = 29% of what it was.
+        prop_assert!(limit * 3 <= start * 2, "{start} -> {limit} (a server of {capacity:.1})");
     }
 
     #[test]

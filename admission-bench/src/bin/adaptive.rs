@@ -31,6 +31,7 @@ fn scenarios() -> Vec<Scenario> {
         name,
         load,
         workers: vec![(0.0, WORKERS)],
+        slowdown: Vec::new(),
         seconds: 15.0,
     };
     vec![
@@ -41,6 +42,16 @@ fn scenarios() -> Vec<Scenario> {
             name: "2x, capacity halves at 12 s, back at 22 s",
             load: 2.0,
             workers: vec![(0.0, WORKERS), (12.0, WORKERS / 2), (22.0, WORKERS)],
+            slowdown: Vec::new(),
+            seconds: 32.0,
+        },
+        // A dependency slows down: every request takes twice as long, so the server's
+        // throughput halves, but it still runs 64 at once: the right limit stays 64.
+        Scenario {
+            name: "2x, service time doubles at 12 s, back at 22 s",
+            load: 2.0,
+            workers: vec![(0.0, WORKERS)],
+            slowdown: vec![(12.0, 2.0), (22.0, 1.0)],
             seconds: 32.0,
         },
     ]
@@ -187,7 +198,8 @@ fn main() -> ExitCode {
         for change in scenario.changes() {
             let workers = scenario.workers_at(change);
             println!(
-                "  the limit's 1-s averages around {change} s (capacity now {workers}), from {} s:",
+                "  the limit's 1-s averages around {change} s ({workers} workers, service time {}x), from {} s:",
+                scenario.slowdown_at(change),
                 change - 1.0
             );
             for (l, name) in results.names.iter().enumerate().take(ADAPTIVE_ROWS) {

@@ -41,6 +41,13 @@ use super::{Algorithm, Window};
 /// about 10% of two windows' throughput: with the defaults (100 ms windows, a probe
 /// every 100), about 0.2%. No probe runs until the limit binds (the work reaches 90% of it).
 ///
+/// A probe also comes early (four windows after the last at the soonest) when the
+/// estimate may have gone stale: when the server's concurrency as throughput × `n` shows
+/// it has fallen by a quarter since the last probe (it runs fewer at once, or each request
+/// takes longer: a slower dependency, which read against the old `n` would look like
+/// queueing and take the limit far below what the server runs), or when a window is
+/// faster than `n` (each request takes less than it did).
+///
 /// # When to use it
 ///
 /// When latency reflects load: a server whose work waits for a bounded resource (a pool,
@@ -89,6 +96,9 @@ pub struct Gradient {
     confirmed: bool,
     /// Windows since the last probe ended.
     since_probe: u32,
+    /// The server's concurrency as the first window after the last probe showed it
+    /// (throughput × no-load latency).
+    reference: Option<f64>,
     phase: Phase,
 }
 
@@ -123,6 +133,7 @@ impl Default for Gradient {
             noload: None,
             confirmed: false,
             since_probe: 0,
+            reference: None,
             phase: Phase::Normal,
         }
     }
@@ -242,6 +253,7 @@ impl Algorithm for Gradient {
                 }
                 self.measured(latency);
                 self.phase = Phase::Normal;
+                self.reference = None;
                 // After a descent, confirm the estimate soon.
                 self.since_probe = if descended {
                     self.probe_every.saturating_sub(10)
@@ -258,6 +270,7 @@ impl Algorithm for Gradient {
         if (self.limit - window.limit as f64).abs() >= 1.0 {
             self.limit = window.limit as f64;
         }
+        let before = self.limit;
         let Some(noload) = self.noload else {
             // The first window: its latency is the estimate until the first probe, soon.
             self.noload = Some(latency);
@@ -289,7 +302,28 @@ impl Algorithm for Gradient {
         // shed work. Should the service slow down meanwhile, the gradient lowers the
         // limit until it binds, and the probe comes.
         let binds = window.max_in_flight.saturating_mul(10) >= window.limit.saturating_mul(9);
-        if self.since_probe >= self.probe_every && binds {
+        // The server's concurrency, as throughput × no-load latency shows it, fell by a
+        // quarter since the last probe: either it runs fewer at once (the latency that
+        // rose is queueing, and the gradient is right) or each request takes longer (a
+        // dependency slowed: the estimate is stale, and the gradient would take the
+        // limit far below what the server runs). Only a probe tells them apart: probe
+        // now, from the limit as it was.
+        let concurrency = window.throughput() * noload;
+        let fell = match self.reference {
+            Some(reference) => concurrency < 0.75 * reference,
+            None => {
+                self.reference = Some(concurrency);
+                false
+            }
+        };
+        // A window faster than the no-load latency: the estimate is stale the other way
+        // (each request takes less than it did), and the limit would settle too high.
+        let faster = latency < 0.9 * noload;
+        let early = (fell || faster) && self.since_probe >= 4;
+        if binds && (self.since_probe >= self.probe_every || early) {
+            if fell {
+                self.limit = before;
+            }
             return self.start_probe(window, noload);
         }
         self.limit as u64

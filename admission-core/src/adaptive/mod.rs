@@ -35,7 +35,8 @@
 //!   at least 98% of capacity under 2x and 10x overload, p99 latency within 1.08x of the
 //!   best static limit, p99 time queued inside the server under one service time, and
 //!   the limit back within 0.75x-1.5x of the capacity within 2 s after it halves and
-//!   after it recovers.
+//!   after it recovers, and held there while every request takes twice as long (a
+//!   dependency slowing down) and after.
 //! - [`Aimd`]: grows while nothing fails, backs off on failures (overload answers, errors,
 //!   clients giving up). For services that report overload themselves, or whose requests
 //!   vary so much that latency says little. It learns of a queue only when the queue

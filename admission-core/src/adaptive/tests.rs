@@ -293,7 +293,12 @@ fn debug_names_the_limit() {
 /// A server of `capacity` workers and mean service time 10 ms, saturated: Little's law
 /// gives the mean latency of a window at `limit`.
 fn saturated(limit: u64, capacity: u64) -> Window {
-    let service = 10.0 * MS.as_secs_f64();
+    saturated_at(limit, capacity, 10 * MS)
+}
+
+/// `saturated`, with a mean service time of `service`.
+fn saturated_at(limit: u64, capacity: u64, service: Duration) -> Window {
+    let service = service.as_secs_f64();
     let latency = service * (limit as f64 / capacity as f64).max(1.0);
     let throughput = limit.min(capacity) as f64 / service;
     let elapsed = Duration::from_millis(100);
@@ -308,13 +313,65 @@ fn saturated(limit: u64, capacity: u64) -> Window {
     }
 }
 
-fn run(algorithm: &mut impl Algorithm, mut limit: u64, capacity: u64, windows: usize) -> u64 {
+fn run(algorithm: &mut impl Algorithm, limit: u64, capacity: u64, windows: usize) -> u64 {
+    run_at(algorithm, limit, capacity, 10 * MS, windows)
+}
+
+/// `run`, with a mean service time of `service`; the lowest limit set on the way too.
+fn run_at(
+    algorithm: &mut impl Algorithm,
+    mut limit: u64,
+    capacity: u64,
+    service: Duration,
+    windows: usize,
+) -> u64 {
     for _ in 0..windows {
         limit = algorithm
-            .update(&saturated(limit, capacity))
+            .update(&saturated_at(limit, capacity, service))
             .clamp(1, 10_000);
     }
     limit
+}
+
+#[test]
+fn a_slower_service_is_probed_at_once_and_the_limit_stays_near_the_servers() {
+    let mut gradient = Gradient::default();
+    let limit = run(&mut gradient, 64, 64, 300);
+    // A dependency slows: every request takes twice as long, the server still runs 64 at
+    // once. Read as queueing with the old estimate, the limit would fall toward 5 until
+    // the next periodic probe, 100 windows on; the estimate is measured again at once.
+    let mut lowest = limit;
+    let mut limit_now = limit;
+    for _ in 0..30 {
+        limit_now = run_at(&mut gradient, limit_now, 64, 20 * MS, 1);
+        lowest = lowest.min(limit_now);
+    }
+    let noload = gradient.no_load_latency().unwrap();
+    assert!(noload.abs_diff(20 * MS) < MS, "{noload:?}");
+    assert!((64..=96).contains(&limit_now), "{limit_now}");
+    assert!(
+        lowest >= 28,
+        "the limit fell to {lowest} (probes excepted: 0.9 × 32)"
+    );
+    // And back: faster again, the estimate follows at once, so the limit does not settle
+    // at twice the server's concurrency.
+    let limit = run_at(&mut gradient, limit_now, 64, 10 * MS, 30);
+    let noload = gradient.no_load_latency().unwrap();
+    assert!(noload.abs_diff(10 * MS) < MS, "{noload:?}");
+    assert!((64..=96).contains(&limit), "{limit}");
+}
+
+#[test]
+fn a_probe_that_agrees_with_the_estimate_is_averaged_into_it() {
+    let mut gradient = Gradient::default().probe_every(4);
+    run(&mut gradient, 64, 64, 100);
+    // 10% slower: within 20% of the estimate, so the next probe averages.
+    run_at(&mut gradient, 64, 64, 11 * MS, 8);
+    let noload = gradient.no_load_latency().unwrap();
+    assert!(
+        noload > 10 * MS + MS / 5 && noload < 11 * MS - MS / 5,
+        "averaged, not replaced: {noload:?}"
+    );
 }
 
 #[test]
@@ -405,4 +462,22 @@ fn a_permit_records_through_its_ledger_whatever_handles_are_left() {
 
 fn last_window(windows: &StdMutex<Vec<Window>>) -> Window {
     *windows.lock().unwrap().last().expect("a window")
+}
+
+#[test]
+fn the_gradient_smooths_its_way_down_and_grows_a_whole_step() {
+    let mut gradient = Gradient::default().smoothing(0.5);
+    let mut window = saturated(100, 200);
+    assert_eq!(
+        gradient.update(&window),
+        100,
+        "the first window sets the estimate (10 ms)"
+    );
+    // Growth: the whole √100 step.
+    assert_eq!(gradient.update(&window), 110);
+    // A server of 80 at 110: latency 13.75 ms, the gradient 11 / 13.75 = 0.8, the target
+    // 110 × 0.8 + √110 = 98.5; half the way down. (A server of 80 is not a quarter below
+    // the 100 it showed: no early probe.)
+    window = saturated(110, 80);
+    assert_eq!(gradient.update(&window), 104);
 }
