@@ -475,6 +475,8 @@ const MAX_MICROS: u64 = (1 << (64 - COUNT_BITS - 2)) - 1;
 /// A shard whose fields reach half their room hands its samples to the open window early.
 const COUNT_FULL: u64 = 1 << (COUNT_BITS - 1);
 const MICROS_FULL: u64 = 1 << (64 - COUNT_BITS - 1);
+// One sample cannot overrun the latency field, even from just below the mark.
+const _: () = assert!(MAX_MICROS < MICROS_FULL);
 
 impl Shard {
     fn new() -> Self {

@@ -481,3 +481,47 @@ fn the_gradient_smooths_its_way_down_and_grows_a_whole_step() {
     window = saturated(110, 80);
     assert_eq!(gradient.update(&window), 104);
 }
+
+#[test]
+fn a_window_adds_up_its_samples() {
+    let mut window = Window::new(10, 100 * MS);
+    assert_eq!(window.mean_latency(), None);
+    assert_eq!(window.overload_share(), 0.0);
+    window.add(2 * MS, Outcome::Success, 4);
+    window.add(4 * MS, Outcome::Overload, 5);
+    window.add(6 * MS, Outcome::Dropped, 3);
+    window.add(Duration::from_nanos(1500), Outcome::Success, 1);
+    assert_eq!(window.samples, 4);
+    assert_eq!(window.latency_total, 12 * MS + Duration::from_micros(1));
+    assert_eq!((window.overloaded, window.dropped), (1, 1));
+    assert_eq!(window.max_in_flight, 5);
+    assert_eq!(window.overload_share(), 0.5);
+    assert_eq!(window.throughput(), 40.0);
+    assert!(!window.app_limited(), "5 of 10 is half the limit: used");
+    window.max_in_flight = 4;
+    assert!(window.app_limited());
+}
+
+#[test]
+fn a_shard_says_it_is_filling_up_from_half_its_room() {
+    let shard = Shard::new();
+    let add = |packed: u64| {
+        shard.packed.store(packed, Ordering::Relaxed);
+        shard.add(1, Outcome::Success, || 0)
+    };
+    assert!(!add(COUNT_FULL - 1));
+    assert!(add(COUNT_FULL));
+    assert!(!add((MICROS_FULL - 1) << COUNT_BITS));
+    assert!(add(MICROS_FULL << COUNT_BITS));
+}
+
+#[test]
+fn the_largest_bound_is_the_ledgers_largest_capacity() {
+    let ledger = CountLedger::new(0).unwrap();
+    let max = CountLedger::MAX_CAPACITY as u64;
+    let limit = AdaptiveLimit::builder(Aimd::default())
+        .bounds(max, max)
+        .build(&ledger)
+        .unwrap();
+    assert_eq!(limit.limit(), max);
+}
