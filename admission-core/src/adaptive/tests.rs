@@ -525,3 +525,12 @@ fn the_largest_bound_is_the_ledgers_largest_capacity() {
         .unwrap();
     assert_eq!(limit.limit(), max);
 }
+
+#[test]
+fn a_limit_started_far_above_comes_down_within_a_few_seconds() {
+    // From 8x the server's concurrency: the first window's latency (8x the no-load one)
+    // is the estimate only until the probes, four windows on, measure it.
+    let mut gradient = Gradient::default();
+    let limit = run(&mut gradient, 512, 64, 60);
+    assert!((64..=96).contains(&limit), "after 6 s of windows: {limit}");
+}
