@@ -9,6 +9,13 @@ use admission_core::{CountLedger, CountPermit};
 use proptest::prelude::*;
 
 const WINDOW: Duration = Duration::from_millis(100);
+/// Samples per window in the direction tests, and the most windows in the bounds test:
+/// fewer under Miri, which interprets every recording.
+const SAMPLES: u32 = if cfg!(miri) { 10 } else { 50 };
+const MAX_WINDOWS: usize = if cfg!(miri) { 6 } else { 40 };
+/// The largest limit a test starts from, and the most permits a window holds (each one
+/// acquired and released per window).
+const MAX_START: u64 = if cfg!(miri) { 40 } else { 500 };
 
 /// Feeds one window of `samples` samples of `latency` and `outcome`, with the ledger
 /// holding `in_flight` permits, and closes it. Returns the limit after.
@@ -75,15 +82,20 @@ fn outcome() -> impl Strategy<Value = Outcome> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 4 } else { 64 }))]
+    #![proptest_config(ProptestConfig {
+        cases: if cfg!(miri) { 4 } else { 64 },
+        // No regression file: Miri's isolation has no working directory to find it in.
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     #[test]
     fn the_limit_stays_within_its_bounds(
         (algorithm, _) in algorithm(),
         min in 1u64..20,
         span in 0u64..200,
-        initial in 0u64..400,
-        windows in prop::collection::vec((10u32..60, 1u64..100_000, outcome(), 0u64..300), 1..40),
+        initial in 0u64..MAX_START,
+        windows in prop::collection::vec((10u32..60, 1u64..100_000, outcome(), 0u64..MAX_START), 1..MAX_WINDOWS),
     ) {
         let max = min + span;
         let mut feeder = Feeder::new(algorithm, min, max, initial);
@@ -98,7 +110,7 @@ proptest! {
     fn the_gradient_falls_under_sustained_rising_latency(
         base in 1_000u64..50_000,
         shrink in 0.7f64..0.95,
-        initial in 20u64..500,
+        initial in 20u64..MAX_START,
     ) {
         // A server whose concurrency shrinks window after window at the same service
         // time: at any limit above it, latency rises (queueing), and keeps rising. (A
@@ -109,11 +121,11 @@ proptest! {
         let latency = |limit: u64, capacity: f64| {
             Duration::from_micros((base as f64 * (limit as f64 / capacity).max(1.0)) as u64)
         };
-        let start = feeder.window(50, latency(initial, capacity), Outcome::Success, initial);
+        let start = feeder.window(SAMPLES, latency(initial, capacity), Outcome::Success, initial);
         let mut limit = start;
         for _ in 0..24 {
             capacity = (capacity * shrink).max(1.0);
-            limit = feeder.window(50, latency(limit, capacity), Outcome::Success, limit);
+            limit = feeder.window(SAMPLES, latency(limit, capacity), Outcome::Success, limit);
         }
         // The server's concurrency is now at most 0.95^24 = 29% of what it was.
         prop_assert!(limit * 3 <= start * 2, "{start} -> {limit} (a server of {capacity:.1})");
@@ -123,13 +135,13 @@ proptest! {
     fn the_gradient_and_aimd_rise_with_sustained_headroom(
         (algorithm, name) in algorithm(),
         base in 1_000u64..50_000,
-        initial in 4u64..200,
+        initial in 4u64..MAX_START / 2,
     ) {
         let mut feeder = Feeder::new(algorithm, 1, 10_000, initial);
         // Every permit in use, latency flat at the no-load latency: room to grow.
         let mut limit = initial;
         for _ in 0..12 {
-            limit = feeder.window(50, Duration::from_micros(base), Outcome::Success, limit);
+            limit = feeder.window(SAMPLES, Duration::from_micros(base), Outcome::Success, limit);
         }
         prop_assert!(limit > initial, "{name}: {initial} -> {limit}");
     }
