@@ -1,6 +1,7 @@
 //! loom models of the adaptive limit's protocols: samples recorded on two threads while
-//! either closes windows (each sample counted once), and an operator fixing the capacity
-//! while the controller sets it (the operator's value stays).
+//! either closes windows (each sample counted once), an operator fixing the capacity
+//! while the controller sets it (the operator's value stays), and a controller dropped
+//! while a window closes (no deadlock; the ledger free for the next).
 
 use std::sync::{Arc as StdArc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
@@ -21,18 +22,29 @@ impl Algorithm for Sum {
     }
 }
 
+/// A limit on `ledger` that closes a window at every sample and answers `answer`, adding
+/// what it sees to `sum`.
+fn driven(
+    ledger: &CountLedger,
+    epoch: Instant,
+    sum: StdArc<StdMutex<(u64, Duration)>>,
+    answer: u64,
+) -> AdaptiveLimit {
+    AdaptiveLimit::builder(Sum(sum, answer))
+        .window(Duration::ZERO)
+        .min_samples(1)
+        .epoch(epoch)
+        .build(ledger)
+        .unwrap()
+}
+
 #[test]
 fn samples_recorded_while_windows_close_are_each_counted_once() {
     loom::model(|| {
         let sum = StdArc::new(StdMutex::new((0, Duration::ZERO)));
         let ledger = CountLedger::new(0).unwrap();
         let epoch = Instant::now();
-        let limit = AdaptiveLimit::builder(Sum(sum.clone(), 5))
-            .window(Duration::ZERO)
-            .min_samples(1)
-            .epoch(epoch)
-            .build(&ledger)
-            .unwrap();
+        let limit = driven(&ledger, epoch, sum.clone(), 5);
         let other = limit.clone();
         let t = thread::spawn(move || {
             other.record_at(epoch, Duration::from_micros(1), Outcome::Success);
@@ -54,12 +66,7 @@ fn an_operators_capacity_outlasts_a_concurrent_controller() {
         let sum = StdArc::new(StdMutex::new((0, Duration::ZERO)));
         let ledger = CountLedger::new(0).unwrap();
         let epoch = Instant::now();
-        let limit = AdaptiveLimit::builder(Sum(sum, 9))
-            .window(Duration::ZERO)
-            .min_samples(1)
-            .epoch(epoch)
-            .build(&ledger)
-            .unwrap();
+        let limit = driven(&ledger, epoch, sum, 9);
         let operator = ledger.clone();
         let t = thread::spawn(move || operator.set_capacity(3).unwrap());
         limit.record_at(epoch, Duration::from_micros(1), Outcome::Success);
@@ -75,12 +82,7 @@ fn a_controller_dropped_while_a_window_closes_neither_deadlocks_nor_lingers() {
         let sum = StdArc::new(StdMutex::new((0, Duration::ZERO)));
         let ledger = CountLedger::new(0).unwrap();
         let epoch = Instant::now();
-        let limit = AdaptiveLimit::builder(Sum(sum, 9))
-            .window(Duration::ZERO)
-            .min_samples(1)
-            .epoch(epoch)
-            .build(&ledger)
-            .unwrap();
+        let limit = driven(&ledger, epoch, sum, 9);
         let recorder = ledger.clone();
         let t = thread::spawn(move || {
             recorder.record_at(epoch, Duration::from_micros(1), Outcome::Success);
@@ -89,12 +91,7 @@ fn a_controller_dropped_while_a_window_closes_neither_deadlocks_nor_lingers() {
         t.join().unwrap();
         // Whichever came first, the ledger is free for another controller, which then
         // drives it.
-        let next = AdaptiveLimit::builder(Sum(StdArc::default(), 4))
-            .window(Duration::ZERO)
-            .min_samples(1)
-            .epoch(epoch)
-            .build(&ledger)
-            .unwrap();
+        let next = driven(&ledger, epoch, StdArc::default(), 4);
         next.record_at(epoch, Duration::from_micros(1), Outcome::Success);
         assert_eq!(ledger.capacity(), 4);
     });
