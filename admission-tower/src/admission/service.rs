@@ -37,6 +37,23 @@ enum Held<K, H> {
     Count { _permit: CountPermit },
     /// The count permit and the rest.
     Rest(Box<Rest<K, H>>),
+    /// Released (in `drop`).
+    Released,
+}
+
+impl<K, H> Drop for AdmissionPermit<K, H> {
+    #[inline]
+    fn drop(&mut self) {
+        release(std::mem::replace(&mut self.held, Held::Released));
+    }
+}
+
+/// Releases what a permit held. Out of line: the bodies and futures that carry a permit
+/// are dropped on every request, and their drop stays small enough to be inlined where a
+/// request holds none.
+#[inline(never)]
+fn release<K, H>(held: Held<K, H>) {
+    drop(held);
 }
 
 /// The count permit with the key's permit, the body's charge or the adaptive sample, for
