@@ -225,25 +225,35 @@ fn gate(c: &mut Criterion) {
     g.finish();
 }
 
-/// Two threads on one ledger at once. Each thread runs `iters` acquire-release cycles
-/// after a barrier; the reported time is the slower thread's wall time divided by
-/// `iters`, i.e. the latency of one cycle while the other thread does the same.
-fn two_threads(iters: u64, op: impl Fn(u64) + Sync) -> Duration {
-    let barrier = Barrier::new(2);
+/// `threads` threads on one ledger at once. Each thread runs `iters` acquire-release
+/// cycles after a barrier, calling `op(thread, i)`; the reported time is the slowest
+/// thread's wall time divided by `iters`, i.e. the latency of one cycle while the others
+/// do the same. One thread runs on the caller's.
+fn on_threads(threads: u64, iters: u64, op: impl Fn(u64, u64) + Sync) -> Duration {
+    let barrier = Barrier::new(threads as usize);
     let run = |t: u64| {
         barrier.wait();
         let start = Instant::now();
         for i in 0..iters {
-            op(i * 2 + t);
+            op(t, i);
         }
         start.elapsed()
     };
     let run = &run;
     std::thread::scope(|s| {
-        let other = s.spawn(move || run(1));
+        let others: Vec<_> = (1..threads).map(|t| s.spawn(move || run(t))).collect();
         let mine = run(0);
-        mine.max(other.join().unwrap())
+        others
+            .into_iter()
+            .map(|other| other.join().unwrap())
+            .fold(mine, Duration::max)
     })
+}
+
+/// Two threads on one ledger at once (see `on_threads`); `op` gets `i * 2 + thread`, so
+/// the two threads' arguments never meet.
+fn two_threads(iters: u64, op: impl Fn(u64) + Sync) -> Duration {
+    on_threads(2, iters, |t, i| op(i * 2 + t))
 }
 
 fn contended(c: &mut Criterion) {
@@ -317,6 +327,72 @@ fn contended(c: &mut Criterion) {
     g.finish();
 }
 
+/// How the cost of one acquire-release cycle grows with the threads doing it at once: 1,
+/// 2 and, where the machine has the cores, 4 threads, on one count ledger (beside tokio's
+/// semaphore) and on a keyed ledger, each thread on keys of its own (beside the DashMap
+/// port) and all threads on one key. More threads than cores would measure the
+/// scheduler, not contention, so the counts stop at the machine's parallelism.
+fn scaling(c: &mut Criterion) {
+    let mut g = c.benchmark_group("scaling");
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let counts: Vec<u64> = [1, 2, 4]
+        .into_iter()
+        .filter(|&n| n == 1 || n <= cores)
+        .collect();
+    let ledger = CountLedger::new(CAPACITY).unwrap();
+    let sem = Arc::new(Semaphore::new(CAPACITY));
+    let keyed = KeyedLedger::new(CAPACITY).unwrap();
+    let _resident: Vec<_> = (0..KEYS).map(|k| keyed.try_acquire(&k).unwrap()).collect();
+    let dash: DashMap<u64, Arc<Semaphore>> = (0..KEYS)
+        .map(|k| (k, Arc::new(Semaphore::new(CAPACITY))))
+        .collect();
+    for &n in &counts {
+        // Thread t's keys: a range of its own.
+        let own = move |t: u64, i: u64| t * (KEYS / n) + i % (KEYS / n);
+        g.bench_function(format!("count_admission_t{n}"), |b| {
+            b.iter_custom(|iters| {
+                on_threads(n, iters, |_, _| {
+                    drop(black_box(ledger.try_acquire().unwrap()))
+                })
+            })
+        });
+        g.bench_function(format!("count_tokio_try_acquire_owned_t{n}"), |b| {
+            b.iter_custom(|iters| {
+                on_threads(n, iters, |_, _| {
+                    drop(black_box(sem.clone().try_acquire_owned().unwrap()))
+                })
+            })
+        });
+        g.bench_function(format!("keyed_admission_t{n}"), |b| {
+            b.iter_custom(|iters| {
+                on_threads(n, iters, |t, i| {
+                    drop(black_box(keyed.try_acquire(&own(t, i)).unwrap()))
+                })
+            })
+        });
+        g.bench_function(format!("keyed_dashmap_semaphore_t{n}"), |b| {
+            b.iter_custom(|iters| {
+                on_threads(n, iters, |t, i| {
+                    drop(black_box(dashmap_acquire(&dash, own(t, i))))
+                })
+            })
+        });
+        g.bench_function(format!("one_key_admission_t{n}"), |b| {
+            b.iter_custom(|iters| {
+                on_threads(n, iters, |_, _| {
+                    drop(black_box(keyed.try_acquire(&0).unwrap()))
+                })
+            })
+        });
+        g.bench_function(format!("one_key_dashmap_semaphore_t{n}"), |b| {
+            b.iter_custom(|iters| {
+                on_threads(n, iters, |_, _| drop(black_box(dashmap_acquire(&dash, 0))))
+            })
+        });
+    }
+    g.finish();
+}
+
 /// What an adaptive limit adds to a request: the plain count permit, and the same permit
 /// on a ledger an adaptive limit drives, with its sample recorded; apart, the two clock
 /// reads a real sample takes (at admission and at the end). Uncontended, and two threads
@@ -366,5 +442,5 @@ fn driven() -> (CountLedger, AdaptiveLimit, Instant) {
     (ledger, limit, epoch)
 }
 
-criterion_group!(benches, count, bytes, keyed, gate, contended, adaptive);
+criterion_group!(benches, count, bytes, keyed, gate, contended, scaling, adaptive);
 criterion_main!(benches);

@@ -3,9 +3,10 @@
 //! In each group (and, in `contended`, each of its `count_`, `bytes_` and `keyed_`
 //! families) the row named `admission` (or `…_admission`) is ours and the row ending in
 //! `floor` is the floor; every row shows its ratio to both. The targets of the bench
-//! issue are checked at the end against ratios measured in the same run.
+//! issue are checked at the end against ratios measured in the same run. The `scaling`
+//! group has a table of its own: each bench across thread counts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
@@ -62,6 +63,10 @@ fn family(group: &str, bench: &str) -> String {
 pub fn table(medians: &Medians) -> String {
     let mut out = String::new();
     for (group, benches) in medians {
+        if group == "scaling" {
+            out.push_str(&scaling(benches));
+            continue;
+        }
         let mut families: BTreeMap<String, Vec<(&String, f64)>> = BTreeMap::new();
         for (bench, &ns) in benches {
             families
@@ -99,6 +104,47 @@ pub fn table(medians: &Medians) -> String {
                 );
             }
         }
+    }
+    out
+}
+
+/// The `scaling` group: each bench (`<name>_t<threads>`) as a row, its median at each
+/// thread count, and how much dearer one cycle is at the most threads than at one.
+fn scaling(benches: &BTreeMap<String, f64>) -> String {
+    let mut rows: BTreeMap<&str, BTreeMap<u64, f64>> = BTreeMap::new();
+    for (bench, &ns) in benches {
+        let parsed = bench
+            .rsplit_once("_t")
+            .and_then(|(name, n)| Some((name, n.parse::<u64>().ok()?)));
+        if let Some((name, threads)) = parsed {
+            rows.entry(name).or_default().insert(threads, ns);
+        }
+    }
+    let counts: BTreeSet<u64> = rows.values().flat_map(|r| r.keys().copied()).collect();
+    let mut out =
+        String::from("\nscaling (one acquire-release cycle, slowest thread, by threads at once)\n");
+    let _ = write!(out, "  {:<38}", "bench");
+    for n in &counts {
+        let _ = write!(out, " {:>10}", format!("{n} thr"));
+    }
+    let _ = writeln!(out, " {:>9}", "x 1 thr");
+    for (name, by_threads) in rows {
+        let _ = write!(out, "  {name:<38}");
+        for n in &counts {
+            match by_threads.get(n) {
+                Some(ns) => {
+                    let _ = write!(out, " {ns:>8.1}ns");
+                }
+                None => {
+                    let _ = write!(out, " {:>10}", "-");
+                }
+            }
+        }
+        let growth = match (by_threads.first_key_value(), by_threads.last_key_value()) {
+            (Some((1, one)), Some((&most, ns))) if most > 1 => format!("{:.2}", ns / one),
+            _ => "-".into(),
+        };
+        let _ = writeln!(out, " {growth:>9}");
     }
     out
 }
@@ -220,4 +266,32 @@ pub fn targets(medians: &Medians) -> String {
         );
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scaling_rows_gather_thread_counts_and_growth() {
+        let mut medians = Medians::new();
+        let scaling = medians.entry("scaling".into()).or_default();
+        scaling.insert("count_admission_t1".into(), 10.0);
+        scaling.insert("count_admission_t2".into(), 25.0);
+        scaling.insert("keyed_admission_t1".into(), 40.0);
+        let table = table(&medians);
+        let row = |name: &str| {
+            table
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+                .unwrap_or_else(|| panic!("no row {name} in\n{table}"))
+                .split_whitespace()
+                .skip(1)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(row("count_admission"), ["10.0ns", "25.0ns", "2.50"]);
+        // Measured at one thread count only: no growth to show.
+        assert_eq!(row("keyed_admission"), ["40.0ns", "-", "-"]);
+        assert!(table.contains("1 thr") && table.contains("2 thr"));
+    }
 }
