@@ -23,7 +23,33 @@ fn main() -> ExitCode {
             let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
             println!("admission-bench: medians and ratios ({cores} cores, {cpu})");
             print!("{}", admission_bench::report::table(&medians));
-            print!("{}", admission_bench::report::targets(&medians));
+            // Instruction counts of the layer, where valgrind and the release build of
+            // `layer_loop` are here (CI builds it before the report).
+            let layer_loop = target.join("release/examples/layer_loop");
+            let instructions = if layer_loop.exists() {
+                admission_bench::report::instructions(
+                    &layer_loop,
+                    admission_bench::report::LAYER_VARIANTS,
+                )
+                .map_err(|err| eprintln!("instructions not measured: {err}"))
+                .ok()
+            } else {
+                eprintln!(
+                    "instructions not measured: no {} (cargo build --release -p admission-bench --example layer_loop)",
+                    layer_loop.display()
+                );
+                None
+            };
+            if let Some(counts) = &instructions {
+                println!("\nlayer, callgrind instructions per call (layer_loop)");
+                for (variant, n) in counts {
+                    println!("  {variant:<38} {n:>10}");
+                }
+            }
+            print!(
+                "{}",
+                admission_bench::report::targets(&medians, instructions.as_ref())
+            );
             ExitCode::SUCCESS
         }
         Ok(_) => {
