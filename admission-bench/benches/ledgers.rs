@@ -331,9 +331,12 @@ fn contended(c: &mut Criterion) {
 /// 2 and, where the machine has the cores, 4 threads, on one count ledger (beside tokio's
 /// semaphore) and on a keyed ledger, each thread on keys of its own (beside the DashMap
 /// port) and all threads on one key. More threads than cores would measure the
-/// scheduler, not contention, so the counts stop at the machine's parallelism.
+/// scheduler, not contention, so the counts stop at the machine's parallelism. A second of
+/// measurement each (over any given on the command line): there are twelve to eighteen.
 fn scaling(c: &mut Criterion) {
     let mut g = c.benchmark_group("scaling");
+    g.warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(1));
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
     let counts: Vec<u64> = [1, 2, 4]
         .into_iter()

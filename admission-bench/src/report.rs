@@ -381,13 +381,22 @@ pub fn targets(medians: &Medians, instructions: Option<&Instructions>) -> String
 mod tests {
     use super::*;
 
+    /// Medians of one group.
+    fn group(name: &str, benches: &[(&str, f64)]) -> Medians {
+        let benches = benches.iter().map(|&(b, ns)| (b.to_owned(), ns)).collect();
+        Medians::from([(name.to_owned(), benches)])
+    }
+
     #[test]
     fn scaling_rows_gather_thread_counts_and_growth() {
-        let mut medians = Medians::new();
-        let scaling = medians.entry("scaling".into()).or_default();
-        scaling.insert("count_admission_t1".into(), 10.0);
-        scaling.insert("count_admission_t2".into(), 25.0);
-        scaling.insert("keyed_admission_t1".into(), 40.0);
+        let medians = group(
+            "scaling",
+            &[
+                ("count_admission_t1", 10.0),
+                ("count_admission_t2", 25.0),
+                ("keyed_admission_t1", 40.0),
+            ],
+        );
         let table = table(&medians);
         let row = |name: &str| {
             table
@@ -414,12 +423,15 @@ mod tests {
 
     #[test]
     fn a_target_by_instructions_is_decided_by_them_with_the_wall_clock_beside() {
-        let mut medians = Medians::new();
-        let layer = medians.entry("layer".into()).or_default();
-        layer.insert("admission".into(), 100.0);
-        layer.insert("load_shed_concurrency_limit".into(), 100.0);
-        layer.insert("disabled".into(), 110.0);
-        layer.insert("bare".into(), 100.0);
+        let medians = group(
+            "layer",
+            &[
+                ("admission", 100.0),
+                ("load_shed_concurrency_limit", 100.0),
+                ("disabled", 110.0),
+                ("bare", 100.0),
+            ],
+        );
         let counts: Instructions = [
             ("ours", 450),
             ("theirs", 600),
