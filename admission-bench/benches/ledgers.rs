@@ -8,7 +8,7 @@ use std::hint::black_box;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use admission_bench::{ArcPermit, Floor};
+use admission_bench::{ArcPermit, Floor, KeyedFloor};
 use admission_core::adaptive::{AdaptiveLimit, Gradient, Outcome};
 use admission_core::{ByteLedger, CountLedger, Gate, KeyedLedger, Priority};
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -123,6 +123,14 @@ fn keyed(c: &mut Criterion) {
         b.iter(|| {
             key = (key + 1) % KEYS;
             drop(black_box(dashmap_acquire(&dash, key)));
+        })
+    });
+    // The floor: hash, find the key's counter, one compare-exchange in, one subtract out.
+    let floor = KeyedFloor::new(KEYS, CAPACITY as u64);
+    g.bench_function("floor", |b| {
+        b.iter(|| {
+            key = (key + 1) % KEYS;
+            assert!(floor.cycle(black_box(key)));
         })
     });
     // The same with a faster hasher on both sides (the hasher is a type parameter of each).
@@ -323,6 +331,10 @@ fn contended(c: &mut Criterion) {
         b.iter_custom(|iters| {
             two_threads(iters, |i| drop(black_box(dashmap_acquire(&dash, i % KEYS))))
         })
+    });
+    let floor = KeyedFloor::new(KEYS, CAPACITY as u64);
+    g.bench_function("keyed_floor", |b| {
+        b.iter_custom(|iters| two_threads(iters, |i| assert!(floor.cycle(black_box(i % KEYS)))))
     });
     g.finish();
 }

@@ -97,3 +97,75 @@ impl Drop for ArcPermit {
         self.0.release(1);
     }
 }
+
+/// The keyed floor: what any keyed limit with a flood-resistant hash must do for a key
+/// that already has work in flight, and nothing more. It hashes the key with the standard
+/// library's `RandomState` (the default on both sides of the keyed comparison), finds the
+/// key's counter in a fixed open-addressed table, takes a unit with one compare-exchange
+/// and gives it back with one subtraction. No lock, no permit object, no entry to create
+/// or reclaim, keys placed once and never removed: nothing that keeps a key's cap, memory
+/// and lifetime correct can be cheaper.
+#[derive(Debug)]
+pub struct KeyedFloor {
+    hasher: std::collections::hash_map::RandomState,
+    /// Each key beside its counter, unpadded, as a real table would lay them out (a
+    /// slot padded to a cache line makes the table 8x larger and the floor slower).
+    slots: Box<[(u64, AtomicU64)]>,
+    capacity: u64,
+}
+
+impl KeyedFloor {
+    /// A table holding `keys` (`0..keys`), each admitting up to `capacity` units.
+    pub fn new(keys: u64, capacity: u64) -> Self {
+        let hasher = std::collections::hash_map::RandomState::new();
+        // At most half full, so a probe ends within a slot or two.
+        let len = (keys as usize * 2).next_power_of_two();
+        let mut slots: Vec<Option<u64>> = vec![None; len];
+        for key in 0..keys {
+            let mut at = std::hash::BuildHasher::hash_one(&hasher, key) as usize & (len - 1);
+            while slots[at].is_some() {
+                at = (at + 1) & (len - 1);
+            }
+            slots[at] = Some(key);
+        }
+        let slots = slots
+            .into_iter()
+            // A free slot holds a key no lookup asks for.
+            .map(|key| (key.unwrap_or(u64::MAX), AtomicU64::new(0)))
+            .collect();
+        Self {
+            hasher,
+            slots,
+            capacity,
+        }
+    }
+
+    /// The counter of `key`, which must be one of the table's keys.
+    #[inline]
+    fn find(&self, key: u64) -> &AtomicU64 {
+        let mask = self.slots.len() - 1;
+        let mut at = std::hash::BuildHasher::hash_one(&self.hasher, key) as usize & mask;
+        loop {
+            let (held, floor) = &self.slots[at];
+            if *held == key {
+                return floor;
+            }
+            at = (at + 1) & mask;
+        }
+    }
+
+    /// Takes one unit for `key` if it fits, and gives it back: one admission's cycle.
+    #[inline]
+    pub fn cycle(&self, key: u64) -> bool {
+        let held = self.find(key);
+        let current = held.load(Ordering::Relaxed);
+        let admitted = current < self.capacity
+            && held
+                .compare_exchange(current, current + 1, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok();
+        if admitted {
+            held.fetch_sub(1, Ordering::Release);
+        }
+        admitted
+    }
+}

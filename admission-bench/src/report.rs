@@ -161,6 +161,19 @@ struct Target {
     /// beside the wall clock (or deciding, with `by_instructions`).
     instructions: Option<(&'static str, &'static str)>,
     by_instructions: bool,
+    /// A floor measured in the same run (the least any design can do), printed as its
+    /// own ratio to `right`: how far below the alternative anything can get.
+    floor: Option<(&'static str, &'static str)>,
+}
+
+impl Target {
+    /// The same target, with `floor`'s ratio to the alternative printed beside it.
+    const fn floor(self, floor: (&'static str, &'static str)) -> Self {
+        Self {
+            floor: Some(floor),
+            ..self
+        }
+    }
 }
 
 /// A target decided by the wall clock alone.
@@ -177,6 +190,7 @@ const fn wall(
         at_most,
         instructions: None,
         by_instructions: false,
+        floor: None,
     }
 }
 
@@ -210,7 +224,8 @@ const TARGETS: &[Target] = &[
         ("keyed", "admission"),
         ("keyed", "dashmap_semaphore"),
         0.5,
-    ),
+    )
+    .floor(("keyed", "floor")),
     wall(
         "keyed first-seen key 0.6x of Mutex<HashMap>",
         ("keyed", "admission_first_seen"),
@@ -234,7 +249,8 @@ const TARGETS: &[Target] = &[
         ("contended", "keyed_admission"),
         ("contended", "keyed_dashmap_semaphore"),
         0.5,
-    ),
+    )
+    .floor(("contended", "keyed_floor")),
     Target {
         what: "layer 0.9x of LoadShed + ConcurrencyLimit (instructions)",
         left: ("layer", "admission"),
@@ -242,6 +258,7 @@ const TARGETS: &[Target] = &[
         at_most: 0.9,
         instructions: Some(("ours", "theirs")),
         by_instructions: true,
+        floor: None,
     },
     Target {
         what: "layer with every limit disabled within 1.2x of bare",
@@ -250,6 +267,7 @@ const TARGETS: &[Target] = &[
         at_most: 1.2,
         instructions: Some(("disabled", "bare")),
         by_instructions: false,
+        floor: None,
     },
 ];
 
@@ -347,6 +365,9 @@ pub fn targets(medians: &Medians, instructions: Option<&Instructions>) -> String
         }
         if let (true, Some(wall)) = (t.by_instructions, wall) {
             let _ = write!(line, "; wall clock {wall:.2}");
+        }
+        if let Some(floor) = t.floor.and_then(|f| get(f).zip(get(t.right))) {
+            let _ = write!(line, "; the floor {:.2}", floor.0 / floor.1);
         }
         line.push(')');
         let _ = writeln!(out, "{line}");
@@ -461,5 +482,35 @@ mod tests {
         // Without callgrind, the instruction target is not measured rather than guessed.
         let without = targets(&medians, None);
         assert!(line(&without, "LoadShed").trim_start().starts_with("n/a"));
+    }
+
+    #[test]
+    fn a_keyed_target_shows_the_floors_own_ratio_beside_it() {
+        let line = |medians: &Medians| {
+            let text = targets(medians, None);
+            text.lines()
+                .find(|l| l.contains("keyed (existing key)"))
+                .unwrap()
+                .to_owned()
+        };
+        let measured = line(&group(
+            "keyed",
+            &[
+                ("admission", 30.0),
+                ("dashmap_semaphore", 40.0),
+                ("floor", 22.0),
+            ],
+        ));
+        assert!(
+            measured.trim_start().starts_with("MISSED") && measured.contains("0.75"),
+            "{measured}"
+        );
+        assert!(measured.contains("the floor 0.55"), "{measured}");
+        // No floor in the run: the line says nothing about one.
+        let unmeasured = line(&group(
+            "keyed",
+            &[("admission", 30.0), ("dashmap_semaphore", 40.0)],
+        ));
+        assert!(!unmeasured.contains("floor"), "{unmeasured}");
     }
 }
