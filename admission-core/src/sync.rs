@@ -12,6 +12,29 @@ mod imp {
     /// A mutex whose `lock` cannot fail (`parking_lot` has no poisoning).
     pub(crate) type Mutex<T> = parking_lot::Mutex<T>;
 
+    /// `UnsafeCell` behind loom's closure-based signature, so that loom can check every
+    /// access to what it holds.
+    #[derive(Debug)]
+    pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+    impl<T> UnsafeCell<T> {
+        pub(crate) const fn new(value: T) -> Self {
+            Self(std::cell::UnsafeCell::new(value))
+        }
+
+        /// A read of the contents (the pointer is valid for reads during `f`).
+        #[inline(always)]
+        pub(crate) fn with<R>(&self, f: impl FnOnce(*const T) -> R) -> R {
+            f(self.0.get())
+        }
+
+        /// A write of the contents (the pointer is valid for writes during `f`).
+        #[inline(always)]
+        pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+            f(self.0.get())
+        }
+    }
+
     /// Allocation and access tracking exist only under loom; here they are zero-sized
     /// no-ops that compile away.
     #[derive(Debug)]
@@ -32,6 +55,7 @@ mod imp {
 
 #[cfg(admission_loom)]
 mod imp {
+    pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     pub(crate) use loom::sync::Arc;
 
