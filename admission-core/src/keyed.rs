@@ -338,32 +338,38 @@ impl<K: Eq, S> KeyedInner<K, S> {
         None
     }
 
-    /// `key`'s entry, under the lock whose guard `table` is. An overflow entry's address
-    /// is the one its table holds (the allocation's own, which the entry's free needs),
-    /// never one made from a shared borrow.
-    fn find(
-        &self,
-        table: &HashTable<EntryPtr<K>>,
-        key: &K,
-        hash: u64,
-    ) -> Option<NonNull<Entry<K>>> {
-        let slot = self.window(hash).find(|entry| {
+    /// `key`'s entry, or else the first free slot of its window, under the lock whose
+    /// guard `table` is. An overflow entry's address is the one its table holds (the
+    /// allocation's own, which the entry's free needs), never one made from a borrow.
+    fn find(&self, table: &HashTable<EntryPtr<K>>, key: &K, hash: u64) -> Found<'_, K> {
+        let mut free = None;
+        for entry in self.window(hash) {
+            // Under the lock, occupied or free stays as it is.
+            if entry.state.load(Ordering::Relaxed) & HELD == 0 {
+                free = free.or(Some(entry));
             // SAFETY: occupied, and under the lock it stays so.
-            entry.state.load(Ordering::Relaxed) & HELD != 0
-                && entry.hash.load(Ordering::Relaxed) == hash
-                && unsafe { entry.key() } == key
-        });
-        match slot {
-            Some(slot) => Some(NonNull::from(slot)),
-            None => table
-                .find(hash, |e| {
-                    // SAFETY: an overflow entry is occupied while in its table.
-                    let found = unsafe { e.get().key() };
-                    found == key
-                })
-                .map(|e| e.0),
+            } else if entry.hash.load(Ordering::Relaxed) == hash && unsafe { entry.key() } == key {
+                return Found::Entry(NonNull::from(entry));
+            }
         }
+        if !table.is_empty() {
+            let overflow = table.find(hash, |e| {
+                // SAFETY: an overflow entry is occupied while in its table.
+                let found = unsafe { e.get().key() };
+                found == key
+            });
+            if let Some(entry) = overflow {
+                return Found::Entry(entry.0);
+            }
+        }
+        Found::Absent(free)
     }
+}
+
+/// What `find` found: the key's entry, or that it has none (and its first free slot).
+enum Found<'a, K> {
+    Entry(NonNull<Entry<K>>),
+    Absent(Option<&'a Entry<K>>),
 }
 
 impl<K: Hash + Eq + Clone> KeyedLedger<K, RandomState> {
@@ -551,34 +557,54 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
             inner: self.owner.ptr(),
             entry,
         };
-        if let Some(entry) = inner.acquire_slot(key, hash, cap) {
-            return Ok((permit(entry), None));
+        match inner.acquire_slot(key, hash, cap) {
+            Some(entry) => Ok((permit(entry), None)),
+            None => self.acquire_locked(key, hash, cap),
         }
+    }
+
+    /// `try_acquire_unobserved` under the shard lock: a key without an entry in a slot,
+    /// or at its cap. Out of line, so that the lock-free path stays small.
+    #[inline(never)]
+    fn acquire_locked(
+        &self,
+        key: &K,
+        hash: u64,
+        cap: u64,
+    ) -> Result<(KeyedPermit<K, S>, Option<u64>), Refused> {
+        let inner = self.inner();
+        let permit = |entry| KeyedPermit {
+            inner: self.owner.ptr(),
+            entry,
+        };
         let mut table = inner.shard(hash).lock();
-        if let Some(found) = inner.find(&table, key, hash) {
-            // SAFETY: found under the lock, which is still held.
-            let entry = unsafe { found.as_ref() };
-            // Under the lock `held` stays above zero, but lock-free acquires and releases
-            // may move it meanwhile: a compare-exchange. Relaxed: the key is ordered by
-            // the lock, and this count orders nothing for anyone.
-            let mut state = entry.state.load(Ordering::Relaxed);
-            loop {
-                if state & HELD >= cap {
-                    drop(table);
-                    inner.refused_key.fetch_add(1, Ordering::Relaxed);
-                    return Err(Refused::Key);
-                }
-                match entry.state.compare_exchange_weak(
-                    state,
-                    state + 1,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => return Ok((permit(found), None)),
-                    Err(actual) => state = actual,
+        let free = match inner.find(&table, key, hash) {
+            Found::Absent(free) => free,
+            Found::Entry(found) => {
+                // SAFETY: found under the lock, which is still held.
+                let entry = unsafe { found.as_ref() };
+                // Under the lock `held` stays above zero, but lock-free acquires and
+                // releases may move it meanwhile: a compare-exchange. Relaxed: the key is
+                // ordered by the lock, and this count orders nothing for anyone.
+                let mut state = entry.state.load(Ordering::Relaxed);
+                loop {
+                    if state & HELD >= cap {
+                        drop(table);
+                        inner.refused_key.fetch_add(1, Ordering::Relaxed);
+                        return Err(Refused::Key);
+                    }
+                    match entry.state.compare_exchange_weak(
+                        state,
+                        state + 1,
+                        Ordering::Relaxed,
+                        Ordering::Relaxed,
+                    ) {
+                        Ok(_) => return Ok((permit(found), None)),
+                        Err(actual) => state = actual,
+                    }
                 }
             }
-        }
+        };
         // A new key: take its entry's share of the word first, so `max_keys` is checked
         // across shards (and the entry keeps the ledger alive once it exists).
         let max_keys = inner.max_keys.load(Ordering::Relaxed);
@@ -603,13 +629,10 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
                 Err(actual) => current = actual,
             }
         };
-        let free = inner
-            .window(hash)
-            .find(|entry| entry.state.load(Ordering::Relaxed) & HELD == 0);
         let entry = match free {
             Some(slot) => {
-                // SAFETY: under the lock, and the slot is empty (it stays so: `held`
-                // reaches zero and leaves it only under the lock).
+                // SAFETY: under the lock, and the slot is empty (found so under this
+                // lock: `held` leaves zero and reaches it only under the lock).
                 unsafe { slot.fill(key.clone(), hash) };
                 NonNull::from(slot)
             }
@@ -645,8 +668,8 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
         let table = inner.shard(hash).lock();
         match inner.find(&table, key, hash) {
             // SAFETY: found under the lock, which is still held.
-            Some(entry) => unsafe { entry.as_ref() }.state.load(Ordering::Relaxed) & HELD,
-            None => 0,
+            Found::Entry(entry) => unsafe { entry.as_ref() }.state.load(Ordering::Relaxed) & HELD,
+            Found::Absent(_) => 0,
         }
     }
 }
@@ -916,6 +939,7 @@ impl<K, S> KeyedPermit<K, S> {
 /// afterwards. `inner` is `entry`'s ledger, alive while the count is held (the occupied
 /// entry holds a share of its word); the caller uses `inner` afterwards only through a
 /// handle of its own.
+#[inline]
 unsafe fn release<K, S>(inner: NonNull<KeyedInner<K, S>>, entry: NonNull<Entry<K>>) {
     // SAFETY: the caller's count keeps the entry occupied, and so (an overflow entry is
     // freed and a slot's ledger dropped only once it is empty) alive.
@@ -932,6 +956,20 @@ unsafe fn release<K, S>(inner: NonNull<KeyedInner<K, S>>, entry: NonNull<Entry<K
             Err(actual) => state = actual,
         }
     }
+    // SAFETY: the caller's contract, passed on.
+    unsafe { release_locked(inner, entry) }
+}
+
+/// `release` under the shard lock: perhaps the key's last permit. Out of line, so that
+/// the lock-free path stays small.
+///
+/// # Safety
+///
+/// As `release`.
+#[inline(never)]
+unsafe fn release_locked<K, S>(inner: NonNull<KeyedInner<K, S>>, entry: NonNull<Entry<K>>) {
+    // SAFETY: as in `release`.
+    let e = unsafe { entry.as_ref() };
     // SAFETY: as the function's contract says; the occupied entry's share keeps the
     // ledger alive until `put` below.
     let inner_ref = unsafe { inner.as_ref() };
