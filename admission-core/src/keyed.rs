@@ -294,50 +294,6 @@ impl<K, S> KeyedInner<K, S> {
 }
 
 impl<K: Eq, S> KeyedInner<K, S> {
-    /// Takes a permit on `key`'s slot without the lock, if it has one, is below `cap`,
-    /// and nothing is in the way (see the module docs); `None` sends the caller to the
-    /// lock. Never refuses: a key at its cap is refused under the lock.
-    #[inline]
-    fn acquire_slot(&self, key: &K, hash: u64, cap: u64) -> Option<NonNull<Entry<K>>> {
-        'slots: for entry in self.window(hash) {
-            // Acquire: the hash read next is this generation's (or a later one's, and
-            // then the state has moved on and the compare-exchange fails), and so is the
-            // key read once the count is taken.
-            let mut state = entry.state.load(Ordering::Acquire);
-            loop {
-                let held = state & HELD;
-                if held == 0 || !candidate(entry.hash.load(Ordering::Relaxed), hash) {
-                    continue 'slots;
-                }
-                if held >= cap {
-                    return None;
-                }
-                // Relaxed on success: the load of the very value replaced was an acquire
-                // (the first load, or this one's failure), so the key the fill of this
-                // generation wrote is seen. Acquire on failure, as the first load.
-                match entry.state.compare_exchange_weak(
-                    state,
-                    state + 1,
-                    Ordering::Relaxed,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => break,
-                    Err(actual) => state = actual,
-                }
-            }
-            // SAFETY: the count just taken keeps the entry occupied.
-            if unsafe { entry.key() } == key {
-                return Some(NonNull::from(entry));
-            }
-            // Another key's entry (their hashes are equal): give the count back, as its
-            // release would.
-            // SAFETY: the count taken above, given back once; this ledger handle keeps
-            // the ledger alive throughout.
-            unsafe { release(NonNull::from(self), NonNull::from(entry)) };
-        }
-        None
-    }
-
     /// `key`'s entry, or else the first free slot of its window, under the lock whose
     /// guard `table` is. An overflow entry's address is the one its table holds (the
     /// allocation's own, which the entry's free needs), never one made from a borrow.
@@ -533,6 +489,53 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
         Ok(permit)
     }
 
+    /// Takes a permit on `key`'s slot without the lock, if it has one, is below `cap`,
+    /// and nothing is in the way (see the module docs); `None` sends the caller to the
+    /// lock. Never refuses: a key at its cap is refused under the lock.
+    #[inline]
+    fn acquire_slot(&self, key: &K, hash: u64, cap: u64) -> Option<KeyedPermit<K, S>> {
+        let inner = self.inner();
+        'slots: for entry in inner.window(hash) {
+            // Acquire: the hash read next is this generation's (or a later one's, and
+            // then the state has moved on and the compare-exchange fails), and so is the
+            // key read once the count is taken.
+            let mut state = entry.state.load(Ordering::Acquire);
+            loop {
+                let held = state & HELD;
+                if held == 0 || !candidate(entry.hash.load(Ordering::Relaxed), hash) {
+                    continue 'slots;
+                }
+                if held >= cap {
+                    return None;
+                }
+                // Relaxed on success: the load of the very value replaced was an acquire
+                // (the first load, or this one's failure), so the key the fill of this
+                // generation wrote is seen. Acquire on failure, as the first load.
+                match entry.state.compare_exchange_weak(
+                    state,
+                    state + 1,
+                    Ordering::Relaxed,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => break,
+                    Err(actual) => state = actual,
+                }
+            }
+            // The count just taken is a permit on this entry, whichever key it holds.
+            let permit = KeyedPermit {
+                inner: self.owner.ptr(),
+                entry: NonNull::from(entry),
+            };
+            if permit.key() == key {
+                return Some(permit);
+            }
+            // Another key's entry (their hashes are equal): give the count back, as its
+            // permit.
+            drop(permit);
+        }
+        None
+    }
+
     /// `try_acquire` without recording the keys high-water mark: the permit and, when it
     /// created the key's entry, the number of keys it brought the ledger to (see
     /// `CountLedger::try_acquire_unobserved`), against `cap` if given, else the ledger's
@@ -553,12 +556,8 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
         let cap = cap
             .unwrap_or_else(|| inner.cap.load(Ordering::Relaxed))
             .min(HELD);
-        let permit = |entry| KeyedPermit {
-            inner: self.owner.ptr(),
-            entry,
-        };
-        match inner.acquire_slot(key, hash, cap) {
-            Some(entry) => Ok((permit(entry), None)),
+        match self.acquire_slot(key, hash, cap) {
+            Some(permit) => Ok((permit, None)),
             None => self.acquire_locked(key, hash, cap),
         }
     }
@@ -929,117 +928,108 @@ impl<K, S> KeyedPermit<K, S> {
     }
 }
 
-/// Gives back one count of `entry`'s `held`; empties the entry (and frees it, if it is an
-/// overflow entry) if that was its key's last.
-///
-/// # Safety
-///
-/// The caller holds one count of `entry`'s `held` (a permit, or a lock-free acquire's
-/// count on another key's entry), gives it back once, here, and does not use `entry`
-/// afterwards. `inner` is `entry`'s ledger, alive while the count is held (the occupied
-/// entry holds a share of its word); the caller uses `inner` afterwards only through a
-/// handle of its own.
-#[inline]
-unsafe fn release<K, S>(inner: NonNull<KeyedInner<K, S>>, entry: NonNull<Entry<K>>) {
-    // SAFETY: the caller's count keeps the entry occupied, and so (an overflow entry is
-    // freed and a slot's ledger dropped only once it is empty) alive.
-    let e = unsafe { entry.as_ref() };
-    // Not the key's last permit: one decrement, no lock. Release: this holder's reads of
-    // the key happen before whoever empties the entry takes it out.
-    let mut state = e.state.load(Ordering::Relaxed);
-    while state & HELD > 1 {
-        match e
-            .state
-            .compare_exchange_weak(state, state - 1, Ordering::Release, Ordering::Relaxed)
-        {
-            Ok(_) => return,
-            Err(actual) => state = actual,
-        }
-    }
-    // SAFETY: the caller's contract, passed on.
-    unsafe { release_locked(inner, entry) }
-}
-
-/// `release` under the shard lock: perhaps the key's last permit. Out of line, so that
-/// the lock-free path stays small.
-///
-/// # Safety
-///
-/// As `release`.
-#[inline(never)]
-unsafe fn release_locked<K, S>(inner: NonNull<KeyedInner<K, S>>, entry: NonNull<Entry<K>>) {
-    // SAFETY: as in `release`.
-    let e = unsafe { entry.as_ref() };
-    // SAFETY: as the function's contract says; the occupied entry's share keeps the
-    // ledger alive until `put` below.
-    let inner_ref = unsafe { inner.as_ref() };
-    let hash = e.hash.load(Ordering::Relaxed);
-    let mut table = inner_ref.shard(hash).lock();
-    // Perhaps the last: under the lock `held` cannot reach zero by anyone else's hand, but
-    // lock-free acquires and releases may still move it. AcqRel: a release as above, and
-    // the decrement to zero an acquire, so that every other holder's release is ordered
-    // before the key is taken out.
-    let mut state = e.state.load(Ordering::Relaxed);
-    loop {
-        debug_assert!(
-            state & HELD >= 1,
-            "a keyed permit outlived its entry's count"
-        );
-        match e
-            .state
-            .compare_exchange_weak(state, state - 1, Ordering::AcqRel, Ordering::Relaxed)
-        {
-            Ok(_) if state & HELD > 1 => return,
-            Ok(_) => break,
-            Err(actual) => state = actual,
-        }
-    }
-    // The key's last permit: empty the entry in the same critical section, so no acquirer
-    // ever sees a key with two entries or an entry on its way out.
-    // SAFETY: `held` is zero under the lock: no permit holder or lock-free acquire reads
-    // the key, and every earlier read is ordered before this one (above). The entry is
-    // empty from here, so the key is moved out exactly once.
-    let key = e.key.with_mut(|key| unsafe { (*key).assume_init_read() });
-    if e.boxed {
-        match table.find_entry(hash, |p| p.0 == entry) {
-            Ok(found) => {
-                found.remove();
+impl<K, S> KeyedPermit<K, S> {
+    /// Gives the permit's count back; empties its entry (and frees it, if it is an overflow
+    /// entry) if that was its key's last. Called only from `Drop`, so it runs exactly once.
+    #[inline]
+    fn release(&mut self) {
+        // SAFETY: the permit's count keeps the entry occupied, and so (an overflow entry is
+        // freed and a slot's ledger dropped only once it is empty) alive.
+        let e = unsafe { self.entry.as_ref() };
+        // Not the key's last permit: one decrement, no lock. Release: this holder's reads of
+        // the key happen before whoever empties the entry takes it out.
+        let mut state = e.state.load(Ordering::Relaxed);
+        while state & HELD > 1 {
+            match e.state.compare_exchange_weak(
+                state,
+                state - 1,
+                Ordering::Release,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return,
+                Err(actual) => state = actual,
             }
-            Err(_) => unreachable!("an occupied overflow entry is always in its shard"),
         }
+        self.release_locked();
     }
-    // The key is gone, so it leaves the entries field now, in the same critical section:
-    // an acquire of the same key that follows this unlock must not count it. Its share of
-    // the word becomes a reclaim share (entries - 1, reclaims + 1 in one addition,
-    // `keys >= 1` so nothing borrows across fields), so the word stays above zero and the
-    // ledger, with the lock held here, stays alive until `put` below. Relaxed: the total
-    // share is unchanged, so this orders nothing for the lifetime protocol; `held`, the
-    // key and the table are ordered by the lock.
-    inner_ref.state.fetch_add(RECLAIM - 1, Ordering::Relaxed);
-    if e.boxed && worth_shrinking(usable(&table), table.len()) {
-        let len = table.len();
-        table.shrink_to(len * 2, |e| e.get().hash.load(Ordering::Relaxed));
+
+    /// `release` under the shard lock: perhaps the key's last permit. Out of line, so that
+    /// the lock-free path stays small.
+    #[inline(never)]
+    fn release_locked(&mut self) {
+        let (inner, entry) = (self.inner, self.entry);
+        // SAFETY: as in `release`.
+        let e = unsafe { entry.as_ref() };
+        // SAFETY: the occupied entry's share keeps the ledger alive until `put` below.
+        let inner_ref = unsafe { inner.as_ref() };
+        let hash = e.hash.load(Ordering::Relaxed);
+        let mut table = inner_ref.shard(hash).lock();
+        // Perhaps the last: under the lock `held` cannot reach zero by anyone else's hand, but
+        // lock-free acquires and releases may still move it. AcqRel: a release as above, and
+        // the decrement to zero an acquire, so that every other holder's release is ordered
+        // before the key is taken out.
+        let mut state = e.state.load(Ordering::Relaxed);
+        loop {
+            debug_assert!(
+                state & HELD >= 1,
+                "a keyed permit outlived its entry's count"
+            );
+            match e.state.compare_exchange_weak(
+                state,
+                state - 1,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) if state & HELD > 1 => return,
+                Ok(_) => break,
+                Err(actual) => state = actual,
+            }
+        }
+        // The key's last permit: empty the entry in the same critical section, so no acquirer
+        // ever sees a key with two entries or an entry on its way out.
+        // SAFETY: `held` is zero under the lock: no permit holder or lock-free acquire reads
+        // the key, and every earlier read is ordered before this one (above). The entry is
+        // empty from here, so the key is moved out exactly once.
+        let key = e.key.with_mut(|key| unsafe { (*key).assume_init_read() });
+        if e.boxed {
+            match table.find_entry(hash, |p| p.0 == entry) {
+                Ok(found) => {
+                    found.remove();
+                }
+                Err(_) => unreachable!("an occupied overflow entry is always in its shard"),
+            }
+        }
+        // The key is gone, so it leaves the entries field now, in the same critical section:
+        // an acquire of the same key that follows this unlock must not count it. Its share of
+        // the word becomes a reclaim share (entries - 1, reclaims + 1 in one addition,
+        // `keys >= 1` so nothing borrows across fields), so the word stays above zero and the
+        // ledger, with the lock held here, stays alive until `put` below. Relaxed: the total
+        // share is unchanged, so this orders nothing for the lifetime protocol; `held`, the
+        // key and the table are ordered by the lock.
+        inner_ref.state.fetch_add(RECLAIM - 1, Ordering::Relaxed);
+        if e.boxed && worth_shrinking(usable(&table), table.len()) {
+            let len = table.len();
+            table.shrink_to(len * 2, |e| e.get().hash.load(Ordering::Relaxed));
+        }
+        drop(table);
+        // The key is dropped outside the lock.
+        drop(key);
+        if e.boxed {
+            // SAFETY: the overflow entry is out of its table and empty, and nothing refers to
+            // it any more (its last count was this one); it came from `raw::alloc`.
+            drop(unsafe { Box::from_raw(entry.as_ptr()) });
+            #[cfg(test)]
+            raw::live::change(-1);
+        }
+        // SAFETY: the reclaim share taken above, given up once, here; `inner` is not used
+        // after this line.
+        unsafe { raw::put(inner, RECLAIM) };
     }
-    drop(table);
-    // The key is dropped outside the lock.
-    drop(key);
-    if e.boxed {
-        // SAFETY: the overflow entry is out of its table and empty, and nothing refers to
-        // it any more (its last count was this one); it came from `raw::alloc`.
-        drop(unsafe { Box::from_raw(entry.as_ptr()) });
-        #[cfg(test)]
-        raw::live::change(-1);
-    }
-    // SAFETY: the reclaim share taken above, given up once, here; `inner` is not used
-    // after this line.
-    unsafe { raw::put(inner, RECLAIM) };
 }
 
 impl<K, S> Drop for KeyedPermit<K, S> {
     fn drop(&mut self) {
-        // SAFETY: this permit's count, given back once (`drop` runs once), and the permit
-        // is gone afterwards.
-        unsafe { release(self.inner, self.entry) };
+        self.release();
     }
 }
 
