@@ -2,39 +2,44 @@
 //!
 //! # Design
 //!
-//! Keys live in a fixed number of shards. Each shard has a `parking_lot` mutex, a few
-//! inline *slots* (entries that live as long as the ledger) and, behind the mutex, a
+//! Keys live in a fixed number of shards. Each shard has a `parking_lot` mutex, 32 inline
+//! *slots* (entries that live as long as the ledger) and, behind the mutex, a
 //! `hashbrown::HashTable` of boxed *overflow* entries for keys whose slots were taken.
-//! An entry is `{ state, hash, key }`, and `state` is one word: the top bits a tag from
-//! the key's hash, the low 40 bits `held`, the key's permits in flight. An entry is
-//! occupied exactly while its key has a permit in flight: the acquire that finds no entry
-//! fills one (a free slot of the key's window, else a new overflow entry), and the
-//! release that takes `held` to zero empties it, both under the shard lock. So there is
-//! never a second entry for a key (which would double its cap), memory beyond the fixed
-//! slots follows the keys with work in flight, and no background sweeper is needed.
+//! An entry is `{ state, hash, key }`, and `state` is one word: the top 24 bits the
+//! entry's generation (how many times it was filled), the low 40 bits `held`, the key's
+//! permits in flight. An entry is occupied exactly while its key has a permit in flight:
+//! the acquire that finds no entry fills one (a free slot of the eight in the key's
+//! window, else a new overflow entry), and the release that takes `held` to zero empties
+//! it, both under the shard lock. So there is never a second entry for a key (which would
+//! double its cap), memory beyond the fixed slots follows the keys with work in flight,
+//! and no background sweeper is needed.
 //!
 //! The lock-free paths, for a key that already has an entry in a slot:
 //!
-//! - *Acquire* hashes the key and probes its window of slots without the lock. At a slot
-//!   whose tag matches and whose `held` is above zero and below the cap, one
-//!   compare-exchange `held -> held + 1` takes a permit. Only then is the key compared:
-//!   the count keeps the entry from being emptied, so its key cannot change. If it is
-//!   another key's (a tag collision, or a slot emptied and refilled since the probe read
-//!   it), the count is given back as a release would. The cap is checked by the
-//!   compare-exchange on the very value it replaces, so even that wrong count never
-//!   takes a key past its cap.
+//! - *Acquire* hashes the key and probes its window without the lock. At a slot whose
+//!   `held` is above zero and whose hash is the key's, one compare-exchange
+//!   `state -> state + 1`, from the state read before the hash, takes a permit; the
+//!   generation makes it fail if the slot was emptied and refilled since. Only then is
+//!   the key compared (the count keeps the entry from being emptied, so its key cannot
+//!   change): if it is another key's, which takes two keys with equal 64-bit hashes, the
+//!   count is given back as a permit's release. For that instant the other key counts one
+//!   permit more than it holds, so an acquire of it might be refused; never admitted past
+//!   its cap, which the compare-exchange checks on the very value it replaces.
+//!   A key at its cap is refused under the lock, where its key can be compared first.
 //! - *Release* of a permit that is not its key's last is one compare-exchange
 //!   `held -> held - 1`. Only `held` going from 1 to 0 takes the lock, so a count never
 //!   leaves or reaches zero outside it: under the lock, "occupied" (`held > 0`) is
 //!   stable, and the key of an occupied entry may be read.
 //!
 //! Everything else (a key with no entry, an overflow entry, a key at its cap, `in_flight`)
-//! takes the lock. The acquire orderings: filling an entry writes the key, then stores
-//! `tag | 1` with release; the lock-free acquire's compare-exchange is an acquire, so it
-//! sees the key (every later write of `state` is a read-modify-write, in that store's
-//! release sequence, until the entry is emptied). Emptying: every decrement is a release
-//! and the one that reaches zero an acquire, so every holder's reads of the key happen
-//! before the key is taken out.
+//! takes the lock. The orderings: filling an entry writes the key and the hash, then
+//! stores the new generation and `held = 1` with release; the lock-free acquire loads
+//! the state with acquire (and reloads it with acquire when its compare-exchange fails),
+//! so the hash it compares and the key it reads are that generation's (every later write
+//! of `state` is a read-modify-write, in that store's release sequence, until the entry
+//! is emptied). Emptying: every decrement is a release and the one that reaches zero an
+//! acquire, so every holder's reads of the key happen before the key is taken out. loom
+//! fails a model when any one of these is weakened.
 //!
 //! Lifetime: as for the other ledgers (see `raw`), one word is the reference count:
 //!
@@ -576,6 +581,8 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
             inner: self.owner.ptr(),
             entry,
         };
+        #[cfg(test)]
+        locked::count();
         let mut table = inner.shard(hash).lock();
         let free = match inner.find(&table, key, hash) {
             Found::Absent(free) => free,
@@ -957,6 +964,8 @@ impl<K, S> KeyedPermit<K, S> {
     /// the lock-free path stays small.
     #[inline(never)]
     fn release_locked(&mut self) {
+        #[cfg(test)]
+        locked::count();
         let (inner, entry) = (self.inner, self.entry);
         // SAFETY: as in `release`.
         let e = unsafe { entry.as_ref() };
@@ -1046,6 +1055,25 @@ impl<K: fmt::Debug, S> fmt::Debug for KeyedPermit<K, S> {
 unsafe impl<K: Send + Sync, S: Send + Sync> Send for KeyedPermit<K, S> {}
 // SAFETY: `&KeyedPermit` gives out only `&K`.
 unsafe impl<K: Send + Sync, S: Send + Sync> Sync for KeyedPermit<K, S> {}
+
+/// Unit tests count this thread's acquisitions and releases that took the shard lock, to
+/// see which path an operation took.
+#[cfg(test)]
+mod locked {
+    use std::cell::Cell;
+
+    thread_local!(static LOCKED: Cell<u64> = const { Cell::new(0) });
+
+    pub(super) fn count() {
+        LOCKED.with(|locked| locked.set(locked.get() + 1));
+    }
+
+    /// Operations on this thread that took a shard lock so far.
+    #[cfg_attr(admission_loom, allow(dead_code))] // The loom build has no unit tests.
+    pub(super) fn so_far() -> u64 {
+        LOCKED.with(Cell::get)
+    }
+}
 
 #[cfg(all(test, not(admission_loom)))]
 mod tests {
@@ -1197,6 +1225,108 @@ mod tests {
             before,
             "the ledger freed with its last permit"
         );
+    }
+
+    #[test]
+    fn a_key_with_work_in_flight_in_a_slot_is_admitted_and_released_without_the_lock() {
+        let ledger = KeyedLedger::new(3).unwrap();
+        let locks = |f: &mut dyn FnMut()| {
+            let before = locked::so_far();
+            f();
+            locked::so_far() - before
+        };
+        let mut first = None;
+        // A new key: its entry is filled under the lock.
+        assert_eq!(
+            locks(&mut || first = Some(ledger.try_acquire(&7).unwrap())),
+            1
+        );
+        let mut second = None;
+        assert_eq!(
+            locks(&mut || second = Some(ledger.try_acquire(&7).unwrap())),
+            0
+        );
+        let mut third = None;
+        assert_eq!(
+            locks(&mut || third = Some(ledger.try_acquire(&7).unwrap())),
+            0
+        );
+        // At its cap: refused under the lock, where the key is compared.
+        assert_eq!(locks(&mut || assert!(ledger.try_acquire(&7).is_err())), 1);
+        // Releases that are not the key's last take no lock; the last one does.
+        assert_eq!(locks(&mut || drop(third.take())), 0);
+        assert_eq!(locks(&mut || drop(second.take())), 0);
+        assert_eq!(locks(&mut || drop(first.take())), 1);
+        assert_eq!(ledger.keys(), 0);
+    }
+
+    #[test]
+    fn a_lock_free_acquire_passes_over_other_keys_slots_in_its_window() {
+        let ledger = KeyedLedger::with_hasher(2, fixed()).unwrap();
+        let keys = one_window(2);
+        // The first key fills the window's first slot and is at its cap; the second is
+        // in the next slot. Its acquire passes the first key's slot by its hash: were it
+        // to stop there (at a key at its cap), it would go to the lock.
+        let full = [
+            ledger.try_acquire(&keys[0]).unwrap(),
+            ledger.try_acquire(&keys[0]).unwrap(),
+        ];
+        let second = ledger.try_acquire(&keys[1]).unwrap();
+        let before = locked::so_far();
+        let again = ledger.try_acquire(&keys[1]).unwrap();
+        assert_eq!(locked::so_far(), before, "the second key took the lock");
+        assert_eq!(ledger.in_flight(&keys[1]), 2);
+        drop((full, second, again));
+    }
+
+    /// Every key hashes to 0: one shard, one window, one hash.
+    #[derive(Clone, Default)]
+    struct Constant;
+
+    impl std::hash::BuildHasher for Constant {
+        type Hasher = Zero;
+        fn build_hasher(&self) -> Zero {
+            Zero
+        }
+    }
+
+    struct Zero;
+
+    impl std::hash::Hasher for Zero {
+        fn finish(&self) -> u64 {
+            0
+        }
+        fn write(&mut self, _: &[u8]) {}
+    }
+
+    #[test]
+    fn keys_with_equal_hashes_are_told_apart_in_slots_and_in_the_table() {
+        let ledger = KeyedLedger::with_hasher(2, Constant).unwrap();
+        // More keys than a window has slots: the rest go to the table.
+        let keys = 0..WINDOW as u64 + 4;
+        let first: Vec<_> = keys
+            .clone()
+            .map(|k| ledger.try_acquire(&k).unwrap())
+            .collect();
+        // Each second acquire counts on the keys' slots before its own (and gives those
+        // counts back): every key ends with exactly its own two.
+        let second: Vec<_> = keys
+            .clone()
+            .map(|k| ledger.try_acquire(&k).unwrap())
+            .collect();
+        for k in keys.clone() {
+            assert_eq!(ledger.in_flight(&k), 2, "key {k}");
+            assert_eq!(ledger.try_acquire(&k).unwrap_err(), Refused::Key);
+            assert_eq!(*second[k as usize].key(), k);
+        }
+        assert_eq!(shards(&ledger)[0].0, 4, "four keys in the table");
+        drop(first);
+        for k in keys.clone() {
+            assert_eq!(ledger.in_flight(&k), 1, "key {k}");
+        }
+        drop(second);
+        assert_eq!(ledger.keys(), 0);
+        assert_eq!(occupied(&ledger)[0], 0);
     }
 
     #[test]
@@ -1365,6 +1495,16 @@ mod tests {
         let ledger = KeyedLedger::new(1).unwrap();
         let keys = SHARDS as u64 * 100;
         let held: Vec<_> = (0..keys).map(|k| ledger.try_acquire(&k).unwrap()).collect();
+        // Every slot is taken (the windows start all over each block), and every key's
+        // slot is in its own shard's block.
+        assert!(occupied(&ledger).iter().all(|&n| n == SLOTS));
+        let inner = ledger.inner();
+        for (i, slot) in inner.slots.iter().enumerate() {
+            if slot.state.load(Ordering::Relaxed) & HELD != 0 {
+                let hash = slot.hash.load(Ordering::Relaxed);
+                assert_eq!(KeyedInner::<u64, ()>::shard_index(hash), i / SLOTS);
+            }
+        }
         let lens: Vec<usize> = (shards(&ledger).into_iter().zip(occupied(&ledger)))
             .map(|((len, ..), slots)| len + slots)
             .collect();
@@ -1381,18 +1521,18 @@ mod tests {
     fn a_shard_returns_memory_as_its_keys_go_but_keeps_slack_and_small_tables() {
         let ledger = KeyedLedger::new(1).unwrap();
         let hasher = &ledger.inner().hasher;
-        // 100 keys that all land in shard 0.
+        // 132 keys that all land in shard 0: 100 or more in its table.
         let keys: Vec<u64> = (0..)
             .filter(|k| (hasher.hash_one(k) >> 32) as usize & (SHARDS - 1) == 0)
-            .take(100)
+            .take(100 + SLOTS)
             .collect();
         let mut held: Vec<_> = keys
             .iter()
             .map(|k| ledger.try_acquire(k).unwrap())
             .collect();
         let (mut len, mut capacity, mut allocated) = shards(&ledger)[0];
-        assert_eq!(len + occupied(&ledger)[0], 100);
-        assert!(len >= 100 - SLOTS, "{len} in the table");
+        assert_eq!(len + occupied(&ledger)[0], 100 + SLOTS);
+        assert!(len >= 100, "{len} in the table");
         let mut shrunk = 0;
         while let Some(permit) = held.pop() {
             drop(permit);
