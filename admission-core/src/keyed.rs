@@ -111,19 +111,17 @@ const HELD: u64 = (1 << 40) - 1;
 /// fills, so that a lock-free acquire cannot mistake a refilled slot for the one it read.
 const GENERATION: u64 = HELD + 1;
 /// Whether a lock-free acquire for a key of `hash` counts on an entry of hash `found`:
-/// when the two are equal (then the key is compared once the count is taken). Under loom,
-/// always, so that every occupied slot is a candidate and the models take the path where
-/// an acquire counts on another key's entry and gives the count back (otherwise taken
-/// only for two keys whose 64-bit hashes are equal).
-#[cfg(not(admission_loom))]
+/// when the two are equal (then the key is compared once the count is taken), or under
+/// loom always (`EVERY_SLOT`).
 #[inline(always)]
 fn candidate(found: u64, hash: u64) -> bool {
-    found == hash
+    EVERY_SLOT || found == hash
 }
-#[cfg(admission_loom)]
-fn candidate(_found: u64, _hash: u64) -> bool {
-    true
-}
+
+/// Under loom every occupied slot is a candidate, so that the models take the path where
+/// an acquire counts on another key's entry and gives the count back (otherwise taken
+/// only for two keys whose 64-bit hashes are equal).
+const EVERY_SLOT: bool = cfg!(admission_loom);
 
 /// One reclaim in progress, in the word (see the module docs).
 const RECLAIM: u64 = 1 << 40;
