@@ -12,7 +12,10 @@
 //! window, else a new overflow entry), and the release that takes `held` to zero empties
 //! it, both under the shard lock. So there is never a second entry for a key (which would
 //! double its cap), memory beyond the fixed slots follows the keys with work in flight,
-//! and no background sweeper is needed.
+//! and no background sweeper is needed. Each shard keeps a mask of its occupied slots,
+//! written under its lock: under the lock it is exact, so a search of the window reads
+//! only the occupied slots and finds the first free one in the mask; without the lock it
+//! is a hint, and an acquire whose window it shows empty goes straight to the lock.
 //!
 //! The lock-free paths, for a key that already has an entry in a slot:
 //!
@@ -45,7 +48,6 @@
 //!
 //! ```text
 //!   bit 63      OWNER: the ledger's handles
-//!   bits 40-62  reclaims in progress (each counts 1 here)
 //!   bits 0-39   entries (keys with a permit in flight, or being admitted)
 //! ```
 //!
@@ -55,10 +57,11 @@
 //! so it must drop in the same critical section that empties the entry: otherwise an
 //! acquire of the same key, arriving between the emptying and the decrement, would find
 //! no entry yet still count the old one, and be refused by `max_keys` for a key that is
-//! not there. But the last decrement may free the ledger, shard locks included, so it
-//! cannot happen under a lock. The release therefore turns the entry's share into a
-//! reclaim share in one addition under the lock (entries - 1, reclaims + 1: the word
-//! never passes through zero), and gives the reclaim share up after unlocking.
+//! not there. But once the entry's share is given up, another thread may bring the word
+//! to zero and free the ledger, shard locks included, while this one still holds its
+//! shard's lock. So whoever brings the word to zero takes and releases every shard lock
+//! before the free (`quiesce`: 64 lock and unlock pairs, once in a ledger's life), which
+//! waits out any such critical section and orders all of it before the free.
 
 use std::collections::hash_map::RandomState;
 use std::fmt;
@@ -71,7 +74,7 @@ use hashbrown::HashTable;
 
 use crate::limit;
 use crate::raw::{self, Counted, Owner, OWNER};
-use crate::sync::{Arc, AtomicU64, Mutex, Ordering, Track, UnsafeCell};
+use crate::sync::{Arc, AtomicU32, AtomicU64, Mutex, Ordering, Track, UnsafeCell};
 use crate::{CapacityError, Refused};
 
 /// Number of shards: a power of two. More shards than cores keep two threads on
@@ -123,10 +126,8 @@ fn candidate(found: u64, hash: u64) -> bool {
 /// only for two keys whose 64-bit hashes are equal).
 const EVERY_SLOT: bool = cfg!(admission_loom);
 
-/// One reclaim in progress, in the word (see the module docs).
-const RECLAIM: u64 = 1 << 40;
-/// The entries field of the word.
-const KEYS: u64 = RECLAIM - 1;
+/// The entries field of the word (see the module docs).
+const KEYS: u64 = (1 << 40) - 1;
 /// The largest `max_keys`: the entries field's maximum.
 const MAX_KEYS: usize = KEYS as usize;
 
@@ -174,7 +175,7 @@ impl<K, S> Clone for KeyedLedger<K, S> {
 }
 
 struct KeyedInner<K, S> {
-    /// `OWNER` | reclaims in progress | entries (see the module docs).
+    /// `OWNER` | entries (see the module docs).
     state: CachePadded<AtomicU64>,
     cap: AtomicU64,
     max_keys: AtomicU64,
@@ -182,9 +183,9 @@ struct KeyedInner<K, S> {
     refused_table: AtomicU64,
     keys_high_water: AtomicU64,
     hasher: S,
-    shards: Box<[Shard<K>]>,
-    /// `SLOTS` inline entries for each shard, shard after shard.
-    slots: Box<[Entry<K>]>,
+    shards: Box<[CachePadded<Shard<K>>; SHARDS]>,
+    /// `SLOTS` inline entries for each shard.
+    slots: Box<[[Entry<K>; SLOTS]; SHARDS]>,
     track: Track,
 }
 
@@ -197,8 +198,9 @@ struct Entry<K> {
     /// state; read by a lock-free acquire after an acquire load of the state, by the
     /// holder of one of its permits, or under the lock.
     hash: AtomicU64,
-    /// An overflow entry, freed when emptied (a slot is kept). Never changes.
-    boxed: bool,
+    /// The slot's place among its shard's slots, or `BOXED` for an overflow entry (freed
+    /// when emptied; a slot is kept). Never changes.
+    place: u8,
     /// The key, initialised exactly while `held > 0`. Written only under the shard lock
     /// with `held == 0`; read under the lock, or by a holder of one of its permits.
     key: UnsafeCell<MaybeUninit<K>>,
@@ -210,7 +212,7 @@ impl<K> Entry<K> {
         Self {
             state: AtomicU64::new(0),
             hash: AtomicU64::new(0),
-            boxed: false,
+            place: BOXED,
             key: UnsafeCell::new(MaybeUninit::uninit()),
             _track: Track::new(),
         }
@@ -249,8 +251,26 @@ impl<K> Entry<K> {
     }
 }
 
-/// One lock, and the overflow entries of the keys that hash to it.
-type Shard<K> = CachePadded<Mutex<HashTable<EntryPtr<K>>>>;
+/// One lock, the overflow entries of the keys that hash to it, and which of its slots
+/// are occupied.
+struct Shard<K> {
+    /// Bit `i` is set while slot `i` is occupied. Written under the lock, where it is
+    /// exact; read without it only as a hint of which slots to look at (a slot filled or
+    /// emptied meanwhile is found so by its own state, or else under the lock).
+    occupied: AtomicU32,
+    table: Mutex<HashTable<EntryPtr<K>>>,
+}
+
+/// The `place` of an overflow entry.
+const BOXED: u8 = u8::MAX;
+
+/// The window's slots among `occupied` (bit `i` for the window's `i`-th slot), from
+/// the slot at `start`.
+#[inline(always)]
+fn window_bits(occupied: u32, start: usize) -> u32 {
+    let twice = u64::from(occupied) | u64::from(occupied) << SLOTS;
+    (twice >> start) as u32 & ((1 << WINDOW) - 1)
+}
 
 /// An overflow entry's address as the shard table stores it. Only tables hold these, so
 /// an `&EntryPtr` is reachable only through a locked shard.
@@ -274,6 +294,14 @@ impl<K, S> Counted for KeyedInner<K, S> {
     fn track(&self) -> &Track {
         &self.track
     }
+
+    /// A releaser gives up its entry's share under its shard lock (see the module docs):
+    /// taking each lock once waits out any such critical section still running.
+    fn quiesce(&self) {
+        for shard in self.shards.iter() {
+            drop(shard.table.lock());
+        }
+    }
 }
 
 impl<K, S> KeyedInner<K, S> {
@@ -284,30 +312,34 @@ impl<K, S> KeyedInner<K, S> {
         (hash >> 32) as usize & (SHARDS - 1)
     }
 
-    fn shard(&self, hash: u64) -> &Shard<K> {
+    fn shard(&self, hash: u64) -> &CachePadded<Shard<K>> {
         &self.shards[Self::shard_index(hash)]
     }
 
-    /// The slots a key may use: `WINDOW` of its shard's, from one its hash chooses.
-    fn window(&self, hash: u64) -> impl Iterator<Item = &Entry<K>> {
-        let shard = &self.slots[Self::shard_index(hash) * SLOTS..][..SLOTS];
-        let start = (hash >> 16) as usize;
-        (0..WINDOW).map(move |i| &shard[(start + i) & (SLOTS - 1)])
+    /// The slots a key may use: `WINDOW` of its shard's, from the one at the place this
+    /// returns. The `i`-th is at `(start + i) % SLOTS`.
+    #[inline(always)]
+    fn window(&self, hash: u64) -> (&CachePadded<Shard<K>>, &[Entry<K>; SLOTS], usize) {
+        let index = Self::shard_index(hash);
+        let start = (hash >> 16) as usize & (SLOTS - 1);
+        (&self.shards[index], &self.slots[index], start)
     }
 }
 
 impl<K: Eq, S> KeyedInner<K, S> {
-    /// `key`'s entry, or else the first free slot of its window, under the lock whose
-    /// guard `table` is. An overflow entry's address is the one its table holds (the
-    /// allocation's own, which the entry's free needs), never one made from a borrow.
-    fn find(&self, table: &HashTable<EntryPtr<K>>, key: &K, hash: u64) -> Found<'_, K> {
-        let mut free = None;
-        for entry in self.window(hash) {
-            // Under the lock, occupied or free stays as it is.
-            if entry.state.load(Ordering::Relaxed) & HELD == 0 {
-                free = free.or(Some(entry));
+    /// `key`'s entry, or else the place of the first free slot of its window, under the
+    /// lock whose guard `table` is. An overflow entry's address is the one its table holds
+    /// (the allocation's own, which the entry's free needs), never one made from a borrow.
+    fn find(&self, table: &HashTable<EntryPtr<K>>, key: &K, hash: u64) -> Found<K> {
+        let (shard, slots, start) = self.window(hash);
+        // Exact under the lock.
+        let window = window_bits(shard.occupied.load(Ordering::Relaxed), start);
+        let mut occupied = window;
+        while occupied != 0 {
+            let entry = &slots[(start + occupied.trailing_zeros() as usize) & (SLOTS - 1)];
+            occupied &= occupied - 1;
             // SAFETY: occupied, and under the lock it stays so.
-            } else if entry.hash.load(Ordering::Relaxed) == hash && unsafe { entry.key() } == key {
+            if entry.hash.load(Ordering::Relaxed) == hash && unsafe { entry.key() } == key {
                 return Found::Entry(NonNull::from(entry));
             }
         }
@@ -321,14 +353,16 @@ impl<K: Eq, S> KeyedInner<K, S> {
                 return Found::Entry(entry.0);
             }
         }
-        Found::Absent(free)
+        let free = !window & ((1 << WINDOW) - 1);
+        Found::Absent((free != 0).then(|| (start + free.trailing_zeros() as usize) & (SLOTS - 1)))
     }
 }
 
-/// What `find` found: the key's entry, or that it has none (and its first free slot).
-enum Found<'a, K> {
+/// What `find` found: the key's entry, or that it has none (and the place of its first
+/// free slot).
+enum Found<K> {
     Entry(NonNull<Entry<K>>),
-    Absent(Option<&'a Entry<K>>),
+    Absent(Option<usize>),
 }
 
 impl<K: Hash + Eq + Clone> KeyedLedger<K, RandomState> {
@@ -401,9 +435,18 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
     pub fn with_limits(cap: usize, max_keys: usize, hasher: S) -> Result<Self, CapacityError> {
         let cap = encode_limit(cap)?;
         let max_keys = limit::encode(max_keys as u64, MAX_KEYS as u64)?;
-        let shards = (0..SHARDS)
-            .map(|_| CachePadded::new(Mutex::new(HashTable::new())))
-            .collect();
+        let shards = boxed_array(|_| {
+            CachePadded::new(Shard {
+                occupied: AtomicU32::new(0),
+                table: Mutex::new(HashTable::new()),
+            })
+        });
+        let slots = boxed_array(|_| {
+            std::array::from_fn(|place| Entry {
+                place: place as u8,
+                ..Entry::empty()
+            })
+        });
         let inner = KeyedInner {
             state: CachePadded::new(AtomicU64::new(OWNER)),
             cap: AtomicU64::new(cap),
@@ -413,7 +456,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
             keys_high_water: AtomicU64::new(0),
             hasher,
             shards,
-            slots: (0..SHARDS * SLOTS).map(|_| Entry::empty()).collect(),
+            slots,
             track: Track::new(),
         };
         Ok(Self {
@@ -497,8 +540,13 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
     /// lock. Never refuses: a key at its cap is refused under the lock.
     #[inline]
     fn acquire_slot(&self, key: &K, hash: u64, cap: u64) -> Option<KeyedPermit<K, S>> {
-        let inner = self.inner();
-        'slots: for entry in inner.window(hash) {
+        let (shard, slots, start) = self.inner().window(hash);
+        // None of the window's slots occupied: a hint (see `Shard::occupied`).
+        if window_bits(shard.occupied.load(Ordering::Relaxed), start) == 0 {
+            return None;
+        }
+        'slots: for i in 0..WINDOW {
+            let entry = &slots[(start + i) & (SLOTS - 1)];
             // Acquire: the hash read next is this generation's (or a later one's, and
             // then the state has moved on and the compare-exchange fails), and so is the
             // key read once the count is taken.
@@ -581,7 +629,8 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
         };
         #[cfg(test)]
         locked::count();
-        let mut table = inner.shard(hash).lock();
+        let shard = inner.shard(hash);
+        let mut table = shard.table.lock();
         let free = match inner.find(&table, key, hash) {
             Found::Absent(free) => free,
             Found::Entry(found) => {
@@ -634,17 +683,19 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
             }
         };
         let entry = match free {
-            Some(slot) => {
+            Some(place) => {
+                let slot = &inner.slots[KeyedInner::<K, S>::shard_index(hash)][place];
                 // SAFETY: under the lock, and the slot is empty (found so under this
                 // lock: `held` leaves zero and reaches it only under the lock).
                 unsafe { slot.fill(key.clone(), hash) };
+                let occupied = shard.occupied.load(Ordering::Relaxed);
+                shard
+                    .occupied
+                    .store(occupied | 1 << place, Ordering::Relaxed);
                 NonNull::from(slot)
             }
             None => {
-                let entry = raw::alloc(Entry {
-                    boxed: true,
-                    ..Entry::empty()
-                });
+                let entry = raw::alloc(Entry::empty());
                 // SAFETY: a new entry, not yet shared.
                 unsafe { entry.as_ref().fill(key.clone(), hash) };
                 table.insert_unique(hash, EntryPtr(entry), |e| {
@@ -669,7 +720,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
     pub fn in_flight(&self, key: &K) -> u64 {
         let inner = self.inner();
         let hash = inner.hasher.hash_one(key);
-        let table = inner.shard(hash).lock();
+        let table = inner.shard(hash).table.lock();
         match inner.find(&table, key, hash) {
             // SAFETY: found under the lock, which is still held.
             Found::Entry(entry) => unsafe { entry.as_ref() }.state.load(Ordering::Relaxed) & HELD,
@@ -837,6 +888,15 @@ impl<K, S> KeyedLedger<K, S> {
     }
 }
 
+/// `[f(0), .., f(N - 1)]` on the heap, never on the stack.
+fn boxed_array<T, const N: usize>(f: impl FnMut(usize) -> T) -> Box<[T; N]> {
+    let all: Box<[T]> = (0..N).map(f).collect();
+    match all.try_into() {
+        Ok(array) => array,
+        Err(_) => unreachable!("N elements were collected"),
+    }
+}
+
 /// Whether a shard's table should give memory back: memory stays proportional to the
 /// keys in flight after a burst of many keys. Tables of up to 64 entries are left alone,
 /// and a table is shrunk (to twice its length: slack, so a key that comes and goes does
@@ -967,10 +1027,14 @@ impl<K, S> KeyedPermit<K, S> {
         let (inner, entry) = (self.inner, self.entry);
         // SAFETY: as in `release`.
         let e = unsafe { entry.as_ref() };
-        // SAFETY: the occupied entry's share keeps the ledger alive until `put` below.
+        // SAFETY: the occupied entry's share keeps the ledger alive until its decrement
+        // below, and `quiesce` until this thread unlocks.
         let inner_ref = unsafe { inner.as_ref() };
         let hash = e.hash.load(Ordering::Relaxed);
-        let mut table = inner_ref.shard(hash).lock();
+        // Read now: once this thread unlocks, a slot may be freed with the ledger.
+        let place = e.place;
+        let shard = inner_ref.shard(hash);
+        let mut table = shard.table.lock();
         // Perhaps the last: under the lock `held` cannot reach zero by anyone else's hand, but
         // lock-free acquires and releases may still move it. AcqRel: a release as above, and
         // the decrement to zero an acquire, so that every other holder's release is ordered
@@ -998,7 +1062,12 @@ impl<K, S> KeyedPermit<K, S> {
         // the key, and every earlier read is ordered before this one (above). The entry is
         // empty from here, so the key is moved out exactly once.
         let key = e.key.with_mut(|key| unsafe { (*key).assume_init_read() });
-        if e.boxed {
+        if place != BOXED {
+            let occupied = shard.occupied.load(Ordering::Relaxed);
+            shard
+                .occupied
+                .store(occupied & !(1 << place), Ordering::Relaxed);
+        } else {
             match table.find_entry(hash, |p| p.0 == entry) {
                 Ok(found) => {
                     found.remove();
@@ -1007,30 +1076,34 @@ impl<K, S> KeyedPermit<K, S> {
             }
         }
         // The key is gone, so it leaves the entries field now, in the same critical section:
-        // an acquire of the same key that follows this unlock must not count it. Its share of
-        // the word becomes a reclaim share (entries - 1, reclaims + 1 in one addition,
-        // `keys >= 1` so nothing borrows across fields), so the word stays above zero and the
-        // ledger, with the lock held here, stays alive until `put` below. Relaxed: the total
-        // share is unchanged, so this orders nothing for the lifetime protocol; `held`, the
-        // key and the table are ordered by the lock.
-        inner_ref.state.fetch_add(RECLAIM - 1, Ordering::Relaxed);
-        if e.boxed && worth_shrinking(usable(&table), table.len()) {
+        // an acquire of the same key that follows this unlock must not count it. This gives
+        // up the entry's share of the word, so another thread may now bring the word to zero
+        // and free the ledger, but not before this thread unlocks: whoever frees it takes
+        // every shard lock first (`quiesce`). Relaxed: that lock orders everything this
+        // thread did before its unlock (and, through the decrement of `held` above, every
+        // other holder's use of this entry) before the free.
+        let word = inner_ref.state.fetch_sub(1, Ordering::Relaxed);
+        if place == BOXED && worth_shrinking(usable(&table), table.len()) {
             let len = table.len();
             table.shrink_to(len * 2, |e| e.get().hash.load(Ordering::Relaxed));
         }
+        // The last use of the ledger's memory but the unlock: under loom, a free that does
+        // not wait for the unlock races this.
+        inner_ref.track.touch();
         drop(table);
         // The key is dropped outside the lock.
         drop(key);
-        if e.boxed {
+        if place == BOXED {
             // SAFETY: the overflow entry is out of its table and empty, and nothing refers to
             // it any more (its last count was this one); it came from `raw::alloc`.
             drop(unsafe { Box::from_raw(entry.as_ptr()) });
             #[cfg(test)]
             raw::live::change(-1);
         }
-        // SAFETY: the reclaim share taken above, given up once, here; `inner` is not used
-        // after this line.
-        unsafe { raw::put(inner, RECLAIM) };
+        if word == 1 {
+            // SAFETY: this decrement brought the word to zero; `inner` is not used after.
+            unsafe { raw::free(inner) };
+        }
     }
 }
 
@@ -1409,7 +1482,7 @@ mod tests {
             drop(ledger.try_acquire(&key).unwrap());
         }
         assert_eq!(ledger.keys(), 0);
-        let capacity: usize = inner.shards.iter().map(|s| s.lock().capacity()).sum();
+        let capacity: usize = inner.shards.iter().map(|s| s.table.lock().capacity()).sum();
         assert!(capacity <= SHARDS * 8, "table capacity {capacity}");
 
         // A burst of many keys at once, then release: the tables shrink back.
@@ -1419,7 +1492,7 @@ mod tests {
         assert_eq!(ledger.keys(), burst_size);
         drop(burst);
         assert_eq!(ledger.keys(), 0);
-        let capacity: usize = inner.shards.iter().map(|s| s.lock().capacity()).sum();
+        let capacity: usize = inner.shards.iter().map(|s| s.table.lock().capacity()).sum();
         assert!(
             capacity <= SHARDS * 128,
             "table capacity {capacity} after burst"
@@ -1461,15 +1534,16 @@ mod tests {
         assert_eq!(ledger.snapshot().keys_high_water, 1);
     }
 
-    /// Occupied slots of each shard.
+    /// Occupied slots of each shard, checked against the shard's mask of them.
     fn occupied<K, S>(ledger: &KeyedLedger<K, S>) -> Vec<usize> {
         let inner = ledger.owner.get();
-        inner
-            .slots
-            .chunks(SLOTS)
-            .map(|shard| {
-                let held = |e: &&Entry<K>| e.state.load(Ordering::Relaxed) & HELD != 0;
-                shard.iter().filter(held).count()
+        (inner.slots.iter().zip(inner.shards.iter()))
+            .map(|(slots, shard)| {
+                let mask = (slots.iter().enumerate())
+                    .filter(|(_, e)| e.state.load(Ordering::Relaxed) & HELD != 0)
+                    .fold(0, |mask, (place, _)| mask | 1 << place);
+                assert_eq!(shard.occupied.load(Ordering::Relaxed), mask);
+                mask.count_ones() as usize
             })
             .collect()
     }
@@ -1482,7 +1556,7 @@ mod tests {
             .shards
             .iter()
             .map(|s| {
-                let table = s.lock();
+                let table = s.table.lock();
                 (table.len(), usable(&table), table.allocation_size())
             })
             .collect()
@@ -1497,7 +1571,7 @@ mod tests {
         // slot is in its own shard's block.
         assert!(occupied(&ledger).iter().all(|&n| n == SLOTS));
         let inner = ledger.inner();
-        for (i, slot) in inner.slots.iter().enumerate() {
+        for (i, slot) in inner.slots.iter().flatten().enumerate() {
             if slot.state.load(Ordering::Relaxed) & HELD != 0 {
                 let hash = slot.hash.load(Ordering::Relaxed);
                 assert_eq!(KeyedInner::<u64, ()>::shard_index(hash), i / SLOTS);
@@ -1632,9 +1706,10 @@ mod loom_models {
         });
     }
 
-    /// The last release of a key drops the ledger's last share while another thread
-    /// drops the last handle; the reclaim share keeps the ledger (and the shard lock
-    /// being released) alive until after the unlock, and everything is freed once.
+    /// The last release of a key gives up its entry's share under its shard lock while
+    /// another thread drops the last handle: whoever brings the word to zero takes every
+    /// shard lock before the free, so the ledger (and the lock being released) lives
+    /// until after the unlock, and everything is freed once.
     #[test]
     fn keyed_last_release_racing_the_last_handle_frees_after_unlocking() {
         loom::model(|| {
@@ -1644,6 +1719,24 @@ mod loom_models {
             let t = loom::thread::spawn(move || drop(a));
             drop(b);
             drop(ledger);
+            t.join().unwrap();
+        });
+    }
+
+    /// The last permits of two keys in two shards dropped on two threads after the last
+    /// handle: the release that brings the word to zero waits for the other to unlock its
+    /// shard before the free.
+    #[test]
+    fn keyed_last_releases_in_two_shards_after_the_last_handle_free_after_both_unlock() {
+        loom::model(|| {
+            let shard = |k: &u8| KeyedInner::<u8, ()>::shard_index(fixed().hash_one(k));
+            let other = (1..u8::MAX).find(|k| shard(k) != shard(&0)).unwrap();
+            let ledger = KeyedLedger::with_hasher(1, fixed()).unwrap();
+            let a = ledger.try_acquire(&0).unwrap();
+            let b = ledger.try_acquire(&other).unwrap();
+            drop(ledger);
+            let t = loom::thread::spawn(move || drop(a));
+            drop(b);
             t.join().unwrap();
         });
     }

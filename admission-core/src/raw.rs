@@ -56,6 +56,12 @@ pub(crate) trait Counted {
     /// The allocation's tracker: a leak check and an access model under loom, nothing
     /// otherwise.
     fn track(&self) -> &Track;
+
+    /// Waits until no thread is still using the cell after giving up its share: called
+    /// by whoever brings the word to zero, before the free. A cell whose holders give up
+    /// their shares last of all has nothing to wait for (the default); the keyed ledger's
+    /// holders give theirs up inside a critical section (see `keyed`).
+    fn quiesce(&self) {}
 }
 
 /// Moves `value` to the heap and returns its address; nothing frees it but [`put`].
@@ -89,22 +95,34 @@ pub(crate) unsafe fn put<T: Counted>(ptr: NonNull<T>, amount: u64) -> u64 {
         .fetch_sub(amount, Ordering::Release);
     debug_assert!(prev >= amount, "a ledger's reference count went below zero");
     if prev == amount {
-        // SAFETY: the word is zero: no handle and no permit refers to the cell, none can
-        // appear (new references are made only through live ones), and only this thread
-        // may free it. It is ours until the free below.
-        let cell = unsafe { ptr.as_ref() };
-        // Must be an acquire so that it synchronises with every holder's release
-        // decrement: all their uses of the cell happen before the free below. (A load,
-        // not a fence: see the module docs.)
-        let word = cell.word().load(Ordering::Acquire);
-        debug_assert_eq!(word, 0, "a reference appeared after the last one went");
-        cell.track().retire();
-        // SAFETY: as above; `cell` is not used after this line.
-        drop(unsafe { Box::from_raw(ptr.as_ptr()) });
-        #[cfg(test)]
-        live::change(-1);
+        // SAFETY: the word is zero, by this decrement.
+        unsafe { free(ptr) };
     }
     prev
+}
+
+/// Frees a cell whose word the caller brought to zero, once every holder is done with it.
+///
+/// # Safety
+///
+/// `ptr` came from [`alloc`], and the caller's own decrement (a release) brought its
+/// word to zero; the caller does not use `ptr` afterwards.
+pub(crate) unsafe fn free<T: Counted>(ptr: NonNull<T>) {
+    // SAFETY: the word is zero: no handle and no permit refers to the cell, none can
+    // appear (new references are made only through live ones), and only this thread may
+    // free it. It is ours until the free below.
+    let cell = unsafe { ptr.as_ref() };
+    cell.quiesce();
+    // Must be an acquire so that it synchronises with every holder's release decrement:
+    // all their uses of the cell happen before the free below. (A load, not a fence: see
+    // the module docs.)
+    let word = cell.word().load(Ordering::Acquire);
+    debug_assert_eq!(word, 0, "a reference appeared after the last one went");
+    cell.track().retire();
+    // SAFETY: as above; `cell` is not used after this line.
+    drop(unsafe { Box::from_raw(ptr.as_ptr()) });
+    #[cfg(test)]
+    live::change(-1);
 }
 
 /// The public handles' single share of a cell: `OWNER` in its word.

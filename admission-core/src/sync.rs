@@ -6,7 +6,7 @@
 
 #[cfg(not(admission_loom))]
 mod imp {
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
     pub(crate) use std::sync::Arc;
 
     /// A mutex whose `lock` cannot fail (`parking_lot` has no poisoning).
@@ -56,7 +56,7 @@ mod imp {
 #[cfg(admission_loom)]
 mod imp {
     pub(crate) use loom::cell::UnsafeCell;
-    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
     pub(crate) use loom::sync::Arc;
 
     /// loom's mutex behind `parking_lot`'s signature.
