@@ -52,6 +52,46 @@ pub fn read(criterion: &Path) -> Result<Medians, String> {
     Ok(medians)
 }
 
+/// Medians by run: criterion's `base` (the plain run) and every baseline saved under a
+/// name beginning with `run` (`--save-baseline run2`, ...), for the targets decided by
+/// the median of several runs.
+pub type Runs = BTreeMap<String, Medians>;
+
+/// Reads every run of every bench present (see [`Runs`]).
+///
+/// # Errors
+///
+/// As [`read`].
+pub fn read_runs(criterion: &Path) -> Result<Runs, String> {
+    let mut runs = Runs::new();
+    let groups = fs::read_dir(criterion).map_err(|e| format!("{}: {e}", criterion.display()))?;
+    for group in groups.flatten().filter(|e| e.path().is_dir()) {
+        let group_name = group.file_name().to_string_lossy().into_owned();
+        for bench in fs::read_dir(group.path()).into_iter().flatten().flatten() {
+            for run in fs::read_dir(bench.path()).into_iter().flatten().flatten() {
+                let run_name = run.file_name().to_string_lossy().into_owned();
+                if run_name != "base" && !run_name.starts_with("run") {
+                    continue;
+                }
+                let file = run.path().join("estimates.json");
+                let Ok(text) = fs::read_to_string(&file) else {
+                    continue;
+                };
+                let json: serde_json::Value =
+                    serde_json::from_str(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+                if let Some(median) = json["median"]["point_estimate"].as_f64() {
+                    runs.entry(run_name)
+                        .or_default()
+                        .entry(group_name.clone())
+                        .or_default()
+                        .insert(bench.file_name().to_string_lossy().into_owned(), median);
+                }
+            }
+        }
+    }
+    Ok(runs)
+}
+
 fn family(group: &str, bench: &str) -> String {
     if group == "contended" {
         bench.split('_').next().unwrap_or(bench).to_owned()
@@ -164,6 +204,9 @@ struct Target {
     /// A floor measured in the same run (the least any design can do), printed as its
     /// own ratio to `right`: how far below the alternative anything can get.
     floor: Option<(&'static str, &'static str)>,
+    /// Decided by the median of the ratios of every run (see [`Runs`]): for figures that
+    /// swing from one run to the next.
+    runs: bool,
 }
 
 impl Target {
@@ -174,7 +217,15 @@ impl Target {
             ..self
         }
     }
+
+    /// The same target, decided by the median of its ratio over every run.
+    const fn median_of_runs(self) -> Self {
+        Self { runs: true, ..self }
+    }
 }
+
+/// How many runs a target decided by their median asks for.
+pub const RUNS: usize = 5;
 
 /// A target decided by the wall clock alone.
 const fn wall(
@@ -191,6 +242,7 @@ const fn wall(
         instructions: None,
         by_instructions: false,
         floor: None,
+        runs: false,
     }
 }
 
@@ -250,7 +302,8 @@ const TARGETS: &[Target] = &[
         ("contended", "keyed_dashmap_semaphore"),
         0.5,
     )
-    .floor(("contended", "keyed_floor")),
+    .floor(("contended", "keyed_floor"))
+    .median_of_runs(),
     Target {
         what: "layer 0.9x of LoadShed + ConcurrencyLimit (instructions)",
         left: ("layer", "admission"),
@@ -259,6 +312,7 @@ const TARGETS: &[Target] = &[
         instructions: Some(("ours", "theirs")),
         by_instructions: true,
         floor: None,
+        runs: false,
     },
     Target {
         what: "layer with every limit disabled within 1.2x of bare",
@@ -268,6 +322,7 @@ const TARGETS: &[Target] = &[
         instructions: Some(("disabled", "bare")),
         by_instructions: false,
         floor: None,
+        runs: false,
     },
 ];
 
@@ -324,15 +379,28 @@ fn refs(stderr: &str) -> Option<u64> {
 
 /// The targets, each with its measured ratio and MET / MISSED (or not measured). Those
 /// with instruction counts show them beside the wall clock; `instructions` is `None`
-/// where callgrind could not be run.
-pub fn targets(medians: &Medians, instructions: Option<&Instructions>) -> String {
+/// where callgrind could not be run. Those decided by the median of several runs take
+/// it from `runs`, and say how many there were.
+pub fn targets(medians: &Medians, instructions: Option<&Instructions>, runs: &Runs) -> String {
     let get = |(g, b): (&str, &str)| medians.get(g).and_then(|m| m.get(b)).copied();
     let count = |v: &str| instructions.and_then(|i| i.get(v)).copied();
     let mut out = String::from(
         "\ntargets (ratio of medians in this run; of instructions per call where so marked)\n",
     );
     for t in TARGETS {
-        let wall = get(t.left).zip(get(t.right)).map(|(l, r)| l / r);
+        let mut ratios: Vec<f64> = runs
+            .values()
+            .filter(|_| t.runs)
+            .filter_map(|run| {
+                let get = |(g, b): (&str, &str)| run.get(g).and_then(|m| m.get(b)).copied();
+                get(t.left).zip(get(t.right)).map(|(l, r)| l / r)
+            })
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        let wall = match ratios.len() {
+            0 => get(t.left).zip(get(t.right)).map(|(l, r)| l / r),
+            n => Some((ratios[(n - 1) / 2] + ratios[n / 2]) / 2.0),
+        };
         let counted = t.instructions.map(|(l, r)| {
             count(l)
                 .zip(count(r))
@@ -365,6 +433,18 @@ pub fn targets(medians: &Medians, instructions: Option<&Instructions>) -> String
         }
         if let (true, Some(wall)) = (t.by_instructions, wall) {
             let _ = write!(line, "; wall clock {wall:.2}");
+        }
+        if t.runs {
+            let each: Vec<String> = ratios.iter().map(|r| format!("{r:.2}")).collect();
+            let _ = match ratios.len() {
+                0 | 1 => write!(line, "; one run, of the {RUNS} the target asks for"),
+                n if n < RUNS => write!(
+                    line,
+                    "; median of {n} runs, of the {RUNS} the target asks for: {}",
+                    each.join(" ")
+                ),
+                n => write!(line, "; median of {n} runs: {}", each.join(" ")),
+            };
         }
         if let Some(floor) = t.floor.and_then(|f| get(f).zip(get(t.right))) {
             let _ = write!(line, "; the floor {:.2}", floor.0 / floor.1);
@@ -464,7 +544,7 @@ mod tests {
         .collect();
         let line =
             |text: &str, what: &str| text.lines().find(|l| l.contains(what)).unwrap().to_owned();
-        let with = targets(&medians, Some(&counts));
+        let with = targets(&medians, Some(&counts), &Runs::new());
         // 450/600 = 0.75 decides, though the wall clock says 1.00.
         let shed = line(&with, "LoadShed");
         assert!(
@@ -480,14 +560,72 @@ mod tests {
         );
         assert!(disabled.contains("400/250 = 1.60"), "{disabled}");
         // Without callgrind, the instruction target is not measured rather than guessed.
-        let without = targets(&medians, None);
+        let without = targets(&medians, None, &Runs::new());
         assert!(line(&without, "LoadShed").trim_start().starts_with("n/a"));
+    }
+
+    #[test]
+    fn the_contended_keyed_target_is_decided_by_the_median_of_its_runs() {
+        let keyed = |ours: f64| {
+            group(
+                "contended",
+                &[
+                    ("keyed_admission", ours),
+                    ("keyed_dashmap_semaphore", 100.0),
+                ],
+            )
+        };
+        let line = |runs: &Runs| {
+            let text = targets(&keyed(45.0), None, runs);
+            text.lines()
+                .find(|l| l.contains("contended keyed"))
+                .unwrap()
+                .to_owned()
+        };
+        // The last run alone (45.0) would pass; the median of five (0.60) does not.
+        let five: Runs = [
+            ("base", 30.0),
+            ("run2", 60.0),
+            ("run3", 70.0),
+            ("run4", 45.0),
+        ]
+        .into_iter()
+        .chain([("run5", 65.0)])
+        .map(|(run, ours)| (run.to_owned(), keyed(ours)))
+        .collect();
+        let decided = line(&five);
+        assert!(
+            decided.trim_start().starts_with("MISSED") && decided.contains(" 0.60 "),
+            "{decided}"
+        );
+        assert!(
+            decided.contains("median of 5 runs: 0.30 0.45 0.60 0.65 0.70"),
+            "{decided}"
+        );
+        // An even count takes the mean of the middle two; fewer than five say so.
+        let two: Runs = [("base", 30.0), ("run2", 50.0)]
+            .into_iter()
+            .map(|(run, ours)| (run.to_owned(), keyed(ours)))
+            .collect();
+        let fewer = line(&two);
+        assert!(
+            fewer.trim_start().starts_with("MET") && fewer.contains(" 0.40 "),
+            "{fewer}"
+        );
+        assert!(fewer.contains("median of 2 runs, of the 5"), "{fewer}");
+        // No runs saved: the last run decides, and the line says it is one.
+        let one = line(&Runs::new());
+        assert!(
+            one.trim_start().starts_with("MET") && one.contains(" 0.45 "),
+            "{one}"
+        );
+        assert!(one.contains("one run, of the 5"), "{one}");
     }
 
     #[test]
     fn a_keyed_target_shows_the_floors_own_ratio_beside_it() {
         let line = |medians: &Medians| {
-            let text = targets(medians, None);
+            let text = targets(medians, None, &Runs::new());
             text.lines()
                 .find(|l| l.contains("keyed (existing key)"))
                 .unwrap()

@@ -46,9 +46,14 @@ fn main() -> ExitCode {
                     println!("  {variant:<38} {n:>10}");
                 }
             }
+            // The runs of the targets decided by a median of several (a missing or
+            // unreadable one leaves those targets to the last run).
+            let runs = admission_bench::report::read_runs(&criterion)
+                .map_err(|err| eprintln!("runs not read: {err}"))
+                .unwrap_or_default();
             print!(
                 "{}",
-                admission_bench::report::targets(&medians, instructions.as_ref())
+                admission_bench::report::targets(&medians, instructions.as_ref(), &runs)
             );
             ExitCode::SUCCESS
         }
