@@ -15,12 +15,13 @@
 //! and no background sweeper is needed. Each shard keeps a mask of its occupied slots,
 //! written under its lock: under the lock it is exact, so a search of the window reads
 //! only the occupied slots and finds the first free one in the mask; without the lock it
-//! is a hint, and an acquire whose window it shows empty goes straight to the lock.
+//! is a hint of which slots to look at.
 //!
 //! The lock-free paths, for a key that already has an entry in a slot:
 //!
-//! - *Acquire* hashes the key and probes its window without the lock. At a slot whose
-//!   `held` is above zero and whose hash is the key's, one compare-exchange
+//! - *Acquire* hashes the key and probes its window without the lock: the window's
+//!   first slot, where keys most often are, then the others the mask shows occupied. At
+//!   a slot whose `held` is above zero and whose hash is the key's, one compare-exchange
 //!   `state -> state + 1`, from the state read before the hash, takes a permit; the
 //!   generation makes it fail if the slot was emptied and refilled since. Only then is
 //!   the key compared (the count keeps the entry from being emptied, so its key cannot
@@ -358,6 +359,14 @@ impl<K: Eq, S> KeyedInner<K, S> {
     }
 }
 
+/// What a lock-free look at one slot found: a permit on the key's entry, the key at its
+/// cap (refused under the lock), or another key's entry or none.
+enum Probe<K, S> {
+    Permit(KeyedPermit<K, S>),
+    AtCap,
+    Other,
+}
+
 /// What `find` found: the key's entry, or that it has none (and the place of its first
 /// free slot).
 enum Found<K> {
@@ -541,50 +550,66 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
     #[inline]
     fn acquire_slot(&self, key: &K, hash: u64, cap: u64) -> Option<KeyedPermit<K, S>> {
         let (shard, slots, start) = self.inner().window(hash);
-        // None of the window's slots occupied: a hint (see `Shard::occupied`).
-        if window_bits(shard.occupied.load(Ordering::Relaxed), start) == 0 {
-            return None;
+        // The window's first slot, where a key finds a free slot most often, before the
+        // shard's mask of the others (a hint: see `Shard::occupied`).
+        match self.acquire_on(&slots[start], key, hash, cap) {
+            Probe::Permit(permit) => return Some(permit),
+            Probe::AtCap => return None,
+            Probe::Other => {}
         }
-        'slots: for i in 0..WINDOW {
-            let entry = &slots[(start + i) & (SLOTS - 1)];
-            // Acquire: the hash read next is this generation's (or a later one's, and
-            // then the state has moved on and the compare-exchange fails), and so is the
-            // key read once the count is taken.
-            let mut state = entry.state.load(Ordering::Acquire);
-            loop {
-                let held = state & HELD;
-                if held == 0 || !candidate(entry.hash.load(Ordering::Relaxed), hash) {
-                    continue 'slots;
-                }
-                if held >= cap {
-                    return None;
-                }
-                // Relaxed on success: the load of the very value replaced was an acquire
-                // (the first load, or this one's failure), so the key the fill of this
-                // generation wrote is seen. Acquire on failure, as the first load.
-                match entry.state.compare_exchange_weak(
-                    state,
-                    state + 1,
-                    Ordering::Relaxed,
-                    Ordering::Acquire,
-                ) {
-                    Ok(_) => break,
-                    Err(actual) => state = actual,
-                }
+        let mut rest = window_bits(shard.occupied.load(Ordering::Relaxed), start) & !1;
+        while rest != 0 {
+            let entry = &slots[(start + rest.trailing_zeros() as usize) & (SLOTS - 1)];
+            rest &= rest - 1;
+            match self.acquire_on(entry, key, hash, cap) {
+                Probe::Permit(permit) => return Some(permit),
+                Probe::AtCap => return None,
+                Probe::Other => {}
             }
-            // The count just taken is a permit on this entry, whichever key it holds.
-            let permit = KeyedPermit {
-                inner: self.owner.ptr(),
-                entry: NonNull::from(entry),
-            };
-            if permit.key() == key {
-                return Some(permit);
-            }
-            // Another key's entry (their hashes are equal): give the count back, as its
-            // permit.
-            drop(permit);
         }
         None
+    }
+
+    /// A permit on `entry` if it holds `key` below `cap`, without the lock.
+    #[inline(always)]
+    fn acquire_on(&self, entry: &Entry<K>, key: &K, hash: u64, cap: u64) -> Probe<K, S> {
+        // Acquire: the hash read next is this generation's (or a later one's, and then
+        // the state has moved on and the compare-exchange fails), and so is the key read
+        // once the count is taken.
+        let mut state = entry.state.load(Ordering::Acquire);
+        loop {
+            let held = state & HELD;
+            if held == 0 || !candidate(entry.hash.load(Ordering::Relaxed), hash) {
+                return Probe::Other;
+            }
+            if held >= cap {
+                return Probe::AtCap;
+            }
+            // Relaxed on success: the load of the very value replaced was an acquire (the
+            // first load, or this one's failure), so the key the fill of this generation
+            // wrote is seen. Acquire on failure, as the first load.
+            match entry.state.compare_exchange_weak(
+                state,
+                state + 1,
+                Ordering::Relaxed,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => break,
+                Err(actual) => state = actual,
+            }
+        }
+        // The count just taken is a permit on this entry, whichever key it holds.
+        let permit = KeyedPermit {
+            inner: self.owner.ptr(),
+            entry: NonNull::from(entry),
+        };
+        if permit.key() == key {
+            return Probe::Permit(permit);
+        }
+        // Another key's entry (their hashes are equal): give the count back, as its
+        // permit.
+        give_back(permit);
+        Probe::Other
     }
 
     /// `try_acquire` without recording the keys high-water mark: the permit and, when it
@@ -886,6 +911,14 @@ impl<K, S> KeyedLedger<K, S> {
             refused_table: inner.refused_table.load(Ordering::Relaxed),
         }
     }
+}
+
+/// Drops a permit a lock-free acquire took on another key's entry: rare (two keys with
+/// equal hashes), so out of line, where it costs the hot path nothing.
+#[cold]
+#[inline(never)]
+fn give_back<K, S>(permit: KeyedPermit<K, S>) {
+    drop(permit);
 }
 
 /// `[f(0), .., f(N - 1)]` on the heap, never on the stack.
