@@ -1798,6 +1798,15 @@ mod loom_models {
         (0, b)
     }
 
+    /// A permit for `key`, taken on a thread of its own.
+    fn acquire_on_another_thread<S: BuildHasher + Send + Sync + 'static>(
+        ledger: &KeyedLedger<u8, S>,
+        key: u8,
+    ) -> loom::thread::JoinHandle<KeyedPermit<u8, S>> {
+        let ledger = ledger.clone();
+        loom::thread::spawn(move || ledger.try_acquire(&key).unwrap())
+    }
+
     /// A lock-free acquire of one key counts on another key's slot and gives the count
     /// back, while that key's last permit is dropped on the other thread: whichever of
     /// the two decrements is last empties the slot (the key is read only under a count,
@@ -1809,10 +1818,7 @@ mod loom_models {
         loom::model(move || {
             let ledger = KeyedLedger::with_hasher(2, fixed()).unwrap();
             let held_a = ledger.try_acquire(&a).unwrap();
-            let other = {
-                let ledger = ledger.clone();
-                loom::thread::spawn(move || ledger.try_acquire(&b).unwrap())
-            };
+            let other = acquire_on_another_thread(&ledger, b);
             drop(held_a);
             let held_b = other.join().unwrap();
             assert_eq!((ledger.in_flight(&a), ledger.in_flight(&b)), (0, 1));
@@ -1832,10 +1838,7 @@ mod loom_models {
         loom::model(move || {
             let ledger = KeyedLedger::with_hasher(2, fixed()).unwrap();
             let held_a = ledger.try_acquire(&a).unwrap();
-            let other = {
-                let ledger = ledger.clone();
-                loom::thread::spawn(move || ledger.try_acquire(&a).unwrap())
-            };
+            let other = acquire_on_another_thread(&ledger, a);
             drop(held_a);
             let held_b = ledger.try_acquire(&b).unwrap();
             // The other thread may be counting on this slot for a moment (it compares
