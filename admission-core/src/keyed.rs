@@ -662,49 +662,37 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
                 // SAFETY: found under the lock, which is still held.
                 let entry = unsafe { found.as_ref() };
                 // Under the lock `held` stays above zero, but lock-free acquires and
-                // releases may move it meanwhile: a compare-exchange. Relaxed: the key is
-                // ordered by the lock, and this count orders nothing for anyone.
-                let mut state = entry.state.load(Ordering::Relaxed);
-                loop {
-                    if state & HELD >= cap {
-                        drop(table);
-                        inner.refused_key.fetch_add(1, Ordering::Relaxed);
-                        return Err(Refused::Key);
-                    }
-                    match entry.state.compare_exchange_weak(
-                        state,
-                        state + 1,
-                        Ordering::Relaxed,
-                        Ordering::Relaxed,
-                    ) {
-                        Ok(_) => return Ok((permit(found), None)),
-                        Err(actual) => state = actual,
-                    }
+                // releases may move it meanwhile. Relaxed: the key is ordered by the lock,
+                // and this count orders nothing for anyone.
+                let below_cap = |state: u64| (state & HELD < cap).then_some(state + 1);
+                if entry
+                    .state
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, below_cap)
+                    .is_err()
+                {
+                    drop(table);
+                    inner.refused_key.fetch_add(1, Ordering::Relaxed);
+                    return Err(Refused::Key);
                 }
+                return Ok((permit(found), None));
             }
         };
         // A new key: take its entry's share of the word first, so `max_keys` is checked
         // across shards (and the entry keeps the ledger alive once it exists).
+        // Relaxed: the increment is made through our live handle (see `raw`). `keys` is
+        // below `MAX_KEYS` (checked against `max_keys`, or bounded by memory: every entry
+        // holds a key), so `+ 1` stays in the entries field.
         let max_keys = inner.max_keys.load(Ordering::Relaxed);
-        let mut current = inner.state.load(Ordering::Relaxed);
-        let keys = loop {
-            let keys = current & KEYS;
-            if keys >= max_keys {
+        let below_max = |word: u64| (word & KEYS < max_keys).then_some(word + 1);
+        let keys = match inner
+            .state
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, below_max)
+        {
+            Ok(word) => (word & KEYS) + 1,
+            Err(_) => {
                 drop(table);
                 inner.refused_table.fetch_add(1, Ordering::Relaxed);
                 return Err(Refused::KeyTable);
-            }
-            // Relaxed: the increment is made through our live handle (see `raw`). `keys`
-            // is below `MAX_KEYS` (checked against `max_keys`, or bounded by memory: every
-            // entry holds a key), so `+ 1` stays in the entries field.
-            match inner.state.compare_exchange_weak(
-                current,
-                current + 1,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => break keys + 1,
-                Err(actual) => current = actual,
             }
         };
         let entry = match free {
@@ -1068,26 +1056,18 @@ impl<K, S> KeyedPermit<K, S> {
         let place = e.place;
         let shard = inner_ref.shard(hash);
         let mut table = shard.table.lock();
-        // Perhaps the last: under the lock `held` cannot reach zero by anyone else's hand, but
-        // lock-free acquires and releases may still move it. AcqRel: a release as above, and
-        // the decrement to zero an acquire, so that every other holder's release is ordered
-        // before the key is taken out.
-        let mut state = e.state.load(Ordering::Relaxed);
-        loop {
-            debug_assert!(
-                state & HELD >= 1,
-                "a keyed permit outlived its entry's count"
-            );
-            match e.state.compare_exchange_weak(
-                state,
-                state - 1,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) if state & HELD > 1 => return,
-                Ok(_) => break,
-                Err(actual) => state = actual,
-            }
+        // Perhaps the last: under the lock `held` cannot reach zero by anyone else's hand
+        // (this permit's count is in it), but lock-free acquires and releases may still move
+        // it, so one decrement, and what it replaced says whether it was the last. AcqRel: a
+        // release as above, and the decrement to zero an acquire, so that every other
+        // holder's release is ordered before the key is taken out.
+        let state = e.state.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(
+            state & HELD >= 1,
+            "a keyed permit outlived its entry's count"
+        );
+        if state & HELD > 1 {
+            return;
         }
         // The key's last permit: empty the entry in the same critical section, so no acquirer
         // ever sees a key with two entries or an entry on its way out.

@@ -29,6 +29,12 @@
 //! happen through a live reference (a handle, or under a lock that a live reference
 //! protects), never through a count that could be zero.
 //!
+//! One exception: the keyed ledger's release of an entry's share is a relaxed decrement
+//! made inside a shard's critical section, and whoever brings the word to zero takes every
+//! shard lock before the free (`Counted::quiesce`). The lock then orders all of that
+//! holder's uses, up to its unlock, before the free, which the decrement alone could not
+//! (the unlock comes after it).
+//!
 //! An acquire load rather than `Arc`'s acquire fence, on this cold path: the two give the
 //! same guarantee, but ThreadSanitizer does not model standalone fences and would report
 //! the free as a data race in a user's tests (std's `Arc` switches to the load under
@@ -105,8 +111,9 @@ pub(crate) unsafe fn put<T: Counted>(ptr: NonNull<T>, amount: u64) -> u64 {
 ///
 /// # Safety
 ///
-/// `ptr` came from [`alloc`], and the caller's own decrement (a release) brought its
-/// word to zero; the caller does not use `ptr` afterwards.
+/// `ptr` came from [`alloc`], and the caller's own decrement brought its word to zero
+/// (a release, unless the cell's `quiesce` orders every holder's uses before the free);
+/// the caller does not use `ptr` afterwards.
 pub(crate) unsafe fn free<T: Counted>(ptr: NonNull<T>) {
     // SAFETY: the word is zero: no handle and no permit refers to the cell, none can
     // appear (new references are made only through live ones), and only this thread may
