@@ -19,14 +19,18 @@ pin_project! {
     /// refusal's small body.
     pub struct ResponseBody<B, K = Key, H = RandomState> {
         #[pin]
-        body: PermitBody<Inner<B>, AdmissionPermit<K, H>>,
+        kind: Kind<B, K, H>,
     }
 }
 
 pin_project! {
-    #[project = InnerProj]
-    enum Inner<B> {
-        Body { #[pin] body: B },
+    #[project = KindProj]
+    #[project_ref = KindRef]
+    enum Kind<B, K, H> {
+        // Holding nothing (a bypassed or uncounted request): the body as it is.
+        Passed { #[pin] body: B },
+        // Holding the request's permits until the body ends.
+        Held { #[pin] body: PermitBody<B, AdmissionPermit<K, H>> },
         // Empty once sent (and for a refusal without a body).
         Refused { bytes: Bytes },
     }
@@ -36,14 +40,26 @@ impl<B, K, H> ResponseBody<B, K, H> {
     /// The service's body, holding `permit` (if any) until it ends.
     #[inline]
     pub(crate) fn new(body: B, permit: Option<AdmissionPermit<K, H>>) -> Self {
+        let kind = match permit {
+            Some(permit) => Kind::Held {
+                body: PermitBody::new(body, permit),
+            },
+            None => Kind::Passed { body },
+        };
+        Self { kind }
+    }
+
+    /// The body of a request that holds nothing.
+    #[inline]
+    pub(crate) fn passed(body: B) -> Self {
         Self {
-            body: PermitBody::from_parts(Inner::Body { body }, permit),
+            kind: Kind::Passed { body },
         }
     }
 
     pub(crate) fn refused(bytes: Bytes) -> Self {
         Self {
-            body: PermitBody::from_parts(Inner::Refused { bytes }, None),
+            kind: Kind::Refused { bytes },
         }
     }
 
@@ -70,7 +86,7 @@ impl<B, K, H> ResponseBody<B, K, H> {
     /// # }
     /// ```
     pub fn is_refusal(&self) -> bool {
-        matches!(self.body.get_ref(), Inner::Refused { .. })
+        matches!(self.kind, Kind::Refused { .. })
     }
 
     /// Whether this body still holds its request's permits (false once it has ended,
@@ -97,7 +113,7 @@ impl<B, K, H> ResponseBody<B, K, H> {
     /// # }
     /// ```
     pub fn holds_permit(&self) -> bool {
-        !self.body.is_released()
+        matches!(&self.kind, Kind::Held { body } if !body.is_released())
     }
 }
 
@@ -114,36 +130,10 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        self.project().body.poll_frame(cx)
-    }
-
-    #[inline]
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    #[inline]
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
-impl<B> Body for Inner<B>
-where
-    B: Body,
-    B::Data: From<Bytes>,
-{
-    type Data = B::Data;
-    type Error = B::Error;
-
-    #[inline]
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        match self.project() {
-            InnerProj::Body { body } => body.poll_frame(cx),
-            InnerProj::Refused { bytes } => {
+        match self.project().kind.project() {
+            KindProj::Passed { body } => body.poll_frame(cx),
+            KindProj::Held { body } => body.poll_frame(cx),
+            KindProj::Refused { bytes } => {
                 let bytes = std::mem::take(bytes);
                 Poll::Ready((!bytes.is_empty()).then(|| Ok(Frame::data(bytes.into()))))
             }
@@ -152,27 +142,29 @@ where
 
     #[inline]
     fn is_end_stream(&self) -> bool {
-        match self {
-            Inner::Body { body } => body.is_end_stream(),
-            Inner::Refused { bytes } => bytes.is_empty(),
+        match &self.kind {
+            Kind::Passed { body } => body.is_end_stream(),
+            Kind::Held { body } => body.is_end_stream(),
+            Kind::Refused { bytes } => bytes.is_empty(),
         }
     }
 
     #[inline]
     fn size_hint(&self) -> SizeHint {
-        match self {
-            Inner::Body { body } => body.size_hint(),
-            Inner::Refused { bytes } => SizeHint::with_exact(bytes.len() as u64),
+        match &self.kind {
+            Kind::Passed { body } => body.size_hint(),
+            Kind::Held { body } => body.size_hint(),
+            Kind::Refused { bytes } => SizeHint::with_exact(bytes.len() as u64),
         }
     }
 }
 
 impl<B, K, H> fmt::Debug for ResponseBody<B, K, H> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let kind = match (self.body.get_ref(), self.holds_permit()) {
-            (Inner::Refused { .. }, _) => "refused",
-            (Inner::Body { .. }, true) => "admitted",
-            (Inner::Body { .. }, false) => "body",
+        let kind = match (&self.kind, self.holds_permit()) {
+            (Kind::Refused { .. }, _) => "refused",
+            (_, true) => "admitted",
+            (_, false) => "body",
         };
         f.debug_struct("ResponseBody")
             .field("kind", &kind)

@@ -152,7 +152,7 @@ where
             // across a branch).
             StateProj::Called { future } if this.permit.is_none() => future
                 .poll(cx)
-                .map_ok(|response| response.map(|body| ResponseBody::new(body, None))),
+                .map_ok(|response| response.map(ResponseBody::passed)),
             StateProj::Called { future } => match future.poll(cx) {
                 Poll::Pending => Poll::Pending,
                 Poll::Ready(Ok(response)) => {
