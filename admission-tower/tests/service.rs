@@ -12,6 +12,7 @@ use admission_http::{MeteredBody, RefusalBody, Rejection};
 use admission_tower::AdmissionLayer;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
+use http_body::Body as _;
 use http_body_util::{BodyExt, Full};
 use tower::{Layer, Service, ServiceExt};
 
@@ -282,4 +283,60 @@ fn limits_set_on_a_builder_over_a_given_gate_are_an_error_not_ignored() {
     assert_eq!(layer.gate().count().capacity(), 4);
     assert_eq!(layer.gate().keyed().unwrap().cap(), 2);
     assert!(BuildError::LimitsOnSharedGate.to_string().contains("`key`"));
+}
+
+/// What a server reads of a response body before and while sending it (`is_end_stream`
+/// decides whether a body follows the head, `size_hint` the `Content-Length`), for each
+/// of the body's three kinds: admitted (holding the permit), passed through (bypassed,
+/// holding nothing) and a refusal.
+#[tokio::test]
+async fn each_kind_of_response_body_reports_its_length_end_and_kind() {
+    let layer = AdmissionLayer::builder()
+        .count(1)
+        .bypass(|head| head.uri.path() == "/health")
+        .build()
+        .unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let service = layer.layer(ok_service(calls));
+    let admitted = service.clone().oneshot(request("/")).await.unwrap();
+    let refused = service.clone().oneshot(request("/")).await.unwrap();
+    let passed = service.clone().oneshot(request("/health")).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // The refusal's text, exactly: its length is the response's `Content-Length`.
+    let text = refused.body().size_hint().exact().unwrap();
+    assert!(text > 0 && !refused.body().is_end_stream());
+    for (body, kind, holds) in [
+        (admitted.body(), "admitted", true),
+        (passed.body(), "body", false),
+        (refused.body(), "refused", false),
+    ] {
+        assert_eq!(body.is_refusal(), kind == "refused", "{kind}");
+        assert_eq!(body.holds_permit(), holds, "{kind}");
+        assert_eq!(
+            format!("{body:?}"),
+            format!("ResponseBody {{ kind: {kind:?}, holds_permit: {holds} }}")
+        );
+    }
+    // The service's `Full` body of two bytes, seen through either wrapper.
+    for body in [admitted.body(), passed.body()] {
+        assert_eq!(body.size_hint().exact(), Some(2));
+        assert!(!body.is_end_stream());
+    }
+    let (_, refused) = refused.into_parts();
+    let bytes = refused.collect().await.unwrap().to_bytes();
+    assert_eq!(bytes.len() as u64, text);
+    let (_, admitted) = admitted.into_parts();
+    let mut admitted = pin!(admitted);
+    assert_eq!(
+        admitted
+            .frame()
+            .await
+            .unwrap()
+            .unwrap()
+            .into_data()
+            .unwrap(),
+        "ok"
+    );
+    assert!(admitted.is_end_stream() && !admitted.holds_permit());
+    drop(passed);
 }
