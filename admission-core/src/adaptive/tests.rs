@@ -76,6 +76,33 @@ fn a_window_closes_with_every_sample_it_was_given_and_sets_the_answer() {
     drop(held);
 }
 
+/// A permit records on its ledger's limit with no handle to the limit, reading the
+/// clock itself (`CountPermit::record`).
+#[test]
+fn a_permit_records_its_sample_on_its_ledgers_limit_at_the_time_it_reads() {
+    let ledger = CountLedger::new(0).unwrap();
+    let (recorder, windows) = Recorder::new(40);
+    let limit = AdaptiveLimit::builder(recorder)
+        .bounds(2, 100)
+        .initial(10)
+        .min_samples(1)
+        .window(MS)
+        .epoch(Instant::now())
+        .build(&ledger)
+        .unwrap();
+    let permit = ledger.try_acquire().unwrap();
+    // The window (1 ms) is over by the time of the sample, which closes it.
+    std::thread::sleep(2 * MS);
+    permit.record(7 * MS, Outcome::Overload);
+    let closed = windows.lock().unwrap().clone();
+    assert_eq!(closed.len(), 1, "the sample reached the limit");
+    let w = closed[0];
+    assert_eq!((w.samples, w.latency_total, w.overloaded), (1, 7 * MS, 1));
+    assert!(w.elapsed >= 2 * MS, "read at the time of the call");
+    assert_eq!(ledger.capacity(), 40);
+    drop((permit, limit));
+}
+
 #[test]
 fn a_window_waits_for_enough_samples_and_loses_none() {
     let ledger = CountLedger::new(0).unwrap();
