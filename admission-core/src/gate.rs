@@ -956,13 +956,15 @@ mod tests {
         assert!(gate.bytes().is_none() && gate.keyed().is_none());
         let held: Vec<_> = (0..100).map(|_| gate.try_admit(None, 0).unwrap()).collect();
         assert_eq!(gate.snapshot().count.in_flight, 100);
+        assert!(!gate.is_closed());
         let drain = gate.drain();
-        assert!(gate.snapshot().closed);
+        assert!(gate.snapshot().closed && gate.is_closed());
         assert_eq!(gate.try_admit(Some(&1), 0).unwrap_err(), Refused::Closed);
         assert_eq!(gate.snapshot().count.refused, 1);
         drop(held);
         assert!(drain.wait_timeout(std::time::Duration::from_secs(5)));
         gate.reopen();
+        assert!(!gate.is_closed());
         assert!(gate.try_admit(None, 0).is_ok());
     }
 
@@ -984,7 +986,9 @@ mod tests {
     fn the_byte_permit_taken_out_keeps_its_charge_and_the_rest_stays() {
         let gate = gate();
         let mut permit = gate.try_admit(Some(&1), 40).unwrap();
+        assert_eq!(permit.bytes().map(BytePermit::charged), Some(40));
         let bytes = permit.take_bytes().expect("the gate has a byte dimension");
+        assert!(permit.bytes().is_none(), "taken out");
         assert_eq!(bytes.charged(), 40);
         assert!(permit.take_bytes().is_none(), "taken once");
         drop(permit);

@@ -169,6 +169,10 @@ fn run<S: BuildHasher>(hasher: S, ops: Vec<Op>) {
             assert_eq!(ledger.in_flight(&key), want, "key {key}");
         }
         assert_eq!(ledger.keys(), model.keys());
+        assert_eq!(
+            (ledger.cap(), ledger.max_keys()),
+            (model.cap, model.max_keys)
+        );
         for permit in &held {
             assert!(model.counts[permit.key()] > 0);
         }
