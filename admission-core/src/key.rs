@@ -225,6 +225,22 @@ mod tests {
     }
 
     #[test]
+    fn different_keys_hash_apart_and_an_address_key_gives_its_address_back() {
+        let s = RandomState::new();
+        // Equal hashes would still be correct, but every key in one bucket: the ledger's
+        // defence against flooding is a hash of the whole value.
+        assert_ne!(s.hash_one(Key::from("a")), s.hash_one(Key::from("b")));
+        assert_ne!(s.hash_one(Key::from(1_u64)), s.hash_one(Key::from(2_u64)));
+        for ip in [
+            IpAddr::V4(Ipv4Addr::new(192, 0, 2, 7)),
+            IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 9)),
+        ] {
+            assert_eq!(Key::from(ip).ip(), Some(ip));
+        }
+        assert_eq!(Key::from("192.0.2.7").ip(), None);
+    }
+
+    #[test]
     fn values_up_to_inline_are_exact_and_longer_ones_are_digests_that_still_differ() {
         let at = "a".repeat(Key::INLINE);
         assert_eq!(Key::from(at.as_str()).as_bytes(), Some(at.as_bytes()));

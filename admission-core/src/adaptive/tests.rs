@@ -103,6 +103,35 @@ fn a_permit_records_its_sample_on_its_ledgers_limit_at_the_time_it_reads() {
     drop((permit, limit));
 }
 
+/// A window closes at the first sample once it has lasted its length, that instant
+/// included; a sample's latency is capped (at about three days) so that one sample
+/// cannot overrun its shard's field.
+#[test]
+fn a_window_closes_at_its_length_and_a_huge_latency_is_capped() {
+    let ledger = CountLedger::new(0).unwrap();
+    let epoch = Instant::now();
+    let (recorder, windows) = Recorder::new(40);
+    let limit = AdaptiveLimit::builder(recorder)
+        .bounds(2, 100)
+        .initial(10)
+        .min_samples(1)
+        .epoch(epoch)
+        .build(&ledger)
+        .unwrap();
+    limit.record_at(
+        epoch + 100 * MS - Duration::from_nanos(1),
+        MS,
+        Outcome::Success,
+    );
+    assert!(windows.lock().unwrap().is_empty(), "a nanosecond short");
+    limit.record_at(epoch + 100 * MS, Duration::MAX, Outcome::Success);
+    let closed = windows.lock().unwrap().clone();
+    assert_eq!(closed.len(), 1, "closed at exactly its length");
+    assert_eq!(closed[0].elapsed, 100 * MS);
+    let cap = Duration::from_micros((1 << 38) - 1);
+    assert_eq!(closed[0].latency_total, MS + cap);
+}
+
 #[test]
 fn a_window_waits_for_enough_samples_and_loses_none() {
     let ledger = CountLedger::new(0).unwrap();
@@ -561,4 +590,64 @@ fn a_limit_started_far_above_comes_down_within_a_few_seconds() {
     let mut gradient = Gradient::default();
     let limit = run(&mut gradient, 512, 64, 60);
     assert!((64..=96).contains(&limit), "after 6 s of windows: {limit}");
+}
+
+/// Each setting of the two algorithms reaches what they answer: the same windows, a
+/// different answer, in the direction the setting says.
+#[test]
+fn every_setting_of_the_algorithms_changes_their_answer() {
+    // Aimd: the step up, the backoff, and growth by fractions across windows.
+    let busy = saturated(40, 64);
+    assert_eq!(Aimd::default().update(&busy), 41);
+    assert_eq!(Aimd::default().increase(3.0).update(&busy), 43);
+    let mut failing = busy;
+    failing.dropped = 1;
+    assert_eq!(Aimd::default().update(&failing), 36);
+    assert_eq!(Aimd::default().backoff(0.5).update(&failing), 20);
+    let mut halves = Aimd::default().increase(0.5);
+    assert_eq!(halves.update(&busy), 40, "40.5, answered whole");
+    assert_eq!(
+        halves.update(&busy),
+        41,
+        "its own 40.5 kept, not the window's 40"
+    );
+
+    // Gradient: the backoff and its threshold (10% of samples overloaded)...
+    let mut overloaded = saturated(40, 64);
+    overloaded.overloaded = overloaded.samples / 10;
+    let after_overload = |gradient: Gradient| {
+        let mut gradient = gradient.smoothing(1.0);
+        gradient.update(&saturated(40, 64));
+        gradient.update(&overloaded)
+    };
+    assert_eq!(after_overload(Gradient::default()), 36);
+    assert_eq!(after_overload(Gradient::default().backoff(0.5)), 20);
+    assert!(after_overload(Gradient::default().threshold(0.5)) >= 40);
+    // ... the tolerance (a mean 15% above the no-load latency: the tolerant one grows
+    // more)...
+    let after_slower = |gradient: Gradient| {
+        let mut gradient = gradient.smoothing(1.0);
+        gradient.update(&saturated(40, 64));
+        gradient.update(&saturated_at(40, 64, 10 * MS + 15 * MS / 10))
+    };
+    let strict = after_slower(Gradient::default());
+    let tolerant = after_slower(Gradient::default().tolerance(0.5));
+    assert!(strict < tolerant, "{strict} {tolerant}");
+    // ... and the probe: the share of the server's concurrency (64) it drops to, and,
+    // the first probe finding less, the share of that share it tries next.
+    let probes = |gradient: Gradient| {
+        let mut gradient = gradient.probe_every(4);
+        let mut limit = 64;
+        let mut answers = Vec::new();
+        for _ in 0..7 {
+            limit = gradient.update(&saturated(limit, 64));
+            answers.push(limit);
+        }
+        answers
+    };
+    assert_eq!(probes(Gradient::default()), [64, 72, 78, 80, 57, 57, 46]);
+    assert_eq!(
+        probes(Gradient::default().probe(0.5)),
+        [64, 72, 78, 80, 32, 32, 8]
+    );
 }
