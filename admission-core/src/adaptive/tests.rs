@@ -76,20 +76,31 @@ fn a_window_closes_with_every_sample_it_was_given_and_sets_the_answer() {
     drop(held);
 }
 
-/// A permit records on its ledger's limit with no handle to the limit, reading the
-/// clock itself (`CountPermit::record`).
-#[test]
-fn a_permit_records_its_sample_on_its_ledgers_limit_at_the_time_it_reads() {
-    let ledger = CountLedger::new(0).unwrap();
+/// A limit on `ledger` (from 10, within 2 to 100) whose windows of `window` close with
+/// a single sample, and the windows its algorithm is given (it answers 40).
+fn one_sample_windows(
+    ledger: &CountLedger,
+    epoch: Instant,
+    window: Duration,
+) -> (AdaptiveLimit, StdArc<StdMutex<Vec<Window>>>) {
     let (recorder, windows) = Recorder::new(40);
     let limit = AdaptiveLimit::builder(recorder)
         .bounds(2, 100)
         .initial(10)
         .min_samples(1)
-        .window(MS)
-        .epoch(Instant::now())
-        .build(&ledger)
+        .window(window)
+        .epoch(epoch)
+        .build(ledger)
         .unwrap();
+    (limit, windows)
+}
+
+/// A permit records on its ledger's limit with no handle to the limit, reading the
+/// clock itself (`CountPermit::record`).
+#[test]
+fn a_permit_records_its_sample_on_its_ledgers_limit_at_the_time_it_reads() {
+    let ledger = CountLedger::new(0).unwrap();
+    let (limit, windows) = one_sample_windows(&ledger, Instant::now(), MS);
     let permit = ledger.try_acquire().unwrap();
     // The window (1 ms) is over by the time of the sample, which closes it.
     std::thread::sleep(2 * MS);
@@ -110,14 +121,7 @@ fn a_permit_records_its_sample_on_its_ledgers_limit_at_the_time_it_reads() {
 fn a_window_closes_at_its_length_and_a_huge_latency_is_capped() {
     let ledger = CountLedger::new(0).unwrap();
     let epoch = Instant::now();
-    let (recorder, windows) = Recorder::new(40);
-    let limit = AdaptiveLimit::builder(recorder)
-        .bounds(2, 100)
-        .initial(10)
-        .min_samples(1)
-        .epoch(epoch)
-        .build(&ledger)
-        .unwrap();
+    let (limit, windows) = one_sample_windows(&ledger, epoch, 100 * MS);
     limit.record_at(
         epoch + 100 * MS - Duration::from_nanos(1),
         MS,
