@@ -25,7 +25,6 @@ pin_project! {
 
 pin_project! {
     #[project = KindProj]
-    #[project_ref = KindRef]
     enum Kind<B, K, H> {
         // Holding nothing (a bypassed or uncounted request): the body as it is.
         Passed { #[pin] body: B },
