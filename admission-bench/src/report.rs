@@ -648,9 +648,10 @@ mod tests {
         for (group_name, ours, theirs, what, want) in cases {
             let at = |ratio: f64| group(group_name, &[(ours, ratio * 100.0), (theirs, 100.0)]);
             let last = want * 1.25;
-            let runs: Runs = [("base", last), ("run2", 0.8 * want)]
+            let ratios = [last, 0.8 * want, 0.9 * want, 0.9 * want, last];
+            let runs: Runs = ["base", "run2", "run3", "run4", "run5"]
                 .into_iter()
-                .chain([("run3", 0.9 * want), ("run4", 0.9 * want), ("run5", last)])
+                .zip(ratios)
                 .map(|(run, ratio)| (run.to_owned(), at(ratio)))
                 .collect();
             let text = targets(&at(last), None, &runs);

@@ -5,7 +5,7 @@
 //! With `RandomState` a handful of keys never meet: each has a shard and a window of its
 //! own. Here the hashers put every key in one shard, so keys share windows, fill them and
 //! spill into the shard's overflow table, slots are emptied and refilled by other keys
-//! while keys sit in the table, and (with `Collide`) distinct keys have equal hashes, so
+//! while keys sit in the table, and (with `COLLIDE`) distinct keys have equal hashes, so
 //! that a lock-free acquire counts on another key's slot and gives the count back.
 
 use std::collections::HashMap;
@@ -19,13 +19,15 @@ use proptest::prelude::*;
 const KEYS: u8 = 40;
 
 /// Every key's hash in shard 0, its window starting at one of four neighbouring slots
-/// (overlapping windows), its hash otherwise its own.
-#[derive(Clone, Default)]
-struct Crowd;
+/// (overlapping windows), its hash otherwise its value folded to `distinct` values:
+/// `CROWD` keeps every key's own, `COLLIDE` leaves five, so equal hashes abound.
+#[derive(Clone)]
+struct Fold {
+    distinct: u64,
+}
 
-/// As `Crowd`, but only five distinct hashes in all: keys with equal hashes abound.
-#[derive(Clone, Default)]
-struct Collide;
+const CROWD: Fold = Fold { distinct: u64::MAX };
+const COLLIDE: Fold = Fold { distinct: 5 };
 
 struct Folded {
     value: u64,
@@ -47,22 +49,12 @@ impl Hasher for Folded {
     }
 }
 
-impl BuildHasher for Crowd {
+impl BuildHasher for Fold {
     type Hasher = Folded;
     fn build_hasher(&self) -> Folded {
         Folded {
             value: 0,
-            distinct: u64::MAX,
-        }
-    }
-}
-
-impl BuildHasher for Collide {
-    type Hasher = Folded;
-    fn build_hasher(&self) -> Folded {
-        Folded {
-            value: 0,
-            distinct: 5,
+            distinct: self.distinct,
         }
     }
 }
@@ -200,13 +192,13 @@ proptest! {
 
     #[test]
     fn crowded_keys_follow_the_reference_model(ops in proptest::collection::vec(op(), 1..MAX_OPS)) {
-        run(Crowd, ops);
+        run(CROWD, ops);
     }
 
     #[test]
     fn keys_with_equal_hashes_follow_the_reference_model(
         ops in proptest::collection::vec(op(), 1..MAX_OPS),
     ) {
-        run(Collide, ops);
+        run(COLLIDE, ops);
     }
 }

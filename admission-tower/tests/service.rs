@@ -338,5 +338,4 @@ async fn each_kind_of_response_body_reports_its_length_end_and_kind() {
         "ok"
     );
     assert!(admitted.is_end_stream() && !admitted.holds_permit());
-    drop(passed);
 }
