@@ -96,8 +96,7 @@ pub struct Gradient {
     confirmed: bool,
     /// Windows since the last probe ended.
     since_probe: u32,
-    /// The server's concurrency as the first window after the last probe showed it
-    /// (throughput × no-load latency).
+    /// The throughput of the first window after the last probe (requests a second).
     reference: Option<f64>,
     phase: Phase,
 }
@@ -307,12 +306,13 @@ impl Algorithm for Gradient {
         // rose is queueing, and the gradient is right) or each request takes longer (a
         // dependency slowed: the estimate is stale, and the gradient would take the
         // limit far below what the server runs). Only a probe tells them apart: probe
-        // now, from the limit as it was.
-        let concurrency = window.throughput() * noload;
+        // now, from the limit as it was. (The estimate holds still between probes, so
+        // the concurrency falls by a quarter when the throughput does: that is compared.)
+        let throughput = window.throughput();
         let fell = match self.reference {
-            Some(reference) => concurrency < 0.75 * reference,
+            Some(reference) => throughput < 0.75 * reference,
             None => {
-                self.reference = Some(concurrency);
+                self.reference = Some(throughput);
                 false
             }
         };

@@ -627,6 +627,16 @@ fn every_setting_of_the_algorithms_changes_their_answer() {
     assert_eq!(after_overload(Gradient::default()), 36);
     assert_eq!(after_overload(Gradient::default().backoff(0.5)), 20);
     assert!(after_overload(Gradient::default().threshold(0.5)) >= 40);
+    // A threshold of 0 backs off on any overload, and not without one.
+    let mut one = saturated(40, 64);
+    one.overloaded = 1;
+    let after = |window: &Window| {
+        let mut gradient = Gradient::default().smoothing(1.0).threshold(0.0);
+        gradient.update(&saturated(40, 64));
+        gradient.update(window)
+    };
+    assert_eq!(after(&one), 36);
+    assert!(after(&saturated(40, 64)) > 40);
     // ... the tolerance (a mean 15% above the no-load latency: the tolerant one grows
     // more)...
     let after_slower = |gradient: Gradient| {
@@ -654,4 +664,32 @@ fn every_setting_of_the_algorithms_changes_their_answer() {
         probes(Gradient::default().probe(0.5)),
         [64, 72, 78, 80, 32, 32, 8]
     );
+}
+
+/// The gradient's fall detector: the server's concurrency (throughput × the no-load
+/// estimate) falling by more than a quarter since the last probe brings a probe at once,
+/// from the limit as it was; a server that holds steady is probed only at its period.
+#[test]
+fn a_fall_in_the_servers_concurrency_is_probed_at_once_and_a_steady_one_is_not() {
+    let answers = |capacity: u64, windows: usize| {
+        let mut gradient = Gradient::default();
+        let limit = run(&mut gradient, 64, 64, 300);
+        let answers: Vec<u64> = (0..windows)
+            .scan(limit, |limit, _| {
+                *limit = gradient.update(&saturated(*limit, capacity));
+                Some(*limit)
+            })
+            .collect();
+        (limit, answers)
+    };
+    // Steady at 64: one periodic probe (two windows at 0.9 × 64) in 40 windows.
+    let (limit, steady) = answers(64, 40);
+    assert!((64..=96).contains(&limit), "{limit}");
+    let probes = steady.iter().filter(|&&answer| answer < 64).count();
+    assert_eq!(probes, 2, "{steady:?}");
+    // Halved to 32: the next window is a probe at 0.9 × 32, the one after measures it,
+    // then the limit as it was comes back for the gradient to take down from there.
+    let (limit, fall) = answers(32, 12);
+    assert_eq!(fall[..3], [28, 28, limit], "{fall:?}");
+    assert!((32..=48).contains(&fall[11]), "{fall:?}");
 }
