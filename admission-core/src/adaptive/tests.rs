@@ -693,3 +693,25 @@ fn a_fall_in_the_servers_concurrency_is_probed_at_once_and_a_steady_one_is_not()
     assert_eq!(fall[..3], [28, 28, limit], "{fall:?}");
     assert!((32..=48).contains(&fall[11]), "{fall:?}");
 }
+
+/// A window faster than the estimate is probed at once, and the probe is bounded by the
+/// limit itself: throughput × the stale (higher) estimate overstates what the server
+/// runs, and a probe above the limit would measure nothing.
+#[test]
+fn a_faster_window_is_probed_at_once_below_the_limit() {
+    let mut gradient = Gradient::default();
+    let limit = run(&mut gradient, 64, 64, 300);
+    let answers: Vec<u64> = (0..3)
+        .scan(limit, |limit, _| {
+            *limit = gradient.update(&saturated_at(*limit, 64, 5 * MS));
+            Some(*limit)
+        })
+        .collect();
+    // Converged at 79 for a server of 64 at 10 ms. At 5 ms the window's latency (6.2 ms)
+    // is below 0.9 × the estimate: the gradient grows the limit to 88 and probes at once,
+    // at 0.9 × 88 = 79 (throughput × the 10 ms estimate reads 128, and 0.9 × 128 would
+    // probe above the limit). The next window measures it (lower than the estimate), and
+    // the probe after that goes lower by the probe's share twice: 0.81 × 79 = 63.
+    assert_eq!(limit, 79);
+    assert_eq!(answers, [79, 79, 63]);
+}
