@@ -102,8 +102,16 @@ async fn the_prometheus_text_equals_the_snapshot_and_the_clients_tally() {
         .count(1)
         .build()
         .unwrap();
+    // And a layer with no limit at all: with metrics on, it still counts its requests.
+    let unlimited = AdmissionLayer::builder().name("unlimited").build().unwrap();
     let seen = Arc::new(Seen::default());
     let addr = serve(tower::Layer::layer(&layer, app(seen.clone()))).await;
+    let unlimited_addr = serve(tower::Layer::layer(&unlimited, app(seen.clone()))).await;
+    for _ in 0..3 {
+        let response = send(unlimited_addr, support::get("/")).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        text(response).await;
+    }
 
     // The burst: streams held open (so the count and per-key limits bite), uploads too
     // large, and liveness probes, all on the wire.
@@ -238,6 +246,18 @@ async fn the_prometheus_text_equals_the_snapshot_and_the_clients_tally() {
     assert_eq!(g("admission_permit_held_seconds_count"), ok);
     assert!(g("admission_permit_held_seconds_sum") > 0.0);
 
+    // The layer without limits timed each of its three requests.
+    for line in [
+        "admission_admitted_total{name=\"unlimited\"} 3",
+        "admission_permit_held_seconds_count{name=\"unlimited\"} 3",
+    ] {
+        assert!(rendered.contains(line), "{line} missing:\n{rendered}");
+    }
+    // Each metric is described, for the exporters that print help.
+    assert!(
+        rendered.contains("# HELP admission_admitted_total Requests admitted by the layer"),
+        "{rendered}"
+    );
     // The other layer's series carry its own name, and no series carries a key.
     assert!(
         rendered.contains("admission_limit_requests{name=\"other\"} 1"),

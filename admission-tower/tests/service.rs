@@ -285,6 +285,64 @@ fn limits_set_on_a_builder_over_a_given_gate_are_an_error_not_ignored() {
     assert!(BuildError::LimitsOnSharedGate.to_string().contains("`key`"));
 }
 
+#[tokio::test]
+async fn caps_chosen_per_key_apply_without_a_default_cap() {
+    use admission_core::Key;
+    // No default cap (0), a cap of 1 from the lookup: the key table is kept for it.
+    let layer = AdmissionLayer::builder()
+        .per_key(0, |_: &http::request::Parts| Some(Key::from("tenant")))
+        .key_cap(|_, _| Some(1))
+        .build()
+        .unwrap();
+    assert_eq!(layer.gate().keyed().map(|keyed| keyed.cap()), Some(0));
+    let service = layer.layer(ok_service(Arc::default()));
+    let held = service.clone().oneshot(request("/")).await.unwrap();
+    assert!(held.body().holds_permit());
+    let over = service.clone().oneshot(request("/")).await.unwrap();
+    assert_eq!(over.status(), StatusCode::TOO_MANY_REQUESTS);
+}
+
+#[test]
+fn a_layer_and_its_builder_say_what_they_hold() {
+    use admission_core::{Classes, Priority};
+    use admission_tower::BuildError;
+    use std::error::Error as _;
+    let plain = AdmissionLayer::builder().count(3).dry_run(true);
+    let debug = format!("{plain:?}");
+    assert!(
+        debug.starts_with("AdmissionBuilder") && debug.contains("dry_run: true"),
+        "{debug}"
+    );
+    let plain = plain.build().unwrap();
+    assert!(plain.classes().is_none(), "no classes were given");
+    let debug = format!("{plain:?}");
+    assert!(
+        debug.starts_with("AdmissionLayer") && debug.contains("capacity: 3"),
+        "{debug}"
+    );
+    let classes = Classes::new([("interactive", 100), ("batch", 50)]).unwrap();
+    let classed = AdmissionLayer::builder()
+        .count(4)
+        .priority(classes, |_| Priority::DEFAULT)
+        .build()
+        .unwrap();
+    let names: Vec<_> = classed
+        .classes()
+        .unwrap()
+        .iter()
+        .map(|(name, _)| name)
+        .collect();
+    assert_eq!(names, ["interactive", "batch"]);
+    // A build error names its cause.
+    let error = AdmissionLayer::builder()
+        .count(usize::MAX)
+        .build()
+        .unwrap_err();
+    assert!(matches!(error, BuildError::Capacity(_)));
+    assert_eq!(error.source().unwrap().to_string(), error.to_string());
+    assert!(BuildError::LimitsOnSharedGate.source().is_none());
+}
+
 /// What a server reads of a response body before and while sending it (`is_end_stream`
 /// decides whether a body follows the head, `size_hint` the `Content-Length`), for each
 /// of the body's three kinds: admitted (holding the permit), passed through (bypassed,

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use admission_http::key;
 use admission_tower::AdmissionLayer;
 use http::StatusCode;
-use support::{app, get, send, serve, text, with_header, Seen};
+use support::{app, get, post, send, serve, text, with_header, Seen};
 use tracing::field::{Field, Visit};
 use tracing::{span, Event, Level, Metadata, Subscriber};
 
@@ -123,4 +123,60 @@ async fn each_refusal_is_a_debug_event_and_each_saturation_one_warning() {
     );
     drop(all);
     seen.end_streams();
+}
+
+#[tokio::test]
+async fn an_admission_near_the_limit_does_not_rearm_and_the_byte_budget_warns_once() {
+    let collector = Collector::default();
+    let _guard = tracing::subscriber::set_default(collector.clone());
+    let layer = AdmissionLayer::builder()
+        .name("edge")
+        .count(4)
+        .bytes(100)
+        .build()
+        .unwrap();
+    let seen = Arc::new(Seen::default());
+    let addr = serve(tower::Layer::layer(&layer, app(seen.clone()))).await;
+    let count = layer.gate().count().clone();
+
+    // At the limit: a refusal warns.
+    let mut open = Vec::new();
+    for _ in 0..4 {
+        open.push(send(addr, get("/stream")).await);
+    }
+    text(send(addr, get("/stream")).await).await;
+    assert_eq!(collector.at(Level::WARN).len(), 1);
+    // One stream ends (3 of 4 in flight), one more is admitted: 4 of 4 is not well below
+    // the limit, so the warning is not re-armed and the next refusal gives none.
+    drop(seen.streams.lock().unwrap().remove(0));
+    text(open.remove(0)).await;
+    support::eventually("one released", || count.in_flight() == 3).await;
+    open.push(send(addr, get("/stream")).await);
+    text(send(addr, get("/stream")).await).await;
+    let warnings = collector.at(Level::WARN);
+    assert_eq!(warnings.len(), 1, "re-armed near the limit: {warnings:?}");
+    seen.end_streams();
+    for response in open.drain(..) {
+        text(response).await;
+    }
+    support::eventually("idle", || count.in_flight() == 0).await;
+
+    // The byte budget: 60 of 100 bytes held by an open stream, then two requests of 60
+    // refused; the first warns, naming the budget, the second does not.
+    open.push(send(addr, post("/stream", vec![b'x'; 60])).await);
+    for expected in [2, 2] {
+        let refused = send(addr, post("/stream", vec![b'x'; 60])).await;
+        assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+        text(refused).await;
+        let warnings = collector.at(Level::WARN);
+        assert_eq!(warnings.len(), expected, "{warnings:?}");
+        assert!(
+            warnings[1].contains("byte budget") && warnings[1].contains("limit=100"),
+            "{warnings:?}"
+        );
+    }
+    seen.end_streams();
+    for response in open.drain(..) {
+        text(response).await;
+    }
 }

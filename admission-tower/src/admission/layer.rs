@@ -62,8 +62,9 @@ pub(crate) struct Shared<K, H> {
     adaptive: Option<AdaptiveLimit>,
     /// Where requests are sampled for it (`None` without one).
     pub(crate) sample_at: Option<SampleAt>,
-    /// Nothing to read from the head: no byte or key dimension, no bypass, no dry run.
-    /// The count alone decides, before the request is taken apart.
+    /// Nothing to read from the head: no byte or key dimension, no bypass, no classes.
+    /// The count alone decides, before the request is taken apart. (A dry run may take
+    /// this path too: its refusal, which admits the request, reads only the head.)
     pub(crate) count_only: bool,
     /// Built with no limit at all and without `track_in_flight`: while the count ledger
     /// admits everything, requests pass through uncounted.
@@ -1192,8 +1193,7 @@ where
         let count_only = gate.bytes().is_none()
             && gate.keyed().is_none()
             && self.bypass.is_none()
-            && self.classes.is_none()
-            && !self.dry_run;
+            && self.classes.is_none();
         let observer = Observer::new(
             &self.report,
             &gate,
