@@ -555,3 +555,72 @@ async fn an_adaptive_limit_learns_overload_from_a_handlers_resource_exhausted() 
         0
     );
 }
+
+/// An inner service that is never ready.
+#[derive(Debug)]
+struct NeverReady;
+
+impl<B> tower::Service<http::Request<B>> for NeverReady {
+    type Response = http::Response<http_body_util::Empty<bytes::Bytes>>;
+    type Error = std::convert::Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Self::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Pending
+    }
+
+    fn call(&mut self, _: http::Request<B>) -> Self::Future {
+        unreachable!("never ready, never called")
+    }
+}
+
+#[test]
+fn the_small_parts_do_what_they_say() {
+    use admission_grpc::{class, HandlerPermit, NamedAdmission};
+    use std::task::{Context, Poll, Waker};
+    use tonic::service::Interceptor;
+    use tower::Service;
+
+    // The class convention, on the client's side: the metadata entry, or an error and
+    // the request unchanged.
+    let mut request = tonic::Request::new(());
+    class::set(&mut request, "sheddable").unwrap();
+    assert_eq!(
+        request.metadata().get(class::METADATA).unwrap(),
+        "sheddable"
+    );
+    let mut plain = tonic::Request::new(());
+    assert!(class::set(&mut plain, "bad\nclass").is_err());
+    assert!(plain.metadata().is_empty());
+
+    // A service behind limits of its own is ready when the service is.
+    let layer = AdmissionLayer::builder().count(1).build().unwrap();
+    let mut named = NamedAdmission::new(&layer, NeverReady);
+    let mut cx = Context::from_waker(Waker::noop());
+    let ready: Poll<Result<(), _>> =
+        Service::<http::Request<http_body_util::Empty<bytes::Bytes>>>::poll_ready(
+            &mut named, &mut cx,
+        );
+    assert!(ready.is_pending());
+    let debug = format!("{named:?}");
+    assert!(
+        debug.starts_with("NamedAdmission(") && debug.contains("NeverReady"),
+        "{debug}"
+    );
+
+    // The interceptor and the permit it hands the handler say what they are.
+    let gate: Gate = Gate::builder().count(2).build().unwrap();
+    let mut interceptor = AdmissionInterceptor::new(gate.clone()).retry_after(RETRY);
+    let debug = format!("{interceptor:?}");
+    assert!(
+        debug.starts_with("AdmissionInterceptor") && debug.contains("retry_after: 250ms"),
+        "{debug}"
+    );
+    let admitted = interceptor.call(tonic::Request::new(())).unwrap();
+    let permit = admitted.extensions().get::<HandlerPermit>().unwrap();
+    assert_eq!(format!("{permit:?}"), "HandlerPermit { .. }");
+    assert_eq!(gate.count().in_flight(), 1);
+}

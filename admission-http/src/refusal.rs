@@ -149,8 +149,8 @@ impl BodyError {
 
 /// `delay` plus a uniformly drawn part of `jitter` (none when `jitter` is zero): the
 /// retry delay of one refusal, so that clients shed together do not all come back in the
-/// same instant. The draw is from a small per-thread generator seeded at random: cheap,
-/// and not for anything but spreading retries.
+/// same instant. The draw is from the standard library's randomly keyed hasher: not for
+/// anything but spreading retries.
 ///
 /// ```
 /// use std::time::Duration;
@@ -171,21 +171,12 @@ pub fn jittered(delay: Duration, jitter: Duration) -> Duration {
     delay.saturating_add(Duration::from_nanos(drawn))
 }
 
-/// xorshift64*, one state per thread, seeded from the standard library's random keys.
+/// A random 64-bit draw: the standard library's SipHash under keys of its own (each
+/// `RandomState` on a thread takes the next keys of a randomly seeded sequence), over no
+/// input. Called on the refusal path only.
 fn next_random() -> u64 {
-    use std::cell::Cell;
-    use std::hash::BuildHasher;
-    thread_local! {
-        static STATE: Cell<u64> = Cell::new(std::hash::RandomState::new().hash_one(0_u8) | 1);
-    }
-    STATE.with(|state| {
-        let mut x = state.get();
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        state.set(x);
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    })
+    use std::hash::{BuildHasher, Hasher};
+    std::hash::RandomState::new().build_hasher().finish()
 }
 
 /// How refused requests are answered.

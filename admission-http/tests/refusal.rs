@@ -127,3 +127,36 @@ fn jitter_spreads_retry_delays_within_its_range() {
         "roughly uniform: {below_mid} of 500"
     );
 }
+
+/// The draw behind the jitter: both ends of the range reached, every value about equally
+/// often, and each draw independent of the one before (so retries spread, not cluster).
+/// Bounds at seven standard deviations: a fair generator never fails them.
+#[test]
+fn jitter_draws_every_value_of_its_range_evenly_and_independently() {
+    use admission_http::jittered;
+    use std::time::Duration;
+    let delay = Duration::from_secs(1);
+    let ends: std::collections::BTreeSet<_> = (0..1000)
+        .map(|_| jittered(delay, Duration::from_nanos(1)))
+        .collect();
+    assert_eq!(ends.len(), 2, "0 and 1 ns of jitter: {ends:?}");
+    let draws: Vec<usize> = (0..20_000)
+        .map(|_| (jittered(delay, Duration::from_nanos(9)) - delay).as_nanos() as usize)
+        .collect();
+    let mut values = [0; 10];
+    let mut pairs = [[0; 10]; 10];
+    for (i, &value) in draws.iter().enumerate() {
+        values[value] += 1;
+        if let Some(&next) = draws.get(i + 1) {
+            pairs[value][next] += 1;
+        }
+    }
+    assert!(
+        values.iter().all(|n| (1700..=2300).contains(n)),
+        "{values:?}"
+    );
+    assert!(
+        pairs.iter().flatten().all(|n| (100..=300).contains(n)),
+        "{pairs:?}"
+    );
+}
