@@ -346,8 +346,17 @@ pub const LAYER_VARIANTS: &[&str] = &["bare", "disabled", "ours", "theirs"];
 ///
 /// A message if valgrind cannot be run or its output has no instruction total.
 pub fn instructions(layer_loop: &Path, variants: &[&str]) -> Result<Instructions, String> {
+    instructions_by(Path::new("valgrind"), layer_loop, variants)
+}
+
+/// [`instructions`], with `valgrind` the program to run.
+fn instructions_by(
+    valgrind: &Path,
+    layer_loop: &Path,
+    variants: &[&str],
+) -> Result<Instructions, String> {
     let total = |variant: &str, calls: u64| -> Result<u64, String> {
-        let output = Command::new("valgrind")
+        let output = Command::new(valgrind)
             .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
             .arg(layer_loop)
             .args([variant, &calls.to_string()])
@@ -516,6 +525,148 @@ mod tests {
         assert!(table.contains("1 thr") && table.contains("2 thr"));
     }
 
+    /// A directory of its own under the system's temporary one, emptied.
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("admission-report-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn estimate(dir: &Path, path: &str, json: &str) {
+        let file = dir.join(path).join("estimates.json");
+        fs::create_dir_all(file.parent().unwrap()).unwrap();
+        fs::write(file, json).unwrap();
+    }
+
+    #[test]
+    fn criterions_medians_are_read_by_group_bench_and_run() {
+        let dir = scratch("read");
+        let median = |ns: f64| format!(r#"{{"median": {{"point_estimate": {ns}}}}}"#);
+        estimate(&dir, "layer/bare/new", &median(27.0));
+        estimate(&dir, "layer/bare/base", &median(27.0));
+        estimate(&dir, "layer/bare/run2", &median(28.5));
+        // A baseline not named for a run, criterion's own report, a bench without an
+        // estimate: none is read.
+        estimate(&dir, "layer/bare/before-change", &median(99.0));
+        estimate(&dir, "report/bare/new", &median(99.0));
+        fs::create_dir_all(dir.join("layer/unfinished")).unwrap();
+        let medians = read(&dir).unwrap();
+        assert_eq!(medians, group("layer", &[("bare", 27.0)]));
+        let runs = read_runs(&dir).unwrap();
+        let expected: Runs = [
+            ("base".to_owned(), group("layer", &[("bare", 27.0)])),
+            ("run2".to_owned(), group("layer", &[("bare", 28.5)])),
+        ]
+        .into();
+        assert_eq!(runs, expected);
+        // A file that does not parse, or a missing directory, is an error naming it.
+        estimate(&dir, "layer/broken/new", "{");
+        let error = read(&dir).unwrap_err();
+        assert!(error.contains("broken"), "{error}");
+        let error = read(&dir.join("absent")).unwrap_err();
+        assert!(error.contains("run `cargo bench"), "{error}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn each_group_and_family_is_a_block_of_ratios_to_ours_and_the_floor() {
+        let mut medians = group(
+            "contended",
+            &[
+                ("count_admission", 10.0),
+                ("count_floor", 5.0),
+                ("count_tokio_try_acquire_owned", 20.0),
+                ("keyed_admission", 30.0),
+                ("keyed_dashmap_semaphore", 45.0),
+            ],
+        );
+        medians.extend(group(
+            "count",
+            &[("admission", 8.0), ("floor", 4.0), ("mutex", 24.0)],
+        ));
+        let table = table(&medians);
+        let block = |title: &str| {
+            let start = table
+                .find(&format!("\n{title}\n"))
+                .unwrap_or_else(|| panic!("no block {title} in\n{table}"));
+            let rest = &table[start + title.len() + 2..];
+            rest[..rest.find("\n\n").unwrap_or(rest.len())].to_owned()
+        };
+        let row = |block: &str, bench: &str| {
+            block
+                .lines()
+                .find(|l| l.trim_start().starts_with(&format!("{bench} ")))
+                .unwrap_or_else(|| panic!("no row {bench} in\n{block}"))
+                .split_whitespace()
+                .skip(1)
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let count = block("contended / count");
+        assert_eq!(
+            row(&count, "count_tokio_try_acquire_owned"),
+            "20.0ns 4.00 2.00"
+        );
+        assert!(!count.contains("keyed"), "{count}");
+        let keyed = block("contended / keyed");
+        assert_eq!(row(&keyed, "keyed_dashmap_semaphore"), "45.0ns - 1.50");
+        assert_eq!(row(&block("count"), "mutex"), "24.0ns 6.00 3.00");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn instructions_per_call_are_the_difference_of_two_runs() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = scratch("valgrind");
+        // A stand-in for valgrind: 3 instructions a call and 1000 to start, as callgrind
+        // would report them; the variant `fails` fails.
+        let fake = dir.join("valgrind");
+        fs::write(
+            &fake,
+            "#!/bin/sh\n[ \"$4\" = fails ] && { echo broken >&2; exit 1; }\n\
+             echo \"==1== I   refs:      $(( $5 * 3 + 1000 ))\" >&2\n",
+        )
+        .unwrap();
+        fs::set_permissions(&fake, fs::Permissions::from_mode(0o755)).unwrap();
+        let counts = instructions_by(&fake, Path::new("layer_loop"), &["ours"]).unwrap();
+        assert_eq!(counts, Instructions::from([("ours".to_owned(), 3)]));
+        let error = instructions_by(&fake, Path::new("layer_loop"), &["fails"]).unwrap_err();
+        assert!(error.contains("valgrind fails: broken"), "{error}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_adaptive_samples_cost_is_what_it_adds_to_an_admission() {
+        let line = |sampled: f64| {
+            let medians = group(
+                "adaptive",
+                &[
+                    ("admission", 20.0),
+                    ("sampled", sampled),
+                    ("two_clock_reads", 30.0),
+                ],
+            );
+            let text = targets(&medians, None, &Runs::new());
+            text.lines()
+                .find(|l| l.contains("adaptive sample"))
+                .unwrap()
+                .to_owned()
+        };
+        let met = line(24.0);
+        assert!(
+            met.trim_start().starts_with("MET") && met.contains(" 4.0 ns"),
+            "{met}"
+        );
+        assert!(met.contains("two clock reads, 30.0 ns"), "{met}");
+        let missed = line(60.0);
+        assert!(
+            missed.trim_start().starts_with("MISSED") && missed.contains(" 40.0 ns"),
+            "{missed}"
+        );
+    }
+
     #[test]
     fn callgrind_totals_are_read_from_its_summary() {
         let stderr =
@@ -553,7 +704,10 @@ mod tests {
             shed.trim_start().starts_with("MET") && shed.contains("0.75"),
             "{shed}"
         );
-        assert!(shed.contains("wall clock 1.00"), "{shed}");
+        assert!(
+            shed.contains("instructions 450/600; wall clock 1.00"),
+            "{shed}"
+        );
         // The wall clock decides (1.10), the instructions (1.60) beside it.
         let disabled = line(&with, "disabled");
         assert!(
