@@ -316,3 +316,187 @@ pub fn run(model: Model, scenario: &Scenario, limiter: Limiter, seed: u64) -> Ou
             .collect(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MODEL: Model = Model {
+        service: 0.01,
+        deadline: 10.0,
+        warmup: 10.0,
+    };
+
+    fn steady(workers: u64, load: f64, seconds: f64) -> Scenario {
+        Scenario {
+            name: "steady",
+            load,
+            workers: vec![(0.0, workers)],
+            slowdown: Vec::new(),
+            seconds,
+        }
+    }
+
+    fn near(what: &str, value: f64, expected: f64, tolerance: f64) {
+        assert!(
+            (value - expected).abs() <= tolerance,
+            "{what}: {value} (expected {expected} +- {tolerance})"
+        );
+    }
+
+    fn mean(values: &[f64]) -> f64 {
+        values.iter().sum::<f64>() / values.len() as f64
+    }
+
+    /// A limit of one request per worker makes the server a loss system (M/M/C/C): it
+    /// sheds what Erlang's B formula says, and whatever is admitted is served at once.
+    #[test]
+    fn a_limit_at_the_workers_sheds_what_erlang_b_says() {
+        let outcomes = run(MODEL, &steady(10, 0.5, 130.0), Limiter::Static(10), 1);
+        // B(10 servers, 5 erlangs) = 0.01838.
+        near("shed", outcomes.shed, 0.01838, 0.004);
+        near("goodput", outcomes.goodput, 0.5 * (1.0 - 0.01838), 0.01);
+        // No wait: latency is the service time, exponential with mean 10 ms.
+        assert_eq!(outcomes.queued_p99, 0.0);
+        near("p50", outcomes.p50, 0.01 * 2f64.ln(), 0.0005);
+        near("p99", outcomes.p99, 0.01 * 100f64.ln(), 0.004);
+        // The limit's area second by second (the last is cut short by the run's end).
+        let (last, whole) = outcomes.limit_by_second.split_last().unwrap();
+        assert!(whole.iter().all(|limit| (limit - 10.0).abs() < 1e-9));
+        assert!(*last > 9.9 && *last <= 10.0, "{last}");
+    }
+
+    /// Unlimited, one worker at half load queues as M/M/1 does: time in the system
+    /// exponential with mean 2 S, a wait longer than t with probability 0.5 e^(-t / 2 S).
+    #[test]
+    fn one_unlimited_worker_queues_as_m_m_1_says() {
+        let outcomes = run(MODEL, &steady(1, 0.5, 610.0), Limiter::None, 2);
+        let mean_time = 2.0 * MODEL.service;
+        near("p50", outcomes.p50, mean_time * 2f64.ln(), 0.08 * mean_time);
+        near(
+            "p99",
+            outcomes.p99,
+            mean_time * 100f64.ln(),
+            0.4 * mean_time,
+        );
+        near(
+            "queued p99",
+            outcomes.queued_p99,
+            mean_time * 50f64.ln(),
+            0.4 * mean_time,
+        );
+        near("goodput", outcomes.goodput, 0.5, 0.01);
+        assert_eq!(outcomes.shed, 0.0);
+        assert!(outcomes.limit_by_second.iter().all(|limit| limit.is_nan()));
+        // Twice as slow throughout, at half the load: the same queue in multiples of the
+        // slower service time, so the wait reads the same once scaled back, and the time
+        // in the system is twice as long.
+        let slowed = Scenario {
+            slowdown: vec![(0.0, 2.0)],
+            ..steady(1, 0.25, 610.0)
+        };
+        let outcomes = run(MODEL, &slowed, Limiter::None, 2);
+        near(
+            "slowed p50",
+            outcomes.p50,
+            2.0 * mean_time * 2f64.ln(),
+            0.16 * mean_time,
+        );
+        near(
+            "queued p99",
+            outcomes.queued_p99,
+            mean_time * 50f64.ln(),
+            0.4 * mean_time,
+        );
+    }
+
+    /// Only what follows the warm-up is measured: service three times as slow from its
+    /// end sheds what B(10 servers, 15 erlangs) says, not what the first seconds did.
+    #[test]
+    fn only_what_follows_the_warm_up_is_measured() {
+        let slowed = Scenario {
+            slowdown: vec![(MODEL.warmup, 3.0)],
+            ..steady(10, 0.5, 70.0)
+        };
+        let outcomes = run(MODEL, &slowed, Limiter::Static(10), 6);
+        near("shed", outcomes.shed, 0.4103, 0.02);
+    }
+
+    /// An adaptive limit runs on the simulation's clock: from a limit of 1 it finds the
+    /// ten workers.
+    #[test]
+    fn an_adaptive_limit_runs_on_the_simulated_clock() {
+        let algorithm = Box::new(admission_core::adaptive::Gradient::default());
+        let outcomes = run(
+            MODEL,
+            &steady(10, 0.9, 40.0),
+            Limiter::Adaptive(algorithm, 1),
+            7,
+        );
+        let settled = &outcomes.limit_by_second[30..39];
+        assert!(settled.iter().all(|limit| *limit >= 8.0), "{settled:?}");
+    }
+
+    /// Overloaded three times over with no limit, clients give up at their deadline: no
+    /// latency is longer, and the server still does a full day's work.
+    #[test]
+    fn a_client_gives_up_at_its_deadline() {
+        let model = Model {
+            deadline: 0.05,
+            ..MODEL
+        };
+        let outcomes = run(model, &steady(2, 3.0, 40.0), Limiter::None, 3);
+        near("p99", outcomes.p99, model.deadline, 1e-6);
+        near("goodput", outcomes.goodput, 1.0, 0.05);
+    }
+
+    /// The capacity present follows the scenario: workers doubling halve the share the
+    /// same load takes; a slowdown of 1.5 raises it by as much.
+    #[test]
+    fn goodput_is_a_share_of_the_capacity_present_second_by_second() {
+        let scenario = Scenario {
+            name: "changes",
+            load: 0.5,
+            workers: vec![(0.0, 10), (60.0, 20)],
+            slowdown: vec![(120.0, 1.5)],
+            seconds: 180.0,
+        };
+        assert_eq!(scenario.changes(), [60.0, 120.0]);
+        // A slowdown from the start is no change.
+        let slow_from_start = Scenario {
+            slowdown: vec![(0.0, 2.0)],
+            ..scenario.clone()
+        };
+        assert_eq!(slow_from_start.changes(), [60.0]);
+        assert_eq!(
+            [0.0, 59.9, 60.0, 119.0, 150.0].map(|t| scenario.workers_at(t)),
+            [10, 10, 20, 20, 20]
+        );
+        assert_eq!(
+            [0.0, 119.9, 120.0].map(|t| scenario.slowdown_at(t)),
+            [1.0, 1.0, 1.5]
+        );
+        let outcomes = run(MODEL, &scenario, Limiter::None, 4);
+        let by_second = &outcomes.goodput_by_second;
+        near("before", mean(&by_second[10..60]), 0.5, 0.02);
+        near("doubled", mean(&by_second[65..120]), 0.25, 0.01);
+        near("slowed", mean(&by_second[125..180]), 0.375, 0.015);
+        // The second of each change is the new capacity's from its first millisecond.
+        near("second 60", by_second[60], 0.25, 0.08);
+        near("second 120", by_second[120], 0.375, 0.08);
+    }
+
+    #[test]
+    fn the_draws_and_the_percentiles() {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(5);
+        let draws: Vec<f64> = (0..100_000).map(|_| exponential(&mut rng, 2.0)).collect();
+        assert!(draws.iter().all(|d| *d > 0.0));
+        near("mean", mean(&draws), 2.0, 0.02);
+        let mut values = [5.0, 1.0, 4.0, 2.0, 3.0];
+        assert_eq!(
+            [0.0, 0.5, 0.74, 1.0].map(|p| percentile(&mut values, p)),
+            [1.0, 3.0, 4.0, 5.0]
+        );
+        assert_eq!(percentile(&mut [], 0.5), 0.0);
+    }
+}
