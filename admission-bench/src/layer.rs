@@ -39,3 +39,34 @@ where
 pub fn ok<B>(_: Request<B>) -> Ready<Result<Response<Empty<Bytes>>, Infallible>> {
     ready(Ok(Response::new(Empty::new())))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::task::Waker;
+
+    use super::*;
+
+    #[test]
+    fn a_drive_is_one_call_and_a_service_that_is_not_ready_is_refused() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let counted = calls.clone();
+        let mut service = tower::service_fn(move |request: Request<Empty<Bytes>>| {
+            counted.fetch_add(1, Ordering::Relaxed);
+            ok(request)
+        });
+        let mut cx = Context::from_waker(Waker::noop());
+        drive(&mut service, &mut cx);
+        drive(&mut service, &mut cx);
+        assert_eq!(calls.load(Ordering::Relaxed), 2);
+        // A handler that is not ready at once has no place in these benches.
+        let mut pending = tower::service_fn(|_: Request<Empty<Bytes>>| {
+            std::future::pending::<Result<Response<Empty<Bytes>>, Infallible>>()
+        });
+        let unready = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            drive(&mut pending, &mut cx)
+        }));
+        assert!(unready.is_err());
+    }
+}

@@ -169,3 +169,48 @@ impl KeyedFloor {
         admitted
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The floors refuse as the ledgers do, so that a bench of them measures a limit.
+    #[test]
+    fn the_floors_admit_up_to_their_capacity_and_release() {
+        let floor = Arc::new(Floor::new(3));
+        assert!(floor.try_acquire(2) && floor.try_acquire(1));
+        assert!(!floor.try_acquire(1), "3 of 3 held");
+        floor.release(1);
+        assert!(!floor.try_acquire_optimistic(2), "2 of 1 free");
+        assert!(
+            floor.try_acquire_optimistic(1),
+            "the refused add was rolled back"
+        );
+        floor.release(3);
+        let permits: Vec<_> = (0..3).map(|_| ArcPermit::try_acquire(&floor)).collect();
+        assert!(permits.iter().all(Option::is_some));
+        assert!(ArcPermit::try_acquire(&floor).is_none());
+        drop(permits);
+        assert_eq!(Arc::strong_count(&floor), 1);
+        assert!(floor.try_acquire(3), "every permit gave its unit back");
+        let optimistic = Floor::new(3);
+        assert!(optimistic.try_acquire_optimistic(1));
+        assert!(!optimistic.try_acquire_optimistic(3), "1 + 3 of 3");
+    }
+
+    #[test]
+    fn the_keyed_floor_finds_every_key_its_own_counter() {
+        let table = KeyedFloor::new(1000, 1);
+        assert!((0..1000).all(|key| table.cycle(key)));
+        let counters: std::collections::HashSet<_> = (0..1000)
+            .map(|key| table.find(key) as *const AtomicU64)
+            .collect();
+        assert_eq!(counters.len(), 1000);
+        // A held unit is this key's alone; the cycle gives its own back.
+        table.find(7).store(1, Ordering::Relaxed);
+        assert!(!table.cycle(7) && table.cycle(8));
+        assert_eq!(table.find(8).load(Ordering::Relaxed), 0);
+        let none = KeyedFloor::new(10, 0);
+        assert!((0..10).all(|key| !none.cycle(key)));
+    }
+}
