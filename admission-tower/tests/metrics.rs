@@ -106,7 +106,7 @@ async fn the_prometheus_text_equals_the_snapshot_and_the_clients_tally() {
     let unlimited = AdmissionLayer::builder().name("unlimited").build().unwrap();
     let seen = Arc::new(Seen::default());
     let addr = serve(tower::Layer::layer(&layer, app(seen.clone()))).await;
-    let unlimited_addr = serve(tower::Layer::layer(&unlimited, app(seen.clone()))).await;
+    let unlimited_addr = serve(tower::Layer::layer(&unlimited, app(Arc::default()))).await;
     for _ in 0..3 {
         let response = send(unlimited_addr, support::get("/")).await;
         assert_eq!(response.status(), StatusCode::OK);
