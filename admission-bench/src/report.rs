@@ -499,6 +499,17 @@ mod tests {
         Medians::from([(name.to_owned(), benches)])
     }
 
+    /// The cells of `bench`'s row in `text` (after its name), joined by spaces.
+    fn row(text: &str, bench: &str) -> String {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(&format!("{bench} ")))
+            .unwrap_or_else(|| panic!("no row {bench} in\n{text}"))
+            .split_whitespace()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
     #[test]
     fn scaling_rows_gather_thread_counts_and_growth() {
         let medians = group(
@@ -510,18 +521,9 @@ mod tests {
             ],
         );
         let table = table(&medians);
-        let row = |name: &str| {
-            table
-                .lines()
-                .find(|l| l.trim_start().starts_with(&format!("{name} ")))
-                .unwrap_or_else(|| panic!("no row {name} in\n{table}"))
-                .split_whitespace()
-                .skip(1)
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(row("count_admission"), ["10.0ns", "25.0ns", "2.50"]);
+        assert_eq!(row(&table, "count_admission"), "10.0ns 25.0ns 2.50");
         // Measured at one thread count only: no growth to show.
-        assert_eq!(row("keyed_admission"), ["40.0ns", "-", "-"]);
+        assert_eq!(row(&table, "keyed_admission"), "40.0ns - -");
         assert!(table.contains("1 thr") && table.contains("2 thr"));
     }
 
@@ -593,16 +595,6 @@ mod tests {
                 .unwrap_or_else(|| panic!("no block {title} in\n{table}"));
             let rest = &table[start + title.len() + 2..];
             rest[..rest.find("\n\n").unwrap_or(rest.len())].to_owned()
-        };
-        let row = |block: &str, bench: &str| {
-            block
-                .lines()
-                .find(|l| l.trim_start().starts_with(&format!("{bench} ")))
-                .unwrap_or_else(|| panic!("no row {bench} in\n{block}"))
-                .split_whitespace()
-                .skip(1)
-                .collect::<Vec<_>>()
-                .join(" ")
         };
         let count = block("contended / count");
         assert_eq!(
