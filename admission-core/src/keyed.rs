@@ -75,7 +75,7 @@ use hashbrown::HashTable;
 
 use crate::limit;
 use crate::raw::{self, Counted, Owner, OWNER};
-use crate::sync::{Arc, AtomicU32, AtomicU64, Mutex, Ordering, Track, UnsafeCell};
+use crate::sync::{wait_while, Arc, AtomicU32, AtomicU64, Mutex, Ordering, Track, UnsafeCell};
 use crate::{CapacityError, Refused};
 
 /// Number of shards: a power of two. More shards than cores keep two threads on
@@ -111,9 +111,14 @@ const MAX_CAP: usize = usize::MAX >> 2;
 /// The `held` field of an entry's state: a key's permits in flight. A key holds at most
 /// this many at once whatever its cap (2^40 - 1: more permits than memory can hold).
 const HELD: u64 = (1 << 40) - 1;
-/// One in the generation field of an entry's state (its top 24 bits): a slot's count of
+/// Set in a slot's state while the release of its key's last permit empties it, without
+/// the lock: from the decrement of `held` to zero until the key is out and the entry no
+/// longer counted. Only that releaser writes the slot meanwhile; anyone else who needs
+/// the slot empty (a fill, a look for the same key under the lock, the free) waits.
+const BUSY: u64 = HELD + 1;
+/// One in the generation field of an entry's state (its top 23 bits): a slot's count of
 /// fills, so that a lock-free acquire cannot mistake a refilled slot for the one it read.
-const GENERATION: u64 = HELD + 1;
+const GENERATION: u64 = BUSY << 1;
 /// Whether a lock-free acquire for a key of `hash` counts on an entry of hash `found`:
 /// when the two are equal (then the key is compared once the count is taken), or under
 /// loom always (`EVERY_SLOT`).
@@ -192,8 +197,9 @@ struct KeyedInner<K, S> {
 
 /// A key's entry: one of the shard's slots, or a boxed overflow entry in its table.
 struct Entry<K> {
-    /// The generation and `held` (see `GENERATION`, `HELD` and the module docs). `held`
-    /// leaves and reaches zero only under the shard lock.
+    /// The generation, `BUSY` and `held` (see `GENERATION`, `BUSY`, `HELD` and the module
+    /// docs). `held` leaves zero only under the shard lock; it reaches zero under the lock
+    /// for an overflow entry, and for a slot by the compare-exchange that sets `BUSY`.
     state: AtomicU64,
     /// The key's hash. Written when the entry is filled, under the shard lock, before its
     /// state; read by a lock-free acquire after an acquire load of the state, by the
@@ -202,8 +208,9 @@ struct Entry<K> {
     /// The slot's place among its shard's slots, or `BOXED` for an overflow entry (freed
     /// when emptied; a slot is kept). Never changes.
     place: u8,
-    /// The key, initialised exactly while `held > 0`. Written only under the shard lock
-    /// with `held == 0`; read under the lock, or by a holder of one of its permits.
+    /// The key, initialised exactly while `held > 0` (and, in a slot, while `BUSY`, until
+    /// its releaser moves it out). Written only under the shard lock with the slot empty;
+    /// read under the lock, or by a holder of one of its permits.
     key: UnsafeCell<MaybeUninit<K>>,
     _track: Track,
 }
@@ -239,14 +246,16 @@ impl<K> Entry<K> {
     ///
     /// Under the shard lock, with `held == 0`.
     unsafe fn fill(&self, key: K, hash: u64) {
-        debug_assert_eq!(self.state.load(Ordering::Relaxed) & HELD, 0);
-        // SAFETY: `held == 0` under the lock: no permit holder reads the key, and no
-        // lock-free acquire can count on the entry before the store below.
+        debug_assert_eq!(self.state.load(Ordering::Relaxed) & (HELD | BUSY), 0);
+        // SAFETY: empty under the lock: no permit holder reads the key, no releaser moves
+        // one out (the last did so before the store, seen by an acquire under this lock or
+        // an earlier one, that ended `BUSY`), and no lock-free acquire can count on the
+        // entry before the store below.
         self.key.with_mut(|slot| unsafe { (*slot).write(key) });
         self.hash.store(hash, Ordering::Relaxed);
         // The next generation (wrapping in its field), one permit. Release: a lock-free
         // acquire that loads this state sees the hash, and one that counts on it the key.
-        let generation = self.state.load(Ordering::Relaxed) & !HELD;
+        let generation = self.state.load(Ordering::Relaxed) & !(HELD | BUSY);
         self.state
             .store(generation.wrapping_add(GENERATION) | 1, Ordering::Release);
     }
@@ -255,9 +264,13 @@ impl<K> Entry<K> {
 /// One lock, the overflow entries of the keys that hash to it, and which of its slots
 /// are occupied.
 struct Shard<K> {
-    /// Bit `i` is set while slot `i` is occupied. Written under the lock, where it is
-    /// exact; read without it only as a hint of which slots to look at (a slot filled or
-    /// emptied meanwhile is found so by its own state, or else under the lock).
+    /// Bit `i` is set while slot `i` is occupied, and may stay set a while after: the
+    /// fill sets it under the lock, the last release empties a slot without the lock and
+    /// leaves it, and whoever next looks at the window under the lock clears it. Written
+    /// only under the lock, where a clear bit means an empty slot (a slot is filled only
+    /// under the lock) and a set bit a slot to look at; read without the lock only as a
+    /// hint of which slots to look at (a slot filled or emptied meanwhile is found so by
+    /// its own state, or else under the lock).
     occupied: AtomicU32,
     table: Mutex<HashTable<EntryPtr<K>>>,
 }
@@ -271,6 +284,13 @@ const BOXED: u8 = u8::MAX;
 fn window_bits(occupied: u32, start: usize) -> u32 {
     let twice = u64::from(occupied) | u64::from(occupied) << SLOTS;
     (twice >> start) as u32 & ((1 << WINDOW) - 1)
+}
+
+/// The inverse of `window_bits`: the shard's slots (bit `place`) that the window bits
+/// `bits` from `start` stand for.
+fn shard_bits(bits: u32, start: usize) -> u32 {
+    let wide = u64::from(bits) << start;
+    (wide | wide >> SLOTS) as u32 & (u32::MAX >> (32 - SLOTS))
 }
 
 /// An overflow entry's address as the shard table stores it. Only tables hold these, so
@@ -296,11 +316,16 @@ impl<K, S> Counted for KeyedInner<K, S> {
         &self.track
     }
 
-    /// A releaser gives up its entry's share under its shard lock (see the module docs):
-    /// taking each lock once waits out any such critical section still running.
+    /// A releaser gives up its entry's share under its shard lock, or while its slot is
+    /// `BUSY` (see the module docs): taking each lock once, and seeing each slot not busy,
+    /// waits out any such step still running. Acquire: the releaser's store that ends
+    /// `BUSY` is its last use of the ledger, and happens before the free.
     fn quiesce(&self) {
         for shard in self.shards.iter() {
             drop(shard.table.lock());
+        }
+        for slot in self.slots.iter().flatten() {
+            wait_while(|| slot.state.load(Ordering::Acquire) & BUSY != 0);
         }
     }
 }
@@ -327,38 +352,6 @@ impl<K, S> KeyedInner<K, S> {
     }
 }
 
-impl<K: Eq, S> KeyedInner<K, S> {
-    /// `key`'s entry, or else the place of the first free slot of its window, under the
-    /// lock whose guard `table` is. An overflow entry's address is the one its table holds
-    /// (the allocation's own, which the entry's free needs), never one made from a borrow.
-    fn find(&self, table: &HashTable<EntryPtr<K>>, key: &K, hash: u64) -> Found<K> {
-        let (shard, slots, start) = self.window(hash);
-        // Exact under the lock.
-        let window = window_bits(shard.occupied.load(Ordering::Relaxed), start);
-        let mut occupied = window;
-        while occupied != 0 {
-            let entry = &slots[(start + occupied.trailing_zeros() as usize) & (SLOTS - 1)];
-            occupied &= occupied - 1;
-            // SAFETY: occupied, and under the lock it stays so.
-            if entry.hash.load(Ordering::Relaxed) == hash && unsafe { entry.key() } == key {
-                return Found::Entry(NonNull::from(entry));
-            }
-        }
-        if !table.is_empty() {
-            let overflow = table.find(hash, |e| {
-                // SAFETY: an overflow entry is occupied while in its table.
-                let found = unsafe { e.get().key() };
-                found == key
-            });
-            if let Some(entry) = overflow {
-                return Found::Entry(entry.0);
-            }
-        }
-        let free = !window & ((1 << WINDOW) - 1);
-        Found::Absent((free != 0).then(|| (start + free.trailing_zeros() as usize) & (SLOTS - 1)))
-    }
-}
-
 /// What a lock-free look at one slot found: a permit on the key's entry, the key at its
 /// cap (refused under the lock), or another key's entry or none.
 enum Probe<K, S> {
@@ -367,11 +360,22 @@ enum Probe<K, S> {
     Other,
 }
 
-/// What `find` found: the key's entry, or that it has none (and the place of its first
-/// free slot).
-enum Found<K> {
-    Entry(NonNull<Entry<K>>),
+/// What `find` found: a count on the key's slot (as a permit) and the key's `held` before
+/// it, the key's overflow entry, or that it has none (and the place of its first free
+/// slot).
+enum Found<K, S> {
+    Slot(KeyedPermit<K, S>, u64),
+    Boxed(NonNull<Entry<K>>),
     Absent(Option<usize>),
+}
+
+/// What a look at one slot under the lock found: nothing (once any release emptying it is
+/// done), another key's entry by its hash, or a count taken on it whichever key it holds
+/// (as a permit) and its `held` before the count.
+enum Look<K, S> {
+    Empty,
+    Other,
+    Counted(KeyedPermit<K, S>, u64),
 }
 
 impl<K: Hash + Eq + Clone> KeyedLedger<K, RandomState> {
@@ -629,12 +633,110 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
             return Err(Refused::Key);
         }
         let hash = inner.hasher.hash_one(key);
+        // One below `HELD`: room for the count `look` takes to compare a key at its cap.
         let cap = cap
             .unwrap_or_else(|| inner.cap.load(Ordering::Relaxed))
-            .min(HELD);
+            .min(HELD - 1);
         match self.acquire_slot(key, hash, cap) {
             Some(permit) => Ok((permit, None)),
             None => self.acquire_locked(key, hash, cap),
+        }
+    }
+
+    /// `key`'s entry, or else the place of the first free slot of its window, under the
+    /// lock whose guard `table` is. A slot's last permit is released without the lock, so
+    /// a slot's key is compared only under a count taken on it, as without the lock (see
+    /// `look`); the count on the key's own slot is returned as a permit. An overflow
+    /// entry's address is the one its table holds (the allocation's own, which the entry's
+    /// free needs), never one made from a borrow.
+    fn find(&self, table: &HashTable<EntryPtr<K>>, key: &K, hash: u64) -> Found<K, S> {
+        let (shard, slots, start) = self.inner().window(hash);
+        // Under the lock, a clear bit is an empty slot; a set one is looked at.
+        let occupied = shard.occupied.load(Ordering::Relaxed);
+        let mut rest = window_bits(occupied, start);
+        let (mut live, mut emptied) = (0_u32, 0_u32);
+        // Slots found emptied since their bits were set: their bits are cleared, so that
+        // lock-free acquires pass them by again.
+        let clear = |emptied: u32| {
+            if emptied != 0 {
+                let emptied = shard_bits(emptied, start);
+                shard
+                    .occupied
+                    .store(occupied & !emptied, Ordering::Relaxed);
+            }
+        };
+        while rest != 0 {
+            let i = rest.trailing_zeros();
+            rest &= rest - 1;
+            match self.look(&slots[(start + i as usize) & (SLOTS - 1)], hash) {
+                Look::Empty => emptied |= 1 << i,
+                Look::Other => live |= 1 << i,
+                Look::Counted(permit, held) => {
+                    if permit.key() == key {
+                        clear(emptied);
+                        return Found::Slot(permit, held);
+                    }
+                    give_back(permit);
+                    live |= 1 << i;
+                }
+            }
+        }
+        clear(emptied);
+        if !table.is_empty() {
+            let overflow = table.find(hash, |e| {
+                // SAFETY: an overflow entry is occupied while in its table, and its last
+                // permit is released under the lock.
+                let found = unsafe { e.get().key() };
+                found == key
+            });
+            if let Some(entry) = overflow {
+                return Found::Boxed(entry.0);
+            }
+        }
+        let free = !live & ((1 << WINDOW) - 1);
+        Found::Absent((free != 0).then(|| (start + free.trailing_zeros() as usize) & (SLOTS - 1)))
+    }
+
+    /// One slot of a key's window, under the shard lock (see `Look`). A slot being
+    /// emptied is waited for: it may be the key's, which is not gone (nor its entry
+    /// uncounted) until the slot is empty. The count is taken whatever the cap, to compare
+    /// the key; it is never above `HELD` (caps stop at `HELD - 1`, and the lock holder
+    /// takes one count at a time), and whoever holds the lock gives it back or keeps it as
+    /// a permit below the cap before unlocking: a lock-free acquire that meets the count
+    /// at the cap comes to the lock, and finds it gone.
+    fn look(&self, entry: &Entry<K>, hash: u64) -> Look<K, S> {
+        // Acquire: a releaser's move of the key out happens before a fill of the slot
+        // here, and a lock-free release before the key is compared.
+        let mut state = entry.state.load(Ordering::Acquire);
+        loop {
+            if state & BUSY != 0 {
+                wait_while(|| {
+                    state = entry.state.load(Ordering::Acquire);
+                    state & BUSY != 0
+                });
+            }
+            let held = state & HELD;
+            if held == 0 {
+                return Look::Empty;
+            }
+            if !candidate(entry.hash.load(Ordering::Relaxed), hash) {
+                return Look::Other;
+            }
+            match entry.state.compare_exchange_weak(
+                state,
+                state + 1,
+                Ordering::Relaxed,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => {
+                    let permit = KeyedPermit {
+                        inner: self.owner.ptr(),
+                        entry: NonNull::from(entry),
+                    };
+                    return Look::Counted(permit, held);
+                }
+                Err(actual) => state = actual,
+            }
         }
     }
 
@@ -656,14 +758,24 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
         locked::count();
         let shard = inner.shard(hash);
         let mut table = shard.table.lock();
-        let free = match inner.find(&table, key, hash) {
+        let free = match self.find(&table, key, hash) {
             Found::Absent(free) => free,
-            Found::Entry(found) => {
+            Found::Slot(permit, held) => {
+                if held < cap {
+                    return Ok((permit, None));
+                }
+                // At its cap: the count taken to compare the key goes back before unlock.
+                give_back(permit);
+                drop(table);
+                inner.refused_key.fetch_add(1, Ordering::Relaxed);
+                return Err(Refused::Key);
+            }
+            Found::Boxed(found) => {
                 // SAFETY: found under the lock, which is still held.
                 let entry = unsafe { found.as_ref() };
-                // Under the lock `held` stays above zero, but lock-free acquires and
-                // releases may move it meanwhile. Relaxed: the key is ordered by the lock,
-                // and this count orders nothing for anyone.
+                // Under the lock an overflow entry's `held` stays above zero, but lock-free
+                // releases that are not its last may move it meanwhile. Relaxed: the key is
+                // ordered by the lock, and this count orders nothing for anyone.
                 let below_cap = |state: u64| (state & HELD < cap).then_some(state + 1);
                 if entry
                     .state
@@ -699,7 +811,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
             Some(place) => {
                 let slot = &inner.slots[KeyedInner::<K, S>::shard_index(hash)][place];
                 // SAFETY: under the lock, and the slot is empty (found so under this
-                // lock: `held` leaves zero and reaches it only under the lock).
+                // lock, not busy: `held` leaves zero only under the lock).
                 unsafe { slot.fill(key.clone(), hash) };
                 let occupied = shard.occupied.load(Ordering::Relaxed);
                 shard
@@ -734,9 +846,13 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
         let inner = self.inner();
         let hash = inner.hasher.hash_one(key);
         let table = inner.shard(hash).table.lock();
-        match inner.find(&table, key, hash) {
+        match self.find(&table, key, hash) {
+            Found::Slot(permit, held) => {
+                give_back(permit);
+                held
+            }
             // SAFETY: found under the lock, which is still held.
-            Found::Entry(entry) => unsafe { entry.as_ref() }.state.load(Ordering::Relaxed) & HELD,
+            Found::Boxed(entry) => unsafe { entry.as_ref() }.state.load(Ordering::Relaxed) & HELD,
             Found::Absent(_) => 0,
         }
     }
@@ -1022,25 +1138,86 @@ impl<K, S> KeyedPermit<K, S> {
         // SAFETY: the permit's count keeps the entry occupied, and so (an overflow entry is
         // freed and a slot's ledger dropped only once it is empty) alive.
         let e = unsafe { self.entry.as_ref() };
-        // Not the key's last permit: one decrement, no lock. Release: this holder's reads of
-        // the key happen before whoever empties the entry takes it out.
         let mut state = e.state.load(Ordering::Relaxed);
-        while state & HELD > 1 {
-            match e.state.compare_exchange_weak(
-                state,
-                state - 1,
-                Ordering::Release,
-                Ordering::Relaxed,
-            ) {
-                Ok(_) => return,
-                Err(actual) => state = actual,
+        loop {
+            if state & HELD > 1 {
+                // Not the key's last permit: one decrement. Release: this holder's reads
+                // of the key happen before whoever empties the entry takes it out.
+                match e.state.compare_exchange_weak(
+                    state,
+                    state - 1,
+                    Ordering::Release,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => return,
+                    Err(actual) => state = actual,
+                }
+            } else if e.place == BOXED {
+                // An overflow entry's last permit: out of its table, under the lock.
+                return self.release_locked();
+            } else {
+                // A slot's last permit: `held` to zero and `BUSY` in one compare-exchange,
+                // which makes this thread the slot's only writer until it is empty.
+                // Acquire: every other holder's release decrement happens before the key
+                // is moved out.
+                match e.state.compare_exchange_weak(
+                    state,
+                    (state - 1) | BUSY,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => return self.empty_slot(state - 1),
+                    Err(actual) => state = actual,
+                }
             }
         }
-        self.release_locked();
     }
 
-    /// `release` under the shard lock: perhaps the key's last permit. Out of line, so that
-    /// the lock-free path stays small.
+    /// Empties the slot whose `held` this permit has just taken to zero (its state is
+    /// now `empty | BUSY`), and gives up the entry's share of the word; no lock. Out of
+    /// line, so that the release of a permit that is not its key's last stays small.
+    #[inline(never)]
+    fn empty_slot(&mut self, empty: u64) {
+        let (inner, entry) = (self.inner, self.entry);
+        // SAFETY: `BUSY` keeps the slot from being filled, and so (the ledger is freed only
+        // once no slot is busy) the ledger alive, until the store below.
+        let e = unsafe { entry.as_ref() };
+        // SAFETY: as above.
+        let inner_ref = unsafe { inner.as_ref() };
+        // SAFETY: `held` is zero and `BUSY` is ours: no permit holder or lock-free acquire
+        // reads the key, and every earlier read is ordered before this one (the acquire
+        // above). Nobody else moves it out: the key is moved out exactly once.
+        let key = e.key.with_mut(|key| unsafe { (*key).assume_init_read() });
+        // The key leaves the entries field before the slot stops being busy: an acquire of
+        // the same key waits for the slot under the lock (see `find`), so it never counts
+        // the key twice nor refuses it for `max_keys` on its own account. This gives up
+        // the entry's share, so another thread may now bring the word to zero, but its
+        // free waits for the slot to stop being busy (`quiesce`), and the store below
+        // orders this thread's uses before that free. Release: so that the free's quiesce,
+        // after its acquire load of the word, sees this slot busy (or empty again), never
+        // as it was before this release.
+        let word = inner_ref.state.fetch_sub(1, Ordering::Release);
+        // The slot's bit in its shard's mask, cleared while the slot is busy (it cannot be
+        // filled, and its bit set, before the store below), so that lock-free acquires pass
+        // the slot by again. Relaxed: without the lock the mask is a hint.
+        let shard = inner_ref.shard(e.hash.load(Ordering::Relaxed));
+        shard.occupied.fetch_and(!(1 << e.place), Ordering::Relaxed);
+        // The last use of the ledger's memory: under loom, a free that does not wait for
+        // the store below races this.
+        inner_ref.track.touch();
+        // Empty, not busy: the slot may be filled again (under the lock). Release: the key
+        // moved out above happens before the next fill writes another, and this thread's
+        // every use of the ledger before its free.
+        e.state.store(empty, Ordering::Release);
+        if word == 1 {
+            // SAFETY: this decrement brought the word to zero; `inner` is not used after.
+            unsafe { raw::free(inner) };
+        }
+        drop(key);
+    }
+
+    /// `release` of an overflow entry's permit under the shard lock: perhaps the key's last.
+    /// Out of line, so that the lock-free path stays small.
     #[inline(never)]
     fn release_locked(&mut self) {
         #[cfg(test)]
@@ -1052,8 +1229,7 @@ impl<K, S> KeyedPermit<K, S> {
         // below, and `quiesce` until this thread unlocks.
         let inner_ref = unsafe { inner.as_ref() };
         let hash = e.hash.load(Ordering::Relaxed);
-        // Read now: once this thread unlocks, a slot may be freed with the ledger.
-        let place = e.place;
+        debug_assert_eq!(e.place, BOXED, "a slot is emptied without the lock");
         let shard = inner_ref.shard(hash);
         let mut table = shard.table.lock();
         // Perhaps the last: under the lock `held` cannot reach zero by anyone else's hand
@@ -1075,18 +1251,11 @@ impl<K, S> KeyedPermit<K, S> {
         // the key, and every earlier read is ordered before this one (above). The entry is
         // empty from here, so the key is moved out exactly once.
         let key = e.key.with_mut(|key| unsafe { (*key).assume_init_read() });
-        if place != BOXED {
-            let occupied = shard.occupied.load(Ordering::Relaxed);
-            shard
-                .occupied
-                .store(occupied & !(1 << place), Ordering::Relaxed);
-        } else {
-            match table.find_entry(hash, |p| p.0 == entry) {
-                Ok(found) => {
-                    found.remove();
-                }
-                Err(_) => unreachable!("an occupied overflow entry is always in its shard"),
+        match table.find_entry(hash, |p| p.0 == entry) {
+            Ok(found) => {
+                found.remove();
             }
+            Err(_) => unreachable!("an occupied overflow entry is always in its shard"),
         }
         // The key is gone, so it leaves the entries field now, in the same critical section:
         // an acquire of the same key that follows this unlock must not count it. This gives
@@ -1096,7 +1265,7 @@ impl<K, S> KeyedPermit<K, S> {
         // thread did before its unlock (and, through the decrement of `held` above, every
         // other holder's use of this entry) before the free.
         let word = inner_ref.state.fetch_sub(1, Ordering::Relaxed);
-        if place == BOXED && worth_shrinking(usable(&table), table.len()) {
+        if worth_shrinking(usable(&table), table.len()) {
             let len = table.len();
             table.shrink_to(len * 2, |e| e.get().hash.load(Ordering::Relaxed));
         }
@@ -1106,13 +1275,11 @@ impl<K, S> KeyedPermit<K, S> {
         drop(table);
         // The key is dropped outside the lock.
         drop(key);
-        if place == BOXED {
-            // SAFETY: the overflow entry is out of its table and empty, and nothing refers to
-            // it any more (its last count was this one); it came from `raw::alloc`.
-            drop(unsafe { Box::from_raw(entry.as_ptr()) });
-            #[cfg(test)]
-            raw::live::change(-1);
-        }
+        // SAFETY: the overflow entry is out of its table and empty, and nothing refers to it
+        // any more (its last count was this one); it came from `raw::alloc`.
+        drop(unsafe { Box::from_raw(entry.as_ptr()) });
+        #[cfg(test)]
+        raw::live::change(-1);
         if word == 1 {
             // SAFETY: this decrement brought the word to zero; `inner` is not used after.
             unsafe { raw::free(inner) };
@@ -1337,11 +1504,37 @@ mod tests {
         );
         // At its cap: refused under the lock, where the key is compared.
         assert_eq!(locks(&mut || assert!(ledger.try_acquire(&7).is_err())), 1);
-        // Releases that are not the key's last take no lock; the last one does.
+        // No release takes the lock, the key's last (which empties its slot) included.
         assert_eq!(locks(&mut || drop(third.take())), 0);
         assert_eq!(locks(&mut || drop(second.take())), 0);
-        assert_eq!(locks(&mut || drop(first.take())), 1);
+        assert_eq!(locks(&mut || drop(first.take())), 0);
         assert_eq!(ledger.keys(), 0);
+        assert_eq!(occupied(&ledger).iter().sum::<usize>(), 0);
+        // The slot is free again: the key comes back (under the lock, as a new key).
+        assert_eq!(locks(&mut || first = Some(ledger.try_acquire(&7).unwrap())), 1);
+        assert_eq!((ledger.keys(), ledger.in_flight(&7)), (1, 1));
+    }
+
+    #[test]
+    fn a_slot_emptied_without_the_lock_keeps_its_bit_until_a_look_under_the_lock() {
+        let ledger = KeyedLedger::with_hasher(2, Constant).unwrap();
+        let mask = || ledger.inner().shards[0].occupied.load(Ordering::Relaxed);
+        let held: Vec<_> = (0..4_u64).map(|k| ledger.try_acquire(&k).unwrap()).collect();
+        assert_eq!(mask(), 0b1111);
+        drop(held);
+        assert_eq!(mask(), 0b1111, "the last releases take no lock, nor clear their bits");
+        assert_eq!(occupied(&ledger)[0], 0);
+        // A look at the window under the lock finds the slots empty and clears their bits,
+        // so lock-free acquires pass them by again.
+        assert_eq!(ledger.in_flight(&9), 0);
+        assert_eq!(mask(), 0);
+        // A key in the window's second slot: its bit is set, the first slot's clear.
+        let held: Vec<_> = (0..2_u64).map(|k| ledger.try_acquire(&k).unwrap()).collect();
+        let [first, second] = <[_; 2]>::try_from(held).ok().unwrap();
+        drop(first);
+        assert_eq!(ledger.in_flight(&1), 1);
+        assert_eq!(mask(), 0b10);
+        drop(second);
     }
 
     #[test]
@@ -1547,16 +1740,18 @@ mod tests {
         assert_eq!(ledger.snapshot().keys_high_water, 1);
     }
 
-    /// Occupied slots of each shard, checked against the shard's mask of them.
+    /// Occupied slots of each shard, checked against the shard's mask of them (which may
+    /// still show slots emptied since, never miss an occupied one).
     fn occupied<K, S>(ledger: &KeyedLedger<K, S>) -> Vec<usize> {
         let inner = ledger.owner.get();
         (inner.slots.iter().zip(inner.shards.iter()))
             .map(|(slots, shard)| {
-                let mask = (slots.iter().enumerate())
+                let live = (slots.iter().enumerate())
                     .filter(|(_, e)| e.state.load(Ordering::Relaxed) & HELD != 0)
                     .fold(0, |mask, (place, _)| mask | 1 << place);
-                assert_eq!(shard.occupied.load(Ordering::Relaxed), mask);
-                mask.count_ones() as usize
+                let mask = shard.occupied.load(Ordering::Relaxed);
+                assert_eq!(mask & live, live, "occupied slots missing from the mask");
+                live.count_ones() as usize
             })
             .collect()
     }

@@ -119,12 +119,13 @@ pub(crate) unsafe fn free<T: Counted>(ptr: NonNull<T>) {
     // appear (new references are made only through live ones), and only this thread may
     // free it. It is ours until the free below.
     let cell = unsafe { ptr.as_ref() };
-    cell.quiesce();
     // Must be an acquire so that it synchronises with every holder's release decrement:
     // all their uses of the cell happen before the free below. (A load, not a fence: see
-    // the module docs.)
+    // the module docs.) Before the quiesce, so that what a holder did before its release
+    // decrement is seen by the quiesce's own looks too.
     let word = cell.word().load(Ordering::Acquire);
     debug_assert_eq!(word, 0, "a reference appeared after the last one went");
+    cell.quiesce();
     cell.track().retire();
     // SAFETY: as above; `cell` is not used after this line.
     drop(unsafe { Box::from_raw(ptr.as_ptr()) });

@@ -35,6 +35,15 @@ mod imp {
         }
     }
 
+    /// Waits while `busy` holds: another thread's step of a few instructions is under way
+    /// (spins a little, then yields the core, as `crossbeam_utils::Backoff` does).
+    pub(crate) fn wait_while(mut busy: impl FnMut() -> bool) {
+        let backoff = crossbeam_utils::Backoff::new();
+        while busy() {
+            backoff.snooze();
+        }
+    }
+
     /// Allocation and access tracking exist only under loom; here they are zero-sized
     /// no-ops that compile away.
     #[derive(Debug)]
@@ -77,6 +86,14 @@ mod imp {
 
         pub(crate) fn try_lock(&self) -> Option<loom::sync::MutexGuard<'_, T>> {
             self.0.try_lock().ok()
+        }
+    }
+
+    /// Waits while `busy` holds, yielding to the model's other threads between looks (a
+    /// spin that did not would never let the thread it waits for run).
+    pub(crate) fn wait_while(mut busy: impl FnMut() -> bool) {
+        while busy() {
+            loom::thread::yield_now();
         }
     }
 
