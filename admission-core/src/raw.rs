@@ -29,11 +29,15 @@
 //! happen through a live reference (a handle, or under a lock that a live reference
 //! protects), never through a count that could be zero.
 //!
-//! One exception: the keyed ledger's release of an entry's share is a relaxed decrement
-//! made inside a shard's critical section, and whoever brings the word to zero takes every
-//! shard lock before the free (`Counted::quiesce`). The lock then orders all of that
-//! holder's uses, up to its unlock, before the free, which the decrement alone could not
-//! (the unlock comes after it).
+//! Two exceptions, both the keyed ledger's. Its release of an entry's share may be made
+//! before the holder's last use of the cell: a relaxed decrement inside a shard's critical
+//! section, or a release decrement while the holder's slot is marked busy. Whoever brings
+//! the word to zero therefore loads it with acquire, then takes every shard lock and waits
+//! until no slot is busy before the free (`Counted::quiesce`): the unlock, or the store
+//! that ends the mark, orders all of that holder's uses before the free, which the
+//! decrement alone could not. And not every entry holds a share while the ledger has
+//! handles: the last handle gives each one a share before it gives up `OWNER`
+//! (`Counted::close`).
 //!
 //! An acquire load rather than `Arc`'s acquire fence, on this cold path: the two give the
 //! same guarantee, but ThreadSanitizer does not model standalone fences and would report
@@ -68,6 +72,12 @@ pub(crate) trait Counted {
     /// their shares last of all has nothing to wait for (the default); the keyed ledger's
     /// holders give theirs up inside a critical section (see `keyed`).
     fn quiesce(&self) {}
+
+    /// Called by the last handle just before it gives up `OWNER`, while that share still
+    /// keeps the cell alive: a cell whose holders do not all have a share of their own
+    /// gives them one here (the keyed ledger's entries made without the lock, see
+    /// `keyed`). Nothing by default.
+    fn close(&self) {}
 }
 
 /// Moves `value` to the heap and returns its address; nothing frees it but [`put`].
@@ -162,6 +172,7 @@ impl<T: Counted> Owner<T> {
 
 impl<T: Counted> Drop for Owner<T> {
     fn drop(&mut self) {
+        self.get().close();
         // SAFETY: this handle holds `OWNER`, gives it up once, and is gone afterwards.
         unsafe { put(self.ptr, OWNER) };
     }

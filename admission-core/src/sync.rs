@@ -11,6 +11,7 @@ mod imp {
 
     /// A mutex whose `lock` cannot fail (`parking_lot` has no poisoning).
     pub(crate) type Mutex<T> = parking_lot::Mutex<T>;
+    pub(crate) type MutexGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
 
     /// `UnsafeCell` behind loom's closure-based signature, so that loom can check every
     /// access to what it holds.
@@ -66,7 +67,7 @@ mod imp {
 mod imp {
     pub(crate) use loom::cell::UnsafeCell;
     pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-    pub(crate) use loom::sync::Arc;
+    pub(crate) use loom::sync::{Arc, MutexGuard};
 
     /// loom's mutex behind `parking_lot`'s signature.
     #[derive(Debug)]
