@@ -411,6 +411,19 @@ impl<K, S> KeyedInner<K, S> {
         (&self.shards[index], &self.slots[index], home(hash))
     }
 
+    /// Takes a new entry's share of the word if the ledger holds fewer than `max_keys`
+    /// (stored form) entries with one: the number of them it brings the ledger to, or
+    /// `None`. Relaxed: the increment is made through a live handle (see `raw`). The
+    /// count is below `MAX_KEYS` (checked against `max_keys`, or bounded by memory: every
+    /// entry holds a key), so `+ 1` stays in the entries field.
+    fn count_new_key(&self, max_keys: u64) -> Option<u64> {
+        let below_max = |word: u64| (word & KEYS < max_keys).then_some(word + 1);
+        (self.state)
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, below_max)
+            .ok()
+            .map(|word| (word & KEYS) + 1)
+    }
+
     /// Marks every slot `BOUNDED` or not (`bounded`, if given), and, if `count`, gives
     /// every entry in a slot that has no share of the word one (`COUNTED`) and adds it to
     /// the word: from then on, until an entry is made without a share again, the word
@@ -461,21 +474,6 @@ impl<K, S> KeyedInner<K, S> {
                 }
             }
         }
-    }
-}
-
-impl<K, S> KeyedInner<K, S> {
-    /// Takes a new entry's share of the word if the ledger holds fewer than `max_keys`
-    /// (stored form) entries with one: the number of them it brings the ledger to, or
-    /// `None`. Relaxed: the increment is made through a live handle (see `raw`). The
-    /// count is below `MAX_KEYS` (checked against `max_keys`, or bounded by memory: every
-    /// entry holds a key), so `+ 1` stays in the entries field.
-    fn count_new_key(&self, max_keys: u64) -> Option<u64> {
-        let below_max = |word: u64| (word & KEYS < max_keys).then_some(word + 1);
-        (self.state)
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, below_max)
-            .ok()
-            .map(|word| (word & KEYS) + 1)
     }
 }
 
