@@ -286,6 +286,17 @@ impl<K> Entry<K> {
         }
     }
 
+    /// The slot's state once no thread is filling or emptying it (see `BUSY`), loaded with
+    /// `ordering`.
+    fn unbusy(&self, ordering: Ordering) -> u64 {
+        let mut state = 0;
+        wait_while(|| {
+            state = self.state.load(ordering);
+            state & BUSY != 0
+        });
+        state
+    }
+
     /// The key.
     ///
     /// # Safety
@@ -380,7 +391,7 @@ impl<K, S> Counted for KeyedInner<K, S> {
             drop(shard.table.lock());
         }
         for slot in self.slots.iter().flatten() {
-            wait_while(|| slot.state.load(Ordering::Acquire) & BUSY != 0);
+            slot.unbusy(Ordering::Acquire);
         }
     }
 
@@ -437,14 +448,8 @@ impl<K, S> KeyedInner<K, S> {
     /// and counted.
     fn settle(&self, bounded: Option<bool>, count: bool) {
         for slot in self.slots.iter().flatten() {
-            let mut state = slot.state.load(Ordering::Acquire);
             loop {
-                if state & BUSY != 0 {
-                    wait_while(|| {
-                        state = slot.state.load(Ordering::Acquire);
-                        state & BUSY != 0
-                    });
-                }
+                let state = slot.unbusy(Ordering::Acquire);
                 let mut next = match bounded {
                     Some(true) => state | BOUNDED,
                     Some(false) => state & !BOUNDED,
@@ -462,15 +467,13 @@ impl<K, S> KeyedInner<K, S> {
                 }
                 match slot
                     .state
-                    .compare_exchange(state, next, Ordering::AcqRel, Ordering::Acquire)
+                    .compare_exchange(state, next, Ordering::AcqRel, Ordering::Relaxed)
                 {
                     Ok(_) => break,
-                    Err(actual) => {
-                        if share {
-                            self.state.fetch_sub(1, Ordering::Relaxed);
-                        }
-                        state = actual;
+                    Err(_) if share => {
+                        self.state.fetch_sub(1, Ordering::Relaxed);
                     }
+                    Err(_) => {}
                 }
             }
         }
@@ -490,14 +493,8 @@ fn home(hash: u64) -> usize {
 /// acquire load); the compare-exchange is what keeps a claim of the slot (which expects
 /// `AWAY` zero) from passing it.
 fn change_away<K>(home: &Entry<K>, up: bool) -> bool {
-    let mut state = home.state.load(Ordering::Relaxed);
     loop {
-        if state & BUSY != 0 {
-            wait_while(|| {
-                state = home.state.load(Ordering::Relaxed);
-                state & BUSY != 0
-            });
-        }
+        let state = home.unbusy(Ordering::Relaxed);
         let next = if !up {
             debug_assert_ne!(state & AWAY, 0);
             state - AWAY_ONE
@@ -506,12 +503,12 @@ fn change_away<K>(home: &Entry<K>, up: bool) -> bool {
         } else {
             state + AWAY_ONE
         };
-        match home
+        if home
             .state
             .compare_exchange_weak(state, next, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
         {
-            Ok(_) => return true,
-            Err(actual) => state = actual,
+            return true;
         }
     }
 }
@@ -983,16 +980,10 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
     /// permit below the cap before unlocking: a lock-free acquire that meets the count at
     /// the cap comes to the lock, and finds it gone.
     fn look(&self, entry: &Entry<K>, hash: u64) -> Look<K, S> {
-        // Acquire: a fill's key and hash are seen, and a releaser's move of the key out
-        // happens before a fill of the slot here.
-        let mut state = entry.state.load(Ordering::Acquire);
         loop {
-            if state & BUSY != 0 {
-                wait_while(|| {
-                    state = entry.state.load(Ordering::Acquire);
-                    state & BUSY != 0
-                });
-            }
+            // Acquire: a fill's key and hash are seen, and a releaser's move of the key
+            // out happens before a fill of the slot here.
+            let state = entry.unbusy(Ordering::Acquire);
             let held = state & HELD;
             if held == 0 {
                 return Look::Empty;
@@ -1000,20 +991,17 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
             if !candidate(entry.hash.load(Ordering::Relaxed), hash) {
                 return Look::Other;
             }
-            match entry.state.compare_exchange_weak(
-                state,
-                state + 1,
-                Ordering::Relaxed,
-                Ordering::Acquire,
-            ) {
-                Ok(_) => {
-                    let permit = KeyedPermit {
-                        inner: self.owner.ptr(),
-                        entry: NonNull::from(entry),
-                    };
-                    return Look::Counted(permit, held);
-                }
-                Err(actual) => state = actual,
+            // Relaxed: the load of the very value replaced was an acquire.
+            if entry
+                .state
+                .compare_exchange_weak(state, state + 1, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+            {
+                let permit = KeyedPermit {
+                    inner: self.owner.ptr(),
+                    entry: NonNull::from(entry),
+                };
+                return Look::Counted(permit, held);
             }
         }
     }
@@ -1102,9 +1090,6 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
         // Without the look's one in the home's `AWAY` (see `acquire_locked`), there is no
         // room to count an entry away from home: only the home will do.
         let places = if counted { WINDOW } else { 1 };
-        if !counted && home.state.load(Ordering::Relaxed) & (HELD | BUSY) != 0 {
-            return refuse(table);
-        }
         let Some(keys) = inner.count_new_key(inner.max_keys.load(Ordering::Relaxed)) else {
             return refuse(table);
         };
@@ -1521,13 +1506,14 @@ impl<K, S> KeyedPermit<K, S> {
                 // in one compare-exchange, which makes this thread the slot's only writer
                 // until it is empty. Acquire: every other holder's release decrement
                 // happens before the key is moved out.
+                let empty = state - 1;
                 match e.state.compare_exchange_weak(
                     state,
-                    (state - 1) | BUSY,
+                    empty | BUSY,
                     Ordering::Acquire,
                     Ordering::Relaxed,
                 ) {
-                    Ok(_) => return self.empty_home(state - 1),
+                    Ok(_) => return self.empty_home(empty),
                     Err(actual) => state = actual,
                 }
             }
@@ -1611,21 +1597,22 @@ impl<K, S> KeyedPermit<K, S> {
             if state & HELD > 1 {
                 return;
             }
-            state - 1
+            state
         } else {
             let mut state = e.state.load(Ordering::Relaxed);
             loop {
+                let less = state - 1;
                 let (next, ordering) = if state & HELD > 1 {
-                    (state - 1, Ordering::Release)
+                    (less, Ordering::Release)
                 } else {
-                    ((state - 1) | BUSY, Ordering::Acquire)
+                    (less | BUSY, Ordering::Acquire)
                 };
                 match e
                     .state
                     .compare_exchange_weak(state, next, ordering, Ordering::Relaxed)
                 {
-                    Ok(_) if next & BUSY == 0 => return,
-                    Ok(_) => break state - 1,
+                    Ok(_) if next == less => return,
+                    Ok(_) => break less,
                     Err(actual) => state = actual,
                 }
             }
@@ -1815,6 +1802,37 @@ mod tests {
     }
 
     #[test]
+    fn a_bound_counts_the_keys_in_flight_and_can_be_set_again_and_removed() {
+        let ledger = KeyedLedger::new(2).unwrap();
+        let counted = || ledger.inner().state.load(Ordering::Relaxed) & KEYS;
+        // Unbounded, two keys are made without a share of the word.
+        let a = ledger.try_acquire(&1).unwrap();
+        let b = ledger.try_acquire(&2).unwrap();
+        assert_eq!((ledger.keys(), counted()), (2, 0));
+        // A bound counts them: a third key is one too many. Set again, the same.
+        ledger.set_max_keys(2).unwrap();
+        assert_eq!(counted(), 2);
+        assert_eq!(ledger.try_acquire(&3).unwrap_err(), Refused::KeyTable);
+        ledger.set_max_keys(2).unwrap();
+        assert_eq!(ledger.try_acquire(&3).unwrap_err(), Refused::KeyTable);
+        drop(b);
+        let c = ledger.try_acquire(&3).unwrap();
+        assert_eq!(ledger.try_acquire(&4).unwrap_err(), Refused::KeyTable);
+        // Removed with keys in flight: they keep their permits (and shares), and new keys
+        // are made without a share again.
+        ledger.set_max_keys_unlimited();
+        assert_eq!((ledger.in_flight(&1), ledger.in_flight(&3)), (1, 1));
+        let more: Vec<_> = (4..8).map(|k| ledger.try_acquire(&k).unwrap()).collect();
+        assert_eq!((ledger.keys(), counted()), (6, 2));
+        drop((a, c, more));
+        assert_eq!((ledger.keys(), counted()), (0, 0));
+        // A bound given at construction holds from the first key.
+        let ledger = KeyedLedger::with_limits(1, 1, RandomState::new()).unwrap();
+        let _a = ledger.try_acquire(&1).unwrap();
+        assert_eq!(ledger.try_acquire(&2).unwrap_err(), Refused::KeyTable);
+    }
+
+    #[test]
     fn limits_the_ledger_cannot_represent_are_errors() {
         assert!(KeyedLedger::<u8>::new(usize::MAX).is_err());
         let ledger = KeyedLedger::<u8>::new(1).unwrap();
@@ -1887,6 +1905,13 @@ mod tests {
         let first = held.remove(0);
         drop(held);
         assert_eq!(clones(), ours + 1, "slots emptied, but the first key's");
+        // The first key's entry, in its home, was made without the lock and with no share
+        // of the word: the last handle gave it one, so the ledger lives for it.
+        assert_eq!(
+            raw::live::count(),
+            before + 1,
+            "the ledger lives for the home key"
+        );
         drop(first);
         assert_eq!(clones(), ours + 1, "the first key still has a permit");
         drop(again);
@@ -1966,6 +1991,12 @@ mod tests {
         assert_eq!((mask(), away(&ledger, 0)), (0, 0));
         assert_eq!(locks(&mut || held.push(ledger.try_acquire(&1).unwrap())), 1);
         assert_eq!((mask(), away(&ledger, 0)), (0b10, 1));
+        // A second permit of the key away from home, and its release (not the last: no
+        // lock).
+        let mut extra = Some(ledger.try_acquire(&1).unwrap());
+        assert_eq!(ledger.in_flight(&1), 2);
+        assert_eq!(locks(&mut || drop(extra.take())), 0);
+        assert_eq!((ledger.in_flight(&1), ledger.keys(), mask()), (1, 2, 0b10));
         // The rest of the window, then the overflow table: each away from home.
         for k in 2..WINDOW as u64 + 2 {
             held.push(ledger.try_acquire(&k).unwrap());
@@ -2684,6 +2715,56 @@ mod loom_models {
                 !(mine.is_some() && theirs.is_some()),
                 "two keys admitted under a bound of one"
             );
+        });
+    }
+
+    /// A key's last permit in its home goes (the slot busy while its key is moved out)
+    /// while another thread's lock-free acquire of the same key looks at the slot: the
+    /// acquire counts on the entry before the release (which then is not the last), or
+    /// finds the slot emptied and makes the entry again; never counts on a slot being
+    /// emptied (cap 3, so no cap sends it to the lock instead).
+    #[test]
+    fn keyed_a_home_entrys_last_release_racing_a_lock_free_acquire_of_it() {
+        loom::model(|| {
+            let ledger = KeyedLedger::with_hasher(3, fixed()).unwrap();
+            let mine = ledger.try_acquire(&7_u8).unwrap();
+            let other = acquire_on_another_thread(&ledger, 7);
+            drop(mine);
+            let theirs = other.join().unwrap();
+            assert_eq!((ledger.in_flight(&7), ledger.keys()), (1, 1));
+            assert_eq!(*theirs.key(), 7);
+            drop(theirs);
+            assert_eq!(ledger.keys(), 0);
+        });
+    }
+
+    /// A key away from its home (taken by another key): its last permit goes, under the
+    /// lock, while another thread's lock-free acquire counts on the entry. If the count
+    /// comes first, the release finds it under the lock and is not the last; else the
+    /// acquire finds the key gone and makes its entry again. Either way one permit, on one
+    /// entry, and every count of keys away back to zero at the end.
+    #[test]
+    fn keyed_an_away_entrys_last_release_racing_a_lock_free_acquire_of_it() {
+        let (taken, key) = same_home();
+        loom::model(move || {
+            let ledger = KeyedLedger::with_hasher(3, fixed()).unwrap();
+            let home = ledger.try_acquire(&taken).unwrap();
+            let away = ledger.try_acquire(&key).unwrap();
+            let other = acquire_on_another_thread(&ledger, key);
+            drop(away);
+            let theirs = other.join().unwrap();
+            assert_eq!((ledger.in_flight(&key), ledger.keys()), (1, 2));
+            assert_eq!(*theirs.key(), key);
+            drop((theirs, home));
+            assert_eq!(ledger.keys(), 0);
+            let inner = ledger.inner();
+            assert!(
+                (inner.slots.iter().flatten()).all(|e| e.state.load(Ordering::Relaxed) & AWAY == 0)
+            );
+            assert!(inner
+                .shards
+                .iter()
+                .all(|s| s.away.load(Ordering::Relaxed) == 0));
         });
     }
 }
