@@ -2623,6 +2623,18 @@ mod loom_models {
         });
     }
 
+    /// Every slot's count of keys away from it, and every shard's mask of entries away
+    /// from home, back at zero.
+    fn assert_nothing_away<S>(ledger: &KeyedLedger<u8, S>) {
+        let inner = ledger.owner.get();
+        let away = |e: &Entry<u8>| e.state.load(Ordering::Relaxed) & AWAY;
+        assert!((inner.slots.iter().flatten()).all(|e| away(e) == 0));
+        assert!(inner
+            .shards
+            .iter()
+            .all(|s| s.away.load(Ordering::Relaxed) == 0));
+    }
+
     /// Two keys of one shard with the same home slot.
     fn same_home() -> (u8, u8) {
         let place = |k: &u8| {
@@ -2666,14 +2678,7 @@ mod loom_models {
             assert_eq!((ledger.in_flight(&key), ledger.keys()), (2, 1));
             drop((mine, theirs));
             assert_eq!(ledger.keys(), 0);
-            let inner = ledger.inner();
-            assert!(
-                (inner.slots.iter().flatten()).all(|e| e.state.load(Ordering::Relaxed) & AWAY == 0)
-            );
-            assert!(inner
-                .shards
-                .iter()
-                .all(|s| s.away.load(Ordering::Relaxed) == 0));
+            assert_nothing_away(&ledger);
         });
     }
 
@@ -2715,6 +2720,11 @@ mod loom_models {
                 !(mine.is_some() && theirs.is_some()),
                 "two keys admitted under a bound of one"
             );
+            // Every share the marking took is one an entry has, and gives back.
+            let admitted = u64::from(mine.is_some()) + u64::from(theirs.is_some());
+            assert_eq!(ledger.keys(), admitted);
+            drop((mine, theirs));
+            assert_eq!(ledger.keys(), 0);
         });
     }
 
@@ -2757,14 +2767,7 @@ mod loom_models {
             assert_eq!(*theirs.key(), key);
             drop((theirs, home));
             assert_eq!(ledger.keys(), 0);
-            let inner = ledger.inner();
-            assert!(
-                (inner.slots.iter().flatten()).all(|e| e.state.load(Ordering::Relaxed) & AWAY == 0)
-            );
-            assert!(inner
-                .shards
-                .iter()
-                .all(|s| s.away.load(Ordering::Relaxed) == 0));
+            assert_nothing_away(&ledger);
         });
     }
 }
