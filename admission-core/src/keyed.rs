@@ -286,6 +286,19 @@ impl<K> Entry<K> {
         }
     }
 
+    /// Claims this empty slot for a new entry, as it was seen (`seen`: empty, not busy,
+    /// no key of it away): `BUSY`, in one compare-exchange, which fails if the slot changed.
+    /// Expecting `AWAY` zero is what keeps a key from a second entry: a look under the lock
+    /// for a key of this home adds one first. Relaxed: `seen` was loaded with acquire, so a
+    /// releaser's move of the last key out happens before the fill.
+    #[inline(always)]
+    fn claim(&self, seen: u64) -> bool {
+        debug_assert_eq!(seen & (AWAY | HELD | BUSY | COUNTED), 0);
+        self.state
+            .compare_exchange(seen, seen | BUSY, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    }
+
     /// The slot's state once no thread is filling or emptying it (see `BUSY`), loaded with
     /// `ordering`.
     fn unbusy(&self, ordering: Ordering) -> u64 {
@@ -420,6 +433,12 @@ impl<K, S> KeyedInner<K, S> {
     fn window(&self, hash: u64) -> (&CachePadded<Shard<K>>, &[Entry<K>; SLOTS], usize) {
         let index = Self::shard_index(hash);
         (&self.shards[index], &self.slots[index], home(hash))
+    }
+
+    /// The key's home slot.
+    #[inline(always)]
+    fn home(&self, hash: u64) -> &Entry<K> {
+        &self.window(hash).1[home(hash)]
     }
 
     /// Takes a new entry's share of the word if the ledger holds fewer than `max_keys`
@@ -735,6 +754,10 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
         let (hash, cap) = self.prepare(key, cap)?;
         match self.probe(key, hash, cap) {
             Fast::Permit(permit) => Ok(permit),
+            Fast::Insert(seen) if seen & BOUNDED == 0 => match self.insert_home(key, hash, seen) {
+                Some(permit) => Ok(permit),
+                None => self.acquire_slow_observed(key, hash, cap, Fast::Lock),
+            },
             fast => self.acquire_slow_observed(key, hash, cap, fast),
         }
     }
@@ -792,10 +815,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
             }
         }
         // The count just taken is a permit on this entry, whichever key it holds.
-        let permit = KeyedPermit {
-            inner: self.owner.ptr(),
-            entry: NonNull::from(entry),
-        };
+        let permit = self.permit_on(entry);
         if permit.key() == key {
             return Probe::Permit(permit);
         }
@@ -814,6 +834,10 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
         let (hash, cap) = self.prepare(key, cap)?;
         match self.probe(key, hash, cap) {
             Fast::Permit(permit) => Ok((permit, None)),
+            Fast::Insert(seen) if seen & BOUNDED == 0 => match self.insert_home(key, hash, seen) {
+                Some(permit) => Ok((permit, None)),
+                None => self.acquire_slow(key, hash, cap, Fast::Lock),
+            },
             fast => self.acquire_slow(key, hash, cap, fast),
         }
     }
@@ -868,63 +892,65 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
     fn acquire_slow(&self, key: &K, hash: u64, cap: u64, fast: Fast<K, S>) -> Acquired<K, S> {
         match fast {
             Fast::Permit(permit) => Ok((permit, None)),
-            Fast::Insert(seen) => {
-                let home = &self.inner().window(hash).1[home(hash)];
-                match self.insert_home(key, hash, home, seen) {
-                    Some(done) => done,
-                    None => self.acquire_locked(key, hash, cap),
-                }
-            }
+            Fast::Insert(seen) => match self.insert_home_bounded(key, hash, seen) {
+                Some(done) => done,
+                None => self.acquire_locked(key, hash, cap),
+            },
             Fast::Lock => self.acquire_locked(key, hash, cap),
         }
     }
 
-    /// Gives `key` an entry in its home slot without the lock: the slot was empty
-    /// (`seen`) with no key of it away, so the key has no entry anywhere. One
-    /// compare-exchange claims the slot (`BUSY`); the fill publishes it. `None` if the slot
-    /// changed meanwhile (the caller goes to the lock). The entry takes a share of the
-    /// word only while `max_keys` bounds the keys (it is then checked against it).
-    #[inline]
-    fn insert_home(
-        &self,
-        key: &K,
-        hash: u64,
-        home: &Entry<K>,
-        seen: u64,
-    ) -> Option<Acquired<K, S>> {
-        let inner = self.inner();
+    /// Gives `key` an entry in its home slot without the lock, in a home that `max_keys`
+    /// does not bound (`seen` has no `BOUNDED`): the slot was empty (`seen`) with no key of
+    /// it away, so the key has no entry anywhere. One compare-exchange claims the slot
+    /// (`BUSY`); the fill publishes it. The entry takes no share of the word, so nothing
+    /// refuses it once the slot is claimed. `None` if the slot changed meanwhile (the
+    /// caller goes to the lock). Part of the inline path, so that a new key's cycle
+    /// passes no result through memory.
+    #[inline(always)]
+    fn insert_home(&self, key: &K, hash: u64, seen: u64) -> Option<KeyedPermit<K, S>> {
+        let home = self.inner().home(hash);
         // Cloned before the claim, so that the slot is busy for as little as can be.
         let key = key.clone();
-        // The claim expects `AWAY` zero: a look under the lock for a key of this home
-        // adds one first. Relaxed: `seen` was loaded with acquire, so if a `set_max_keys`
-        // marked it `BOUNDED`, the bound it stored before is loaded below (see `settle`),
-        // and a releaser's move of the last key out happens before the fill.
-        if home
-            .state
-            .compare_exchange(seen, seen | BUSY, Ordering::Relaxed, Ordering::Relaxed)
-            .is_err()
-        {
+        if !home.claim(seen) {
             return None;
         }
-        let (counted, keys) = match seen & BOUNDED {
-            0 => (0, None),
-            _ => match inner.count_new_key(inner.max_keys.load(Ordering::Relaxed)) {
-                Some(keys) => (COUNTED, Some(keys)),
-                None => {
-                    // Nothing was written: the slot is as it was. Release: as a fill's.
-                    home.state.store(seen, Ordering::Release);
-                    inner.refused_table.fetch_add(1, Ordering::Relaxed);
-                    return Some(Err(Refused::KeyTable));
-                }
-            },
+        // SAFETY: `BUSY` is ours, set on the empty `seen`.
+        unsafe { home.fill(key, hash, seen, 0, 0) };
+        Some(self.permit_on(home))
+    }
+
+    /// `insert_home` in a home that `max_keys` bounds (`seen` has `BOUNDED`): the entry
+    /// takes a share of the word, checked against `max_keys`, and is refused if the
+    /// ledger is at it.
+    #[inline]
+    fn insert_home_bounded(&self, key: &K, hash: u64, seen: u64) -> Option<Acquired<K, S>> {
+        let inner = self.inner();
+        let home = inner.home(hash);
+        let key = key.clone();
+        // `seen` was loaded with acquire and carries the `BOUNDED` mark, so the bound that
+        // `set_max_keys` stored before marking the slot is loaded here (see `settle`).
+        if !home.claim(seen) {
+            return None;
+        }
+        let Some(keys) = inner.count_new_key(inner.max_keys.load(Ordering::Relaxed)) else {
+            // Nothing was written: the slot is as it was. Release: as a fill's.
+            home.state.store(seen, Ordering::Release);
+            inner.refused_table.fetch_add(1, Ordering::Relaxed);
+            return Some(Err(Refused::KeyTable));
         };
         // SAFETY: `BUSY` is ours, set on the empty `seen`.
-        unsafe { home.fill(key, hash, seen, 0, counted) };
-        let permit = KeyedPermit {
+        unsafe { home.fill(key, hash, seen, 0, COUNTED) };
+        Some(Ok((self.permit_on(home), Some(keys))))
+    }
+
+    /// A permit on `entry`, whose count the caller has just taken.
+    #[inline(always)]
+    fn permit_on(&self, entry: &Entry<K>) -> KeyedPermit<K, S> {
+        KeyedPermit {
             inner: self.owner.ptr(),
-            entry: NonNull::from(home),
-        };
-        Some(Ok((permit, keys)))
+            entry: NonNull::from(entry),
+        }
     }
 
     /// `key`'s entry, under the lock whose guard `table` is, the caller's one in the
@@ -997,10 +1023,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
                 .compare_exchange_weak(state, state + 1, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
             {
-                let permit = KeyedPermit {
-                    inner: self.owner.ptr(),
-                    entry: NonNull::from(entry),
-                };
+                let permit = self.permit_on(entry);
                 return Look::Counted(permit, held);
             }
         }
