@@ -1801,6 +1801,32 @@ mod tests {
     }
 
     #[test]
+    fn a_new_key_at_home_takes_no_lock_and_says_how_many_keys_only_while_they_are_bounded() {
+        // The acquisition a gate makes (it records the keys high-water mark itself).
+        let ledger = KeyedLedger::with_hasher(1, fixed()).unwrap();
+        let home = |k: &u64| {
+            let hash = ledger.inner().hasher.hash_one(k);
+            (KeyedInner::<u64, ()>::shard_index(hash), home(hash))
+        };
+        assert!(home(&1) != home(&2) && home(&2) != home(&3) && home(&1) != home(&3));
+        let before = locked::so_far();
+        // Unbounded: the new entry takes no share of the word, so it counts no keys.
+        let (one, keys) = ledger.try_acquire_unobserved(&1, None).unwrap();
+        assert_eq!(keys, None);
+        // Bounded: it takes a share, checked against the bound: the keys it brings the
+        // ledger to, or a refusal at the bound; neither under the lock.
+        ledger.set_max_keys(2).unwrap();
+        let (two, keys) = ledger.try_acquire_unobserved(&2, None).unwrap();
+        assert_eq!(keys, Some(2));
+        assert_eq!(
+            ledger.try_acquire_unobserved(&3, None).unwrap_err(),
+            Refused::KeyTable
+        );
+        assert_eq!(locked::so_far(), before, "a new key at home took the lock");
+        assert_eq!((*one.key(), *two.key()), (1, 2));
+    }
+
+    #[test]
     fn zero_cap_means_unlimited_per_key() {
         let ledger = KeyedLedger::new(0).unwrap();
         let held: Vec<_> = (0..100)
