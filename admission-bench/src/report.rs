@@ -338,9 +338,14 @@ pub type Instructions = BTreeMap<String, u64>;
 /// The `layer_loop` variants the targets compare in instructions.
 pub const LAYER_VARIANTS: &[&str] = &["bare", "disabled", "ours", "theirs"];
 
-/// Instructions per call of each of `variants` of the `layer_loop` binary at
-/// `layer_loop`, under callgrind: the difference between runs of 200,000 and 100,000
-/// calls, over 100,000 (so start-up and set-up cancel out). Deterministic for one build.
+/// The `keyed_loop` variants the report prints beside the keyed targets: the existing and
+/// the first-seen key's cycle, and the `Mutex<HashMap>`'s first-seen cycle.
+pub const KEYED_VARIANTS: &[&str] = &["existing", "first_seen", "mutex_first_seen"];
+
+/// Instructions per call of each of `variants` of a loop binary (`layer_loop` or
+/// `keyed_loop`, which take a variant and a number of calls) at `layer_loop`, under
+/// callgrind: the difference between runs of 200,000 and 100,000 calls, over 100,000 (so
+/// start-up and set-up cancel out). Deterministic for one build.
 ///
 /// # Errors
 ///

@@ -1,8 +1,10 @@
 //! Prints the ratio table from criterion's saved estimates:
 //! `cargo run -p admission-bench --bin report` after `cargo bench -p admission-bench`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
+use admission_bench::report::{Instructions, KEYED_VARIANTS, LAYER_VARIANTS};
 
 fn main() -> ExitCode {
     let target = std::env::var_os("CARGO_TARGET_DIR")
@@ -23,29 +25,10 @@ fn main() -> ExitCode {
             let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
             println!("admission-bench: medians and ratios ({cores} cores, {cpu})");
             print!("{}", admission_bench::report::table(&medians));
-            // Instruction counts of the layer, where valgrind and the release build of
-            // `layer_loop` are here (CI builds it before the report).
-            let layer_loop = target.join("release/examples/layer_loop");
-            let instructions = if layer_loop.exists() {
-                admission_bench::report::instructions(
-                    &layer_loop,
-                    admission_bench::report::LAYER_VARIANTS,
-                )
-                .map_err(|err| eprintln!("instructions not measured: {err}"))
-                .ok()
-            } else {
-                eprintln!(
-                    "instructions not measured: no {} (cargo build --release -p admission-bench --example layer_loop)",
-                    layer_loop.display()
-                );
-                None
-            };
-            if let Some(counts) = &instructions {
-                println!("\nlayer, callgrind instructions per call (layer_loop)");
-                for (variant, n) in counts {
-                    println!("  {variant:<38} {n:>10}");
-                }
-            }
+            // Instruction counts of the layer and of the keyed cycles, where valgrind and
+            // the release builds of the loops are here (CI builds them before the report).
+            let instructions = callgrind(&target, "layer_loop", LAYER_VARIANTS, "per call");
+            callgrind(&target, "keyed_loop", KEYED_VARIANTS, "per cycle");
             // The runs of the targets decided by a median of several (a missing or
             // unreadable one leaves those targets to the last run).
             let runs = admission_bench::report::read_runs(&criterion)
@@ -69,4 +52,27 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Prints the callgrind instructions `per` call of each of `variants` of the release
+/// example `example`, and returns them; `None`, saying why, where the example is not built
+/// or valgrind cannot run it.
+fn callgrind(target: &Path, example: &str, variants: &[&str], per: &str) -> Option<Instructions> {
+    let program = target.join("release/examples").join(example);
+    if !program.exists() {
+        eprintln!(
+            "instructions not measured: no {} (cargo build --release -p admission-bench --example {example})",
+            program.display()
+        );
+        return None;
+    }
+    let counts = admission_bench::report::instructions(&program, variants)
+        .map_err(|err| eprintln!("instructions not measured: {err}"))
+        .ok()?;
+    let group = example.trim_end_matches("_loop");
+    println!("\n{group}, callgrind instructions {per} ({example})");
+    for (variant, n) in &counts {
+        println!("  {variant:<38} {n:>10}");
+    }
+    Some(counts)
 }
