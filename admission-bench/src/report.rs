@@ -332,7 +332,7 @@ const TARGETS: &[Target] = &[
 /// sampled permit less the plain one, measured in the same run), beyond the clock reads.
 const ADAPTIVE_ADDED_NS: f64 = 25.0;
 
-/// Instructions per call, by `layer_loop` variant.
+/// Instructions per call, by loop variant.
 pub type Instructions = BTreeMap<String, u64>;
 
 /// The `layer_loop` variants the targets compare in instructions.
@@ -342,28 +342,28 @@ pub const LAYER_VARIANTS: &[&str] = &["bare", "disabled", "ours", "theirs"];
 /// the first-seen key's cycle, and the `Mutex<HashMap>`'s first-seen cycle.
 pub const KEYED_VARIANTS: &[&str] = &["existing", "first_seen", "mutex_first_seen"];
 
-/// Instructions per call of each of `variants` of a loop binary (`layer_loop` or
-/// `keyed_loop`, which take a variant and a number of calls) at `layer_loop`, under
+/// Instructions per call of each of `variants` of the loop binary at `program`
+/// (`layer_loop` or `keyed_loop`, which take a variant and a number of calls), under
 /// callgrind: the difference between runs of 200,000 and 100,000 calls, over 100,000 (so
 /// start-up and set-up cancel out). Deterministic for one build.
 ///
 /// # Errors
 ///
 /// A message if valgrind cannot be run or its output has no instruction total.
-pub fn instructions(layer_loop: &Path, variants: &[&str]) -> Result<Instructions, String> {
-    instructions_by(Path::new("valgrind"), layer_loop, variants)
+pub fn instructions(program: &Path, variants: &[&str]) -> Result<Instructions, String> {
+    instructions_by(Path::new("valgrind"), program, variants)
 }
 
 /// [`instructions`], with `valgrind` the program to run.
 fn instructions_by(
     valgrind: &Path,
-    layer_loop: &Path,
+    program: &Path,
     variants: &[&str],
 ) -> Result<Instructions, String> {
     let total = |variant: &str, calls: u64| -> Result<u64, String> {
         let output = Command::new(valgrind)
             .args(["--tool=callgrind", "--callgrind-out-file=/dev/null"])
-            .arg(layer_loop)
+            .arg(program)
             .args([variant, &calls.to_string()])
             .output()
             .map_err(|e| format!("valgrind: {e}"))?;

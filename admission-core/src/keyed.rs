@@ -546,8 +546,10 @@ enum Probe<K, S> {
     Other,
 }
 
-/// What `probe` found: a permit on the key's entry; its home empty (`seen`) with no key
-/// of it away (a new entry there, without the lock); or a look under the lock to make.
+/// What `probe` found or made: a permit on the key's entry (an entry it found, or one it
+/// made in an unbounded home); its home empty (`seen`, marked `BOUNDED`) with no key of it
+/// away (a new entry there, checked against `max_keys`, without the lock); or a look under
+/// the lock to make.
 enum Fast<K, S> {
     Permit(KeyedPermit<K, S>),
     Insert(u64),
@@ -754,10 +756,6 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
         let (hash, cap) = self.prepare(key, cap)?;
         match self.probe(key, hash, cap) {
             Fast::Permit(permit) => Ok(permit),
-            Fast::Insert(seen) if seen & BOUNDED == 0 => match self.insert_home(key, hash, seen) {
-                Some(permit) => Ok(permit),
-                None => self.acquire_slow_observed(key, hash, cap, Fast::Lock),
-            },
             fast => self.acquire_slow_observed(key, hash, cap, fast),
         }
     }
@@ -834,10 +832,6 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
         let (hash, cap) = self.prepare(key, cap)?;
         match self.probe(key, hash, cap) {
             Fast::Permit(permit) => Ok((permit, None)),
-            Fast::Insert(seen) if seen & BOUNDED == 0 => match self.insert_home(key, hash, seen) {
-                Some(permit) => Ok((permit, None)),
-                None => self.acquire_slow(key, hash, cap, Fast::Lock),
-            },
             fast => self.acquire_slow(key, hash, cap, fast),
         }
     }
@@ -869,8 +863,17 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
         match self.acquire_on(&slots[start], key, hash, cap) {
             Probe::Permit(permit) => return Fast::Permit(permit),
             Probe::AtCap => return Fast::Lock,
-            // An empty home and no key of it away: the key has no entry anywhere.
-            Probe::Empty(seen) if seen & AWAY == 0 => return Fast::Insert(seen),
+            // An empty home and no key of it away: the key has no entry anywhere. Made
+            // here if `max_keys` does not bound the home (nothing can refuse it then),
+            // else by the slow path, which checks the bound.
+            Probe::Empty(seen) if seen & AWAY == 0 => {
+                return match seen & BOUNDED {
+                    0 => self
+                        .insert_home(key, hash, seen)
+                        .map_or(Fast::Lock, Fast::Permit),
+                    _ => Fast::Insert(seen),
+                };
+            }
             Probe::Empty(_) | Probe::Other => {}
         }
         let mut rest = window_bits(shard.away.load(Ordering::Relaxed), start) & !1;
@@ -905,7 +908,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
     /// it away, so the key has no entry anywhere. One compare-exchange claims the slot
     /// (`BUSY`); the fill publishes it. The entry takes no share of the word, so nothing
     /// refuses it once the slot is claimed. `None` if the slot changed meanwhile (the
-    /// caller goes to the lock). Part of the inline path, so that a new key's cycle
+    /// caller goes to the lock). Part of the inlined `probe`, so that a new key's cycle
     /// passes no result through memory.
     #[inline(always)]
     fn insert_home(&self, key: &K, hash: u64, seen: u64) -> Option<KeyedPermit<K, S>> {
@@ -1804,11 +1807,11 @@ mod tests {
     fn a_new_key_at_home_takes_no_lock_and_says_how_many_keys_only_while_they_are_bounded() {
         // The acquisition a gate makes (it records the keys high-water mark itself).
         let ledger = KeyedLedger::with_hasher(1, fixed()).unwrap();
-        let home = |k: &u64| {
+        let place = |k: &u64| {
             let hash = ledger.inner().hasher.hash_one(k);
             (KeyedInner::<u64, ()>::shard_index(hash), home(hash))
         };
-        assert!(home(&1) != home(&2) && home(&2) != home(&3) && home(&1) != home(&3));
+        assert!(place(&1) != place(&2) && place(&2) != place(&3) && place(&1) != place(&3));
         let before = locked::so_far();
         // Unbounded: the new entry takes no share of the word, so it counts no keys.
         let (one, keys) = ledger.try_acquire_unobserved(&1, None).unwrap();
