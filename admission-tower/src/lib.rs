@@ -22,6 +22,7 @@
 //! [`admission_core`]'s and the bodies [`admission_http`]'s, both re-exported.
 
 #![forbid(unsafe_code)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 pub mod admission;
 
