@@ -302,3 +302,66 @@ async fn a_chunked_body_past_the_maximum_mid_stream_gets_413_without_retry_after
     eventually("idle", || layer.gate().bytes().unwrap().in_flight() == 0).await;
     assert_idle(&layer);
 }
+
+/// A response body with nothing to send that reads the count ledger when it is dropped.
+struct ReadsCountOnDrop {
+    ledger: admission_core::CountLedger,
+    read: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl http_body::Body for ReadsCountOnDrop {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        std::task::Poll::Ready(None)
+    }
+}
+
+impl Drop for ReadsCountOnDrop {
+    fn drop(&mut self) {
+        self.read.store(self.ledger.in_flight(), Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn a_handlers_answer_replaced_by_a_mid_stream_refusal_is_dropped_before_its_permits() {
+    let layer = AdmissionLayer::builder()
+        .count(4)
+        .bytes(1_000)
+        .build()
+        .unwrap();
+    let read = Arc::new(std::sync::atomic::AtomicU64::new(u64::MAX));
+    let (ledger, at_drop) = (layer.gate().count().clone(), read.clone());
+    let handler = tower::service_fn(
+        move |req: http::Request<admission_http::MeteredBody<hyper::body::Incoming>>| {
+            let (ledger, read) = (ledger.clone(), at_drop.clone());
+            async move {
+                use http_body_util::BodyExt;
+                assert!(
+                    req.into_body().collect().await.is_err(),
+                    "the body is refused"
+                );
+                let body = ReadsCountOnDrop { ledger, read };
+                Ok::<_, std::convert::Infallible>(http::Response::new(body))
+            }
+        },
+    );
+    let addr = serve(layer.layer(handler)).await;
+    let bytes = layer.gate().bytes().unwrap().clone();
+    let other = bytes.try_charge(900).unwrap();
+
+    let response = upload_chunked(addr, &[50, 100]).await;
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        read.load(Ordering::SeqCst),
+        1,
+        "the handler's answer went while its request still held its count permit"
+    );
+    drop(other);
+    eventually("idle", || bytes.in_flight() == 0 && in_flight(&layer) == 0).await;
+    assert_idle(&layer);
+}

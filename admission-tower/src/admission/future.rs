@@ -156,22 +156,23 @@ where
             StateProj::Called { future } => match future.poll(cx) {
                 Poll::Pending => Poll::Pending,
                 Poll::Ready(Ok(response)) => {
-                    let permit = match this.permit.take().map(AdmissionPermit::into_late_refusal) {
+                    let mut permit = this.permit.take();
+                    if let Some((refused, late)) =
+                        permit.as_mut().and_then(AdmissionPermit::take_late_refusal)
+                    {
                         // The meter refused the body while it streamed: whatever the
                         // handler made of the body error (axum: 400; tonic: UNKNOWN), the
-                        // request is answered as the refusal it is. The request is over:
-                        // its permits are released now.
-                        Some(Ok((refused, late))) => {
-                            drop(response);
-                            let response = late.respond(refused);
-                            return Poll::Ready(Ok(response.map(ResponseBody::refused)));
-                        }
-                        Some(Err(mut permit)) => {
-                            permit.head(&response);
-                            Some(permit)
-                        }
-                        None => None,
-                    };
+                        // request is answered as the refusal it is. The handler's answer
+                        // goes first, then the permits it was made under: what it holds
+                        // stays counted until it is gone.
+                        drop(response);
+                        drop(permit);
+                        let response = late.respond(refused);
+                        return Poll::Ready(Ok(response.map(ResponseBody::refused)));
+                    }
+                    if let Some(permit) = &mut permit {
+                        permit.head(&response);
+                    }
                     Poll::Ready(Ok(response.map(|body| ResponseBody::new(body, permit))))
                 }
                 Poll::Ready(Err(err)) => {

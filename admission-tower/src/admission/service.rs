@@ -132,20 +132,18 @@ impl<K, H> AdmissionPermit<K, H> {
     }
 
     /// If the request's body was refused while it streamed (and the layer answers such
-    /// refusals): the refusal, and what answering it takes. The permit is spent.
+    /// refusals): the refusal, and what answering it takes. The caller drops the
+    /// handler's answer, then this permit, then answers.
     #[inline]
-    pub(crate) fn into_late_refusal(mut self) -> Result<(Refused, Box<LateRefusal<K, H>>), Self> {
+    pub(crate) fn take_late_refusal(&mut self) -> Option<(Refused, Box<LateRefusal<K, H>>)> {
         let Held::Rest(rest) = &mut self.held else {
-            return Err(self);
+            return None;
         };
-        if let Some(refused) = rest.charge.as_ref().and_then(RequestCharge::refused) {
-            if let Some(late) = rest.late.take() {
-                // Refused by the layer itself, mid-request: not the service's latency.
-                rest.sample = None;
-                return Ok((refused, late));
-            }
-        }
-        Err(self)
+        let refused = rest.charge.as_ref().and_then(RequestCharge::refused)?;
+        let late = rest.late.take()?;
+        // Refused by the layer itself, mid-request: not the service's latency.
+        rest.sample = None;
+        Some((refused, late))
     }
 
     /// The response head is here: its outcome, and its sample if sampled at the head.
