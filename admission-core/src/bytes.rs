@@ -567,6 +567,61 @@ impl BytePermit {
         }
     }
 
+    /// Grows this permit's charge by up to `bytes`, as far as the budget has room now (all
+    /// of it while this permit is the only charge in flight, as [`try_grow`](Self::try_grow)),
+    /// and never past [`ByteLedger::max_charge`]; returns how many bytes it grew. It never
+    /// refuses, so it counts no refusal: for a charge made ahead of need, such as a
+    /// reservation for what a body is about to send.
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    ///
+    /// let ledger = ByteLedger::new(100)?;
+    /// let _other = ledger.try_charge(70)?;
+    /// let mut body = ledger.try_charge(10)?;
+    /// assert_eq!(body.grow_within(50), 20, "the room there was");
+    /// assert_eq!((body.charged(), ledger.in_flight()), (30, 100));
+    /// assert_eq!(ledger.snapshot().refused, 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn grow_within(&mut self, bytes: u64) -> u64 {
+        let inner = self.inner();
+        let hot = &*inner.hot;
+        let most = hot.max_charge.load(Ordering::Relaxed).min(BYTES);
+        let bytes = bytes.min(most.saturating_sub(self.charged));
+        let budget = hot.budget.load(Ordering::Relaxed);
+        let mut current = hot.state.load(Ordering::Relaxed);
+        loop {
+            let charged = current & BYTES;
+            // The permit's own bytes are part of `charged`, so this cannot underflow.
+            let others = charged - self.charged;
+            let room = if others == 0 {
+                BYTES - charged
+            } else {
+                budget.saturating_sub(charged)
+            };
+            let grow = bytes.min(room);
+            if grow == 0 {
+                return 0;
+            }
+            // Relaxed: the permit's share keeps the cell alive; nothing else is ordered
+            // (as in `try_grow`).
+            match hot.state.compare_exchange_weak(
+                current,
+                current + grow,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    inner.stats.observe(charged + grow);
+                    self.charged += grow;
+                    return grow;
+                }
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
     /// Gives back up to `bytes` of this permit's charge now, keeping the permit; returns
     /// how many bytes were given back.
     ///

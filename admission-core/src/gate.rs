@@ -161,6 +161,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
         let claim = Claim {
             key,
             bytes,
+            total: 0,
             priority: None,
             key_cap: None,
         };
@@ -203,6 +204,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
         let Claim {
             key,
             bytes,
+            total,
             priority,
             key_cap,
         } = claim;
@@ -219,7 +221,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
         }
         // Checks first, by loads: the reason a refusal names, before anything is taken.
         if let Some(ledger) = &self.bytes {
-            ledger.check_size(bytes)?;
+            ledger.check_size(bytes.max(total))?;
         }
         self.count.check(priority)?;
         if let Some(ledger) = &self.bytes {
@@ -271,6 +273,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
 pub struct Claim<'a, K> {
     key: Option<&'a K>,
     bytes: u64,
+    total: u64,
     priority: Option<Priority>,
     key_cap: Option<u64>,
 }
@@ -296,6 +299,7 @@ impl<'a, K> Claim<'a, K> {
         Self {
             key: None,
             bytes: 0,
+            total: 0,
             priority: None,
             key_cap: None,
         }
@@ -310,6 +314,25 @@ impl<'a, K> Claim<'a, K> {
     /// The bytes to charge now (ignored by a gate without a byte dimension).
     pub const fn bytes(mut self, bytes: u64) -> Self {
         self.bytes = bytes;
+        self
+    }
+
+    /// The request's whole size, when only part of it is charged now ([`bytes`](Self::bytes))
+    /// and the rest as it arrives: a total above the maximum single charge is refused as
+    /// [`Refused::TooLarge`] at once, whatever is charged now.
+    ///
+    /// ```
+    /// use admission_core::{Claim, Gate, Refused};
+    ///
+    /// let gate = Gate::<()>::builder().bytes(1 << 20).max_request_bytes(64 << 10).build()?;
+    /// let too_large = Claim::new().bytes(1_000).total(100 << 10);
+    /// assert_eq!(gate.try_claim(too_large).unwrap_err(), Refused::TooLarge);
+    /// let permit = gate.try_claim(Claim::new().bytes(1_000).total(48 << 10))?;
+    /// assert_eq!(permit.bytes().unwrap().charged(), 1_000, "the rest is charged as it comes");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub const fn total(mut self, bytes: u64) -> Self {
+        self.total = bytes;
         self
     }
 

@@ -8,8 +8,9 @@ use std::fmt;
 /// response: `Count`, `Bytes` and `KeyTable` are global overload (HTTP 503), `Closed` is
 /// a server that takes nothing new (draining for shutdown, or stopped by an operator:
 /// HTTP 503, gRPC `UNAVAILABLE`), `Key` is one client over its share (HTTP 429),
-/// `TooLarge` is one request that no amount of waiting would admit (HTTP 413). This crate
-/// itself knows nothing of HTTP.
+/// `TooLarge` is one request that no amount of waiting would admit (HTTP 413), `TooSlow`
+/// a request whose body arrived slower than the server's minimum data rate (HTTP 408).
+/// This crate itself knows nothing of HTTP.
 ///
 /// # Examples
 ///
@@ -41,22 +42,28 @@ pub enum Refused {
     /// ([`CountLedger::close`](crate::CountLedger::close),
     /// [`Gate::drain`](crate::Gate::drain)).
     Closed,
+    /// The request's body arrived slower than the minimum data rate, so it was cut
+    /// rather than let it hold what it was admitted with. No ledger of this crate says
+    /// this; the adapters that time bodies do.
+    TooSlow,
 }
 
 impl Refused {
     /// Whether retrying the same request later can succeed.
     ///
-    /// Every refusal is retryable except [`Refused::TooLarge`]: the same request will be
-    /// too large again.
+    /// Every refusal is retryable except [`Refused::TooLarge`], the same request will be
+    /// too large again, and [`Refused::TooSlow`]: the server was not short of room, the
+    /// client was slow, and waiting does not make it faster (no retry delay is advised).
     ///
     /// ```
     /// use admission_core::Refused;
     ///
     /// assert!(Refused::Key.is_retryable());
     /// assert!(!Refused::TooLarge.is_retryable());
+    /// assert!(!Refused::TooSlow.is_retryable());
     /// ```
     pub const fn is_retryable(self) -> bool {
-        !matches!(self, Refused::TooLarge)
+        !matches!(self, Refused::TooLarge | Refused::TooSlow)
     }
 
     /// A short, stable name for the dimension, for metric labels and log fields.
@@ -75,6 +82,7 @@ impl Refused {
             Refused::KeyTable => "key_table",
             Refused::TooLarge => "too_large",
             Refused::Closed => "closed",
+            Refused::TooSlow => "too_slow",
         }
     }
 }
@@ -88,6 +96,7 @@ impl fmt::Display for Refused {
             Refused::KeyTable => "key table full",
             Refused::TooLarge => "request too large",
             Refused::Closed => "closed to new work",
+            Refused::TooSlow => "request body too slow",
         })
     }
 }

@@ -4,6 +4,7 @@
 //! |---|---|
 //! | hold a permit until the response body ends (streams, downloads, SSE, gRPC) | [`PermitBody`] |
 //! | charge request bodies against a byte budget, and refuse one too large | [`RequestMeter`], [`MeteredBody`], [`RequestCharge`] |
+//! | cut a body that arrives slower than a minimum rate, and hold of the budget only what it fills | [`MeteredBody::paced`], [`MinDataRate`] |
 //! | answer a refused request (503 / 429 / 413 + `Retry-After`, optionally jittered) | [`Refusals`], [`Rejection`] |
 //! | key a per-client limit by a header or the peer address, without allocating | [`key::header`], [`key::peer_ip`] |
 //!
@@ -65,6 +66,7 @@ mod body;
 pub mod class;
 pub mod key;
 mod meter;
+mod pace;
 mod refusal;
 
 pub use body::PermitBody;
@@ -72,6 +74,7 @@ pub use meter::{
     content_length, BodyRefused, BoxError, MeteredBody, MeteredRequest, Rejection, RequestCharge,
     RequestMeter,
 };
+pub use pace::MinDataRate;
 pub use refusal::{jittered, BodyRefusalContext, RefusalBody, RefusalContext, Refusals};
 
 pub use admission_core;

@@ -13,8 +13,9 @@ use http::{HeaderMap, Request, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use crate::pace::{self, Pace};
 use crate::refusal::BodyError;
-use crate::Refusals;
+use crate::{MinDataRate, Refusals};
 
 /// The error type of a metered body: the inner body's error or a [`BodyRefused`].
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -29,6 +30,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// assert_eq!(Rejection::Refused(Refused::Count).status(), StatusCode::SERVICE_UNAVAILABLE);
 /// assert_eq!(Rejection::Refused(Refused::Key).status(), StatusCode::TOO_MANY_REQUESTS);
 /// assert_eq!(Rejection::Refused(Refused::TooLarge).status(), StatusCode::PAYLOAD_TOO_LARGE);
+/// assert_eq!(Rejection::Refused(Refused::TooSlow).status(), StatusCode::REQUEST_TIMEOUT);
 /// assert_eq!(Rejection::InvalidContentLength.status(), StatusCode::BAD_REQUEST);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,8 +44,8 @@ pub enum Rejection {
 
 impl Rejection {
     /// The HTTP status for this rejection: 503 for global overload (count, bytes, key
-    /// table), 429 for one key over its cap, 413 for one request too large, 400 for a
-    /// malformed `Content-Length`.
+    /// table), 429 for one key over its cap, 413 for one request too large, 408 for a
+    /// body slower than the minimum data rate, 400 for a malformed `Content-Length`.
     ///
     /// ```
     /// use admission_core::Refused;
@@ -55,6 +57,7 @@ impl Rejection {
         match self {
             Rejection::Refused(Refused::Key) => StatusCode::TOO_MANY_REQUESTS,
             Rejection::Refused(Refused::TooLarge) => StatusCode::PAYLOAD_TOO_LARGE,
+            Rejection::Refused(Refused::TooSlow) => StatusCode::REQUEST_TIMEOUT,
             Rejection::Refused(_) => StatusCode::SERVICE_UNAVAILABLE,
             Rejection::InvalidContentLength => StatusCode::BAD_REQUEST,
         }
@@ -244,7 +247,8 @@ pub struct RequestCharge {
 }
 
 struct Charge {
-    permit: Mutex<BytePermit>,
+    /// `None` for a body that is timed but not metered ([`RequestCharge::unmetered`]).
+    permit: Mutex<Option<BytePermit>>,
     /// Set once, by the body, when the ledger refuses it.
     refused: OnceLock<Refused>,
     /// Makes the source of the body's error (see `Refusals::body_error`).
@@ -299,8 +303,26 @@ impl RequestCharge {
         Self::with_error(permit, refusals.body_error_fn())
     }
 
+    /// A charge of no byte ledger, that records only whether its body was refused: for a
+    /// body that is timed ([`MeteredBody::paced`]) but not metered. It never grows.
+    ///
+    /// ```
+    /// use admission_http::{Refusals, RequestCharge};
+    ///
+    /// let charge = RequestCharge::unmetered(&Refusals::new());
+    /// assert_eq!((charge.charged(), charge.refused()), (0, None));
+    /// ```
+    pub fn unmetered(refusals: &Refusals) -> Self {
+        Self::shared(None, u64::MAX, refusals.body_error_fn())
+    }
+
     fn with_error(permit: BytePermit, error: Option<BodyError>) -> Self {
-        let covered = AtomicU64::new(permit.charged());
+        let covered = permit.charged();
+        Self::shared(Some(permit), covered, error)
+    }
+
+    fn shared(permit: Option<BytePermit>, covered: u64, error: Option<BodyError>) -> Self {
+        let covered = AtomicU64::new(covered);
         Self {
             shared: Arc::new(Charge {
                 permit: Mutex::new(permit),
@@ -312,7 +334,7 @@ impl RequestCharge {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, BytePermit> {
+    fn lock(&self) -> MutexGuard<'_, Option<BytePermit>> {
         // The lock guards plain arithmetic on the permit; a panic under it cannot leave
         // the permit inconsistent, so a poisoned lock is still good.
         self.shared
@@ -332,7 +354,7 @@ impl RequestCharge {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn charged(&self) -> u64 {
-        self.lock().charged()
+        self.lock().as_ref().map_or(0, BytePermit::charged)
     }
 
     /// Why the request's metered body was refused while it streamed, if it was: the
@@ -358,6 +380,57 @@ impl RequestCharge {
     /// ```
     pub fn refused(&self) -> Option<Refused> {
         self.shared.refused.get().copied()
+    }
+
+    /// Counts `data` more bytes seen by the body; returns the total.
+    fn saw(&self, data: u64) -> u64 {
+        // Only the body that meters this charge writes its counters: relaxed suffices.
+        let counters = &self.shared;
+        let seen = counters.seen.load(Ordering::Relaxed).saturating_add(data);
+        counters.seen.store(seen, Ordering::Relaxed);
+        seen
+    }
+
+    /// What the permit covers.
+    fn covered(&self) -> u64 {
+        self.shared.covered.load(Ordering::Relaxed)
+    }
+
+    /// Makes the permit cover the `seen` bytes the body has carried, or refuses the body;
+    /// then `want` bytes, as far as the budget has room. A charge above `want` is
+    /// kept (see `give_back`).
+    fn cover(&self, seen: u64, want: u64) -> Result<(), BodyRefused> {
+        let mut covered = self.covered();
+        if want <= covered && seen <= covered {
+            return Ok(());
+        }
+        let mut permit = self.lock();
+        let Some(permit) = permit.as_mut() else {
+            return Ok(());
+        };
+        if seen > covered {
+            if let Err(refused) = permit.try_grow(seen - covered) {
+                return Err(self.refuse(refused));
+            }
+            covered = seen;
+        }
+        if want > covered {
+            covered += permit.grow_within(want - covered);
+        }
+        self.shared.covered.store(covered, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Releases what the permit covers above `keep`.
+    fn give_back(&self, keep: u64) {
+        let covered = self.covered();
+        if covered <= keep {
+            return;
+        }
+        if let Some(permit) = self.lock().as_mut() {
+            permit.shrink(covered - keep);
+            self.shared.covered.store(keep, Ordering::Relaxed);
+        }
     }
 
     /// Records that the body was refused, and makes the error its reader sees.
@@ -539,6 +612,8 @@ pin_project! {
         inner: B,
         // The charge this body grows, with its counters; `None` unmetered.
         charge: Option<RequestCharge>,
+        // Its timing, for a body held to a minimum data rate.
+        pace: Option<Pin<Box<Pace>>>,
     }
 }
 
@@ -561,7 +636,52 @@ impl<B> MeteredBody<B> {
         Self {
             inner,
             charge: Some(charge),
+            pace: None,
         }
+    }
+
+    /// Holds the body to a minimum data rate, counting only the time its reader waits on
+    /// it: once it has waited out `rate`'s grace period, a body that has sent less than
+    /// the rate times its wait fails with [`BodyRefused`] ([`Refused::TooSlow`], recorded
+    /// in its charge). With a `declared` length, its charge also follows its pace: from
+    /// the grace period's worth at the minimum rate, it grows as data arrives to what has
+    /// arrived plus the grace period at the body's own rate (up to the declared length),
+    /// and gives back, while the body waits, what its rate no longer earns. A growth the
+    /// budget cannot take beyond the data itself is skipped, not refused.
+    ///
+    /// The timer is tokio's (feature `tokio`, inside a tokio runtime). Without it a body
+    /// that stalls is cut, and its charge reviewed, only when its next frame comes.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_core::{ByteLedger, Refused};
+    /// use admission_http::{MeteredBody, MinDataRate, RequestCharge};
+    /// use http_body_util::{BodyExt, StreamBody};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ledger = ByteLedger::new(1 << 20)?;
+    /// let rate = MinDataRate::new(100, Duration::from_millis(100));
+    /// // A body that declared 64 KiB, then sends one byte after 300 ms.
+    /// let (tx, rx) = tokio::sync::mpsc::channel(1);
+    /// tokio::spawn(async move {
+    ///     tokio::time::sleep(Duration::from_millis(300)).await;
+    ///     let _ = tx.send(Ok::<_, std::io::Error>(http_body::Frame::data(bytes::Bytes::from("x")))).await;
+    /// });
+    /// let slow = StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+    /// let charge = RequestCharge::new(ledger.try_charge(rate.grace_bytes())?);
+    /// let body = MeteredBody::new(slow, charge.clone()).paced(rate, Some(64 << 10));
+    /// assert_eq!(ledger.in_flight(), 10, "the grace period's worth, not 64 KiB");
+    /// assert!(body.collect().await.is_err());
+    /// assert_eq!(charge.refused(), Some(Refused::TooSlow));
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`Refused::TooSlow`]: admission_core::Refused::TooSlow
+    pub fn paced(mut self, rate: MinDataRate, declared: Option<u64>) -> Self {
+        self.pace = Some(Box::pin(Pace::new(rate, declared)));
+        self
     }
 
     /// Passes `inner` through uncharged and uncounted, for a server whose requests are
@@ -579,6 +699,7 @@ impl<B> MeteredBody<B> {
         Self {
             inner,
             charge: None,
+            pace: None,
         }
     }
 
@@ -676,27 +797,56 @@ where
         if charge.refused().is_some() {
             return Poll::Ready(None);
         }
-        match this.inner.poll_frame(cx) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(None) => Poll::Ready(None),
-            Poll::Ready(Some(Err(err))) => Poll::Ready(Some(Err(err.into()))),
-            Poll::Ready(Some(Ok(frame))) => {
-                if let Some(data) = frame.data_ref() {
-                    let counters = &charge.shared;
-                    let seen = (counters.seen.load(Ordering::Relaxed))
-                        .saturating_add(data.remaining() as u64);
-                    counters.seen.store(seen, Ordering::Relaxed);
-                    let covered = counters.covered.load(Ordering::Relaxed);
-                    if seen > covered {
-                        let grown = charge.lock().try_grow(seen - covered);
-                        if let Err(refused) = grown {
-                            return Poll::Ready(Some(Err(Box::new(charge.refuse(refused)))));
+        let Some(pace) = this.pace.as_mut() else {
+            return match this.inner.poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) => match frame.data_ref() {
+                    Some(data) => {
+                        let seen = charge.saw(data.remaining() as u64);
+                        match charge.cover(seen, seen) {
+                            Ok(()) => Poll::Ready(Some(Ok(frame))),
+                            Err(refused) => Poll::Ready(Some(Err(Box::new(refused)))),
                         }
-                        counters.covered.store(seen, Ordering::Relaxed);
+                    }
+                    None => Poll::Ready(Some(Ok(frame))),
+                },
+                other => other.map_err(Into::into),
+            };
+        };
+        let mut now = pace::now();
+        match this.inner.poll_frame(cx) {
+            Poll::Pending => {
+                pace.as_mut().waiting(now);
+                loop {
+                    if pace.too_slow(now) {
+                        let refused = charge.refuse(Refused::TooSlow);
+                        return Poll::Ready(Some(Err(Box::new(refused))));
+                    }
+                    // Give back what the body's pace no longer earns.
+                    charge.give_back(pace.reservation(now));
+                    let holds_ahead = charge.covered() > pace.received;
+                    match pace.as_mut().poll_alarm(cx, now, holds_ahead) {
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(()) => now = pace::now(),
+                    }
+                }
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                let data = frame.data_ref().map_or(0, |data| data.remaining() as u64);
+                if pace.too_slow(now) {
+                    // Late (without a timer, nothing cut it while it waited).
+                    let refused = charge.refuse(Refused::TooSlow);
+                    return Poll::Ready(Some(Err(Box::new(refused))));
+                }
+                pace.as_mut().arrived(now, data);
+                if data > 0 {
+                    let seen = charge.saw(data);
+                    if let Err(refused) = charge.cover(seen, pace.reservation(now)) {
+                        return Poll::Ready(Some(Err(Box::new(refused))));
                     }
                 }
                 Poll::Ready(Some(Ok(frame)))
             }
+            other => other.map_err(Into::into),
         }
     }
 

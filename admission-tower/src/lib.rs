@@ -9,6 +9,7 @@
 //! | shed the least important work first | [`AdmissionBuilder::priority`] with [`admission_core::Classes`] (or [`admission_http::class::header`]) |
 //! | give each tenant the cap of its tier | [`AdmissionBuilder::key_cap`] |
 //! | share one limit between servers (HTTP and gRPC, a layer and an interceptor) | [`AdmissionLayer::from_gate`] over clones of one [`admission_core::Gate`] |
+//! | cut request bodies that trickle, so a slow client cannot pin a limit | [`SlowClients`] (on by default) |
 //! | shut down gracefully | [`AdmissionLayer::drain`] (refuse new, finish admitted, then complete) |
 //! | read what it is doing | [`AdmissionLayer::snapshot`], [`AdmissionBuilder::on_refusal`]; features `metrics` (Prometheus and any `metrics` exporter) and `tracing` ([module docs](admission)) |
 //! | roll a limit out safely | [`AdmissionBuilder::dry_run`] |
@@ -28,7 +29,7 @@ pub mod admission;
 
 pub use admission::{
     Admission, AdmissionBuilder, AdmissionLayer, AdmissionSnapshot, BuildError, RefusalEvent,
-    ResponseBody, ResponseFuture, SampleAt,
+    ResponseBody, ResponseFuture, SampleAt, SlowClients,
 };
 pub use admission_core;
 pub use admission_http;

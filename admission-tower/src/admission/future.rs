@@ -85,6 +85,13 @@ impl<K, H> LateRefusal<K, H> {
         }
     }
 
+    /// Tells the hook, the snapshot and the metrics of a refusal the layer did not answer.
+    #[cold]
+    pub(crate) fn report(&self, refused: Refused) {
+        let rejection = Rejection::Refused(refused);
+        self.shared.refused(&self.head, rejection, self.priority);
+    }
+
     /// The refusal, in place of the handler's answer to a body it could not read.
     #[cold]
     fn respond(self, refused: Refused) -> Response<Bytes> {

@@ -10,17 +10,18 @@ use std::time::Duration;
 use admission_core::adaptive::{AdaptiveBuilder, AdaptiveError, AdaptiveSnapshot};
 use admission_core::{
     AdaptiveLimit, CapacityError, Claim, Classes, Drain, Gate, GateBuilder, GatePermit,
-    GateSnapshot, Key, Priority,
+    GateSnapshot, Key, Priority, Refused,
 };
 use admission_http::{
-    content_length, BodyRefusalContext, RefusalBody, RefusalContext, Refusals, Rejection,
+    content_length, BodyRefusalContext, MinDataRate, RefusalBody, RefusalContext, Refusals,
+    Rejection,
 };
 use http::request::Parts;
 use tower_layer::Layer;
 
 use super::drain::DrainLimits;
 use super::observe::{self, Observer};
-use super::Admission;
+use super::{Admission, SlowClients};
 
 type KeyFn<K> = Box<dyn Fn(&Parts) -> Option<K> + Send + Sync>;
 type BypassFn = Box<dyn Fn(&Parts) -> bool + Send + Sync>;
@@ -62,6 +63,9 @@ pub(crate) struct Shared<K, H> {
     adaptive: Option<AdaptiveLimit>,
     /// Where requests are sampled for it (`None` without one).
     pub(crate) sample_at: Option<SampleAt>,
+    pub(crate) slow: SlowClients,
+    /// Request bodies cut for arriving slower than the minimum rate.
+    too_slow: AtomicU64,
     /// Nothing to read from the head: no byte or key dimension, no bypass, no classes.
     /// The count alone decides, before the request is taken apart. (A dry run may take
     /// this path too: its refusal, which admits the request, reads only the head.)
@@ -83,18 +87,22 @@ impl<K: Hash + Eq + Clone, H: BuildHasher> Shared<K, H> {
     }
 
     /// Admits the request (of class `priority`) on every configured dimension, or says
-    /// why not. Reads only the head: the body is untouched either way.
+    /// why not; with the permit, the body's declared length (0 without a byte dimension).
+    /// Reads only the head: the body is untouched either way. A body held to `rate` is
+    /// charged at first only the grace period's worth of its declared length.
     pub(crate) fn admit(
         &self,
         parts: &Parts,
         priority: Option<Priority>,
-    ) -> Result<GatePermit<K, H>, Rejection> {
+        rate: Option<MinDataRate>,
+    ) -> Result<(GatePermit<K, H>, u64), Rejection> {
         let declared = match self.gate.bytes() {
             Some(_) => content_length(&parts.headers)?.unwrap_or(0),
             None => 0,
         };
+        let now = rate.map_or(declared, |rate| declared.min(rate.grace_bytes()));
         let key = self.key.as_ref().and_then(|key| key(parts));
-        let mut claim = Claim::new().bytes(declared);
+        let mut claim = Claim::new().bytes(now).total(declared);
         if let Some(key) = &key {
             claim = claim.key(key);
             if let Some(cap) = self.key_cap.as_ref().and_then(|cap| cap(parts, key)) {
@@ -104,7 +112,7 @@ impl<K: Hash + Eq + Clone, H: BuildHasher> Shared<K, H> {
         if let Some(priority) = priority {
             claim = claim.priority(priority);
         }
-        Ok(self.gate.try_claim(claim)?)
+        Ok((self.gate.try_claim(claim)?, declared))
     }
 }
 
@@ -114,6 +122,9 @@ impl<K, H> Shared<K, H> {
     pub(crate) fn refused(&self, parts: &Parts, rejection: Rejection, priority: Option<Priority>) {
         if self.dry_run {
             self.would_shed.fetch_add(1, Ordering::Relaxed);
+        }
+        if rejection == Rejection::Refused(Refused::TooSlow) {
+            self.too_slow.fetch_add(1, Ordering::Relaxed);
         }
         let class = priority
             .zip(self.classes.as_ref())
@@ -139,6 +150,7 @@ impl<K, H> Shared<K, H> {
         AdmissionSnapshot {
             gate: self.gate.snapshot(),
             would_shed: self.would_shed.load(Ordering::Relaxed),
+            too_slow: self.too_slow.load(Ordering::Relaxed),
             adaptive: self.adaptive.as_ref().map(AdaptiveLimit::snapshot),
         }
     }
@@ -153,6 +165,9 @@ pub struct AdmissionSnapshot {
     pub gate: GateSnapshot,
     /// Requests refused in dry-run mode and admitted anyway.
     pub would_shed: u64,
+    /// Request bodies cut for arriving slower than the minimum rate
+    /// ([`SlowClients`](super::SlowClients)).
+    pub too_slow: u64,
     /// With an adaptive limit ([`AdmissionBuilder::adaptive`]): the limit it has set (also
     /// `gate.count.capacity`), whether an operator fixed it, and its last window.
     pub adaptive: Option<AdaptiveSnapshot>,
@@ -399,6 +414,19 @@ impl<K, H> AdmissionLayer<K, H> {
     pub fn adaptive(&self) -> Option<&AdaptiveLimit> {
         self.shared.adaptive.as_ref()
     }
+
+    /// The layer's policy for slow clients ([`AdmissionBuilder::slow_clients`]).
+    ///
+    /// ```
+    /// use admission_tower::{AdmissionLayer, SlowClients};
+    ///
+    /// let layer = AdmissionLayer::builder().count(8).build()?;
+    /// assert_eq!(layer.slow_clients(), SlowClients::default());
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn slow_clients(&self) -> SlowClients {
+        self.shared.slow
+    }
 }
 
 impl<S, K, H> Layer<S> for AdmissionLayer<K, H> {
@@ -463,6 +491,7 @@ pub struct AdmissionBuilder<K = Key, H = RandomState> {
     report: observe::Options,
     adaptive: Option<AdaptiveBuilder>,
     sample_at: SampleAt,
+    slow: SlowClients,
 }
 
 impl<K, H> Limits<K, H> {
@@ -501,6 +530,7 @@ impl<K, H> AdmissionBuilder<K, H> {
             report: observe::Options::default(),
             adaptive: None,
             sample_at: SampleAt::default(),
+            slow: SlowClients::default(),
         }
     }
 
@@ -527,6 +557,7 @@ impl<K, H> AdmissionBuilder<K, H> {
             report: self.report,
             adaptive: self.adaptive,
             sample_at: self.sample_at,
+            slow: self.slow,
         }
     }
 }
@@ -1153,6 +1184,22 @@ where
         self
     }
 
+    /// What the layer does about slow clients: by default a request body slower than
+    /// 240 bytes per second after 5 s of waiting is cut (408), and a slow body holds of
+    /// the byte budget only what it fills. See [`SlowClients`].
+    ///
+    /// ```
+    /// use admission_tower::{AdmissionLayer, SlowClients};
+    ///
+    /// let layer = AdmissionLayer::builder().bytes(1 << 20).slow_clients(SlowClients::off()).build()?;
+    /// assert_eq!(layer.slow_clients(), SlowClients::off());
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn slow_clients(mut self, policy: SlowClients) -> Self {
+        self.slow = policy;
+        self
+    }
+
     /// The layer. With every limit disabled it refuses nothing (unless closed or
     /// drained) and costs about what the bare service does; its type is the same either
     /// way, so a layer can be installed unconditionally.
@@ -1218,6 +1265,8 @@ where
                 observer,
                 would_shed: AtomicU64::new(0),
                 sample_at: adaptive.is_some().then_some(self.sample_at),
+                slow: self.slow,
+                too_slow: AtomicU64::new(0),
                 adaptive,
                 count_only,
                 untracked,

@@ -30,9 +30,16 @@
 //! its next request on a connection that is about to close
 //! ([`AdmissionBuilder::drain_refused`]). HTTP/2 refusals carry no connection header.
 //!
-//! What it does not bound: connections (the server's accept loop), how long a request
-//! takes (compose `tower::timeout`), memory a handler allocates beyond the request body
-//! (charge it to a `ByteLedger` yourself), or anything across processes.
+//! A request body that arrives slower than a minimum rate (240 bytes per second after a
+//! 5 s grace period, counted only while the handler waits on it) is cut and answered 408,
+//! and a slow body holds of the byte budget only what it has sent plus what its own rate
+//! earns: see [`SlowClients`] for the rule and what it costs.
+//!
+//! What it does not bound: connections, and the time to send a request head (the
+//! server's accept loop and its HTTP settings), a client that stops reading its response
+//! (the response body is simply not polled), how long a request takes (compose
+//! `tower::timeout`), memory a handler allocates beyond the request body (charge it to a
+//! `ByteLedger` yourself), or anything across processes.
 //!
 //! # Example
 //!
@@ -146,6 +153,7 @@ mod future;
 mod layer;
 mod observe;
 mod service;
+mod slow;
 
 pub use body::ResponseBody;
 pub use future::ResponseFuture;
@@ -153,3 +161,4 @@ pub use layer::{
     AdmissionBuilder, AdmissionLayer, AdmissionSnapshot, BuildError, RefusalEvent, SampleAt,
 };
 pub use service::Admission;
+pub use slow::SlowClients;

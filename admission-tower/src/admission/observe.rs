@@ -147,19 +147,23 @@ mod metrics_impl {
     use super::Timer;
 
     /// The dimensions a refusal can name, in the order of `DIMENSIONS`.
-    const DIMENSIONS: [&str; 7] = [
+    const DIMENSIONS: [&str; 8] = [
         "count",
         "closed",
         "bytes",
         "too_large",
         "key",
         "key_table",
+        "too_slow",
         "invalid_content_length",
     ];
 
     fn dimension_index(rejection: Rejection) -> usize {
         let name = super::dimension(rejection);
-        DIMENSIONS.iter().position(|d| *d == name).unwrap_or(6)
+        DIMENSIONS
+            .iter()
+            .position(|d| *d == name)
+            .unwrap_or(DIMENSIONS.len() - 1)
     }
 
     /// Gauges of one dimension's ledger.

@@ -74,6 +74,13 @@ impl<K, H> Drop for Rest<K, H> {
     fn drop(&mut self) {
         // Before the count permit goes: the sample is recorded through it.
         self.record();
+        // A body cut for its pace after the service answered: the layer did not answer
+        // it, but the hook, the snapshot and the metrics still hear of it.
+        if let (Some(charge), Some(late)) = (&self.charge, &self.late) {
+            if charge.refused() == Some(Refused::TooSlow) {
+                late.report(Refused::TooSlow);
+            }
+        }
     }
 }
 
@@ -357,9 +364,11 @@ where
             // No limit, nothing to count: the request passes through.
             return ResponseFuture::unguarded(self.inner.call(request.map(MeteredBody::unmetered)));
         }
-        if shared.count_only {
-            // The count alone decides: nothing of the head to read, and the request is
-            // passed on whole.
+        if shared.count_only
+            && (shared.slow.min_body_rate().is_none() || request.body().is_end_stream())
+        {
+            // The count alone decides: nothing of the head to read, no body to time, and
+            // the request is passed on whole.
             return match shared.gate.count().try_acquire() {
                 Ok(count) => {
                     let timer = shared.observer.admitted(&shared.gate, None);
@@ -400,19 +409,37 @@ impl<S, K, H> Admission<S, K, H> {
             return ResponseFuture::unguarded(self.inner.call(request));
         }
         let priority = shared.classify(&parts);
-        match shared.admit(&parts, priority) {
-            Ok(permit) => {
+        // A body is timed if the policy says so and there is one (never in a dry run).
+        let rate = match shared.dry_run || body.is_end_stream() {
+            true => None,
+            false => shared.slow.body_rate_for(&parts),
+        };
+        match shared.admit(&parts, priority, rate) {
+            Ok((permit, declared)) => {
                 let (count, bytes, keyed) = permit.into_parts();
-                let (body, charge, late) = match bytes {
-                    Some(bytes) => {
-                        // A body that may still outgrow its charge may be refused as it
-                        // streams; keep what answering that refusal takes.
-                        let late = (!shared.dry_run && may_outgrow(&body, bytes.charged()))
-                            .then(|| LateRefusal::new(&self.shared, &parts, priority));
+                let (body, charge, late) = match (bytes, rate) {
+                    (Some(bytes), _) => {
+                        // A body that may still outgrow its charge, or be cut for its pace,
+                        // may be refused as it streams; keep what answering that takes.
+                        let late = (!shared.dry_run
+                            && (rate.is_some() || may_outgrow(&body, bytes.charged())))
+                        .then(|| LateRefusal::new(&self.shared, &parts, priority));
                         let charge = RequestCharge::with_refusals(bytes, &shared.refusals);
-                        (MeteredBody::new(body, charge.clone()), Some(charge), late)
+                        let body = MeteredBody::new(body, charge.clone());
+                        let body = match rate {
+                            Some(rate) => body.paced(rate, Some(declared).filter(|&n| n > 0)),
+                            None => body,
+                        };
+                        (body, Some(charge), late)
                     }
-                    None => (MeteredBody::unmetered(body), None, None),
+                    // Timed, with no byte budget: a charge of nothing that records a cut.
+                    (None, Some(rate)) => {
+                        let late = LateRefusal::new(&self.shared, &parts, priority);
+                        let charge = RequestCharge::unmetered(&shared.refusals);
+                        let body = MeteredBody::new(body, charge.clone()).paced(rate, None);
+                        (body, Some(charge), Some(late))
+                    }
+                    (None, None) => (MeteredBody::unmetered(body), None, None),
                 };
                 let timer = shared.observer.admitted(&shared.gate, priority);
                 let sample = Sample::start(shared.sample_at);

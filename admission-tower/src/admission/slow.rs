@@ -1,0 +1,135 @@
+//! `SlowClients`: what the layer does about clients that hold what they were admitted
+//! with without doing their part.
+
+use admission_http::MinDataRate;
+use http::header::CONTENT_TYPE;
+use http::request::Parts;
+
+/// The layer's policy for slow clients ([`AdmissionBuilder::slow_clients`]): one value,
+/// safe by default.
+///
+/// **A request body slower than a minimum rate is cut.** Counted only while the handler
+/// waits on the body (a handler that reads slowly is not a slow client), a body that,
+/// once it has waited out the grace period, has sent less than the rate times its wait
+/// fails with a [`BodyRefused`](admission_http::BodyRefused) of
+/// [`Refused::TooSlow`](admission_core::Refused::TooSlow). Its permits go as soon as the
+/// handler's answer is dropped, and the client is answered 408, with `connection: close`
+/// on HTTP/1.x (if the handler had already sent its response head, the handler sees the
+/// body error and ends the response as it sees fit). The default is Kestrel's: 240 bytes
+/// per second after 5 s. The cut needs a timer: with the `tokio` feature (the default) a
+/// stalled body is cut on time; without it, only when its next frame comes.
+///
+/// **A slow body holds of the byte budget only what it fills.** With a byte budget, a
+/// request that declares its length is charged at first only the grace period's worth at
+/// the minimum rate (1,200 bytes by default), and its charge grows with what arrives: to
+/// what it has sent plus the grace period at its own measured rate, up to the declared
+/// length. While it waits it gives back what its rate no longer earns (reviewed every
+/// second). A declared length above the maximum is still refused 413 at the head. So
+/// holding N bytes of the budget costs a client N bytes sent: without this policy, four
+/// connections that declare 64 KiB and trickle 2 bytes per second (8 B/s in all) hold a
+/// 256 KiB budget indefinitely; with it, the same four hold about 5 KiB and are cut
+/// after 5 s, and four that keep to the minimum rate (960 B/s in all) hold what they
+/// have sent plus 1,200 bytes each.
+///
+/// What it costs a legitimate client: a body slower than 240 B/s for longer than 5 s of
+/// waiting is cut (a large upload over a very poor link), and a large upload into a busy
+/// byte budget may be refused (503) after its first bytes rather than at its head.
+///
+/// gRPC requests (`content-type: application/grpc…`) are not timed: a client stream may
+/// idle between messages for as long as its call lives. A request without a body pays
+/// nothing.
+///
+/// ```
+/// use std::time::Duration;
+/// use admission_tower::{AdmissionLayer, SlowClients};
+/// use admission_http::MinDataRate;
+///
+/// let default = AdmissionLayer::builder().count(64).build()?;
+/// assert_eq!(default.slow_clients(), SlowClients::default());
+/// assert_eq!(SlowClients::default().min_body_rate(), Some(MinDataRate::default()));
+///
+/// let stricter = SlowClients::default()
+///     .with_min_body_rate(MinDataRate::new(1_024, Duration::from_secs(2)));
+/// let layer = AdmissionLayer::builder().count(64).slow_clients(stricter).build()?;
+/// assert_eq!(layer.slow_clients().min_body_rate().unwrap().bytes_per_second(), 1_024);
+///
+/// let off = AdmissionLayer::builder().count(64).slow_clients(SlowClients::off()).build()?;
+/// assert_eq!(off.slow_clients().min_body_rate(), None);
+/// # Ok::<(), admission_tower::BuildError>(())
+/// ```
+///
+/// [`AdmissionBuilder::slow_clients`]: super::AdmissionBuilder::slow_clients
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlowClients {
+    body_rate: Option<MinDataRate>,
+}
+
+impl Default for SlowClients {
+    fn default() -> Self {
+        Self {
+            body_rate: Some(MinDataRate::default()),
+        }
+    }
+}
+
+impl SlowClients {
+    /// No bound on slow clients: a body may take as long as it likes, holding what it
+    /// was admitted with.
+    ///
+    /// ```
+    /// use admission_tower::SlowClients;
+    ///
+    /// assert_eq!(SlowClients::off().min_body_rate(), None);
+    /// ```
+    pub const fn off() -> Self {
+        Self { body_rate: None }
+    }
+
+    /// Request bodies held to `rate`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_http::MinDataRate;
+    /// use admission_tower::SlowClients;
+    ///
+    /// let rate = MinDataRate::new(500, Duration::from_secs(10));
+    /// assert_eq!(SlowClients::off().with_min_body_rate(rate).min_body_rate(), Some(rate));
+    /// ```
+    pub const fn with_min_body_rate(mut self, rate: MinDataRate) -> Self {
+        self.body_rate = Some(rate);
+        self
+    }
+
+    /// Request bodies not timed.
+    ///
+    /// ```
+    /// use admission_tower::SlowClients;
+    ///
+    /// assert_eq!(SlowClients::default().without_min_body_rate(), SlowClients::off());
+    /// ```
+    pub const fn without_min_body_rate(mut self) -> Self {
+        self.body_rate = None;
+        self
+    }
+
+    /// The minimum request-body rate, if bodies are timed.
+    ///
+    /// ```
+    /// use admission_tower::SlowClients;
+    ///
+    /// assert_eq!(SlowClients::default().min_body_rate().unwrap().bytes_per_second(), 240);
+    /// ```
+    pub const fn min_body_rate(&self) -> Option<MinDataRate> {
+        self.body_rate
+    }
+
+    /// The rate this request's body is held to: none for a gRPC request.
+    pub(crate) fn body_rate_for(&self, parts: &Parts) -> Option<MinDataRate> {
+        let rate = self.body_rate?;
+        let grpc = parts
+            .headers
+            .get(CONTENT_TYPE)
+            .is_some_and(|value| value.as_bytes().starts_with(b"application/grpc"));
+        (!grpc).then_some(rate)
+    }
+}
