@@ -3,6 +3,8 @@
 //! uploads, fast or slow, go through.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use admission_tower::{AdmissionLayer, SlowClients};
@@ -47,14 +49,16 @@ async fn serve(layer: &AdmissionLayer) -> SocketAddr {
     addr
 }
 
-/// A raw client that declares `declared` bytes, then sends `chunk` bytes every
-/// `every`, until the server answers or closes; returns the status line it read, if any.
-async fn trickle(
+/// A raw client that declares `declared` bytes, then sends `chunk` bytes at once and
+/// every `every` after, counting them in `sent`, until the server answers or closes;
+/// returns the status line it read, if any.
+async fn trickle_counted(
     addr: SocketAddr,
     key: String,
     declared: u64,
     chunk: usize,
     every: Duration,
+    sent: Arc<AtomicU64>,
 ) -> Option<String> {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let head = format!(
@@ -63,14 +67,15 @@ async fn trickle(
     stream.write_all(head.as_bytes()).await.unwrap();
     let (mut read, mut write) = stream.into_split();
     let sender = tokio::spawn(async move {
-        let mut sent = 0;
-        while sent < declared {
-            sleep(every).await;
-            let n = (chunk as u64).min(declared - sent);
+        let mut done = 0;
+        while done < declared {
+            let n = (chunk as u64).min(declared - done);
             if write.write_all(&vec![b'x'; n as usize]).await.is_err() {
                 return;
             }
-            sent += n;
+            done += n;
+            sent.fetch_add(n, Ordering::SeqCst);
+            sleep(every).await;
         }
     });
     let mut answer = Vec::new();
@@ -84,6 +89,16 @@ async fn trickle(
     sender.abort();
     let answer = String::from_utf8_lossy(&answer).into_owned();
     answer.lines().next().map(str::to_owned)
+}
+
+async fn trickle(
+    addr: SocketAddr,
+    key: String,
+    declared: u64,
+    chunk: usize,
+    every: Duration,
+) -> Option<String> {
+    trickle_counted(addr, key, declared, chunk, every, Arc::default()).await
 }
 
 /// One upload of `body` on a connection of its own, with a hyper client.
@@ -241,5 +256,82 @@ async fn a_chunked_trickle_holds_a_count_permit_no_longer_than_the_grace_period(
     assert_eq!(
         upload(addr, "next".into(), vec![1; 10]).await,
         StatusCode::OK
+    );
+}
+
+// The next two take 30 s or more by nature: `cargo test -- --include-ignored` runs them
+// (CI does).
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "32 s: run with --include-ignored"]
+async fn a_legitimate_upload_of_64_kib_at_2_kib_per_second_completes() {
+    let layer = layer(SlowClients::default());
+    let addr = serve(&layer).await;
+    let status = trickle(
+        addr,
+        "slow-but-fine".into(),
+        64 << 10,
+        512,
+        Duration::from_millis(250),
+    )
+    .await;
+    assert_eq!(status.as_deref(), Some("HTTP/1.1 200 OK"));
+    assert_eq!(layer.snapshot().too_slow, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "30 s: run with --include-ignored"]
+async fn tricklers_at_the_minimum_rate_that_reconnect_hold_no_more_than_they_sent_plus_the_grace() {
+    let layer = layer(SlowClients::default());
+    let addr = serve(&layer).await;
+    let bytes = layer.gate().bytes().unwrap().clone();
+    // Four connections that declare 64 KiB and keep to 240 B/s, reconnecting when cut or
+    // answered; each counts what its connection in progress has sent, and since when.
+    let start = Instant::now();
+    let conns: Vec<(Arc<AtomicU64>, Arc<AtomicU64>)> =
+        (0..4).map(|_| (Arc::default(), Arc::default())).collect();
+    for (i, (sent, since)) in conns.iter().cloned().enumerate() {
+        tokio::spawn(async move {
+            for round in 0.. {
+                sent.store(0, Ordering::SeqCst);
+                since.store(start.elapsed().as_millis() as u64, Ordering::SeqCst);
+                let (key, every) = (format!("trickler-{i}-{round}"), Duration::from_millis(500));
+                trickle_counted(addr, key, 64 << 10, 120, every, sent.clone()).await;
+            }
+        });
+    }
+    // The bound of `SlowClients`: what a connection sent, plus 5 s at its own rate (at
+    // least 240 B/s; measured over at least a second, and as the server sees it, up to a
+    // chunk ahead of the client's count), plus one review's lag at the minimum rate.
+    let bound = |conns: &[(Arc<AtomicU64>, Arc<AtomicU64>)]| -> u64 {
+        let now = start.elapsed().as_millis() as u64;
+        conns
+            .iter()
+            .map(|(sent, since)| {
+                let sent = sent.load(Ordering::SeqCst) + 120;
+                let over = now.saturating_sub(since.load(Ordering::SeqCst)).max(1_000);
+                let rate = (sent * 1_000 / over).max(240);
+                sent + 5 * rate + 240
+            })
+            .sum()
+    };
+    let mut uploads = 0;
+    let mut worst = 0;
+    while start.elapsed() < Duration::from_secs(30) {
+        for _ in 0..10 {
+            sleep(Duration::from_millis(100)).await;
+            let held = bytes.in_flight();
+            let bound = bound(&conns);
+            assert!(held <= bound, "{held} held, above the bound {bound}");
+            worst = worst.max(held);
+        }
+        let status = upload(addr, format!("user-{uploads}"), vec![1; 1024]).await;
+        assert_eq!(status, StatusCode::OK, "a 1 KiB upload from another client");
+        uploads += 1;
+    }
+    assert!(worst > 4 * 1_200, "the tricklers were there: {worst}");
+    assert!(
+        worst < 64 << 10,
+        "and never held a declared length: {worst}"
     );
 }
