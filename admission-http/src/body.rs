@@ -187,8 +187,30 @@ impl<B, P> PermitBody<B, P> {
     }
 }
 
+impl<B, P> PermitBody<B, P> {
+    /// Releases the permit now, before the body ends: for a holder that knows the client
+    /// is gone (its request failed mid-body, say) while the body has nothing to send and
+    /// the server has not yet dropped it.
+    ///
+    /// ```
+    /// use std::pin::pin;
+    /// use admission_core::CountLedger;
+    /// use admission_http::PermitBody;
+    ///
+    /// let ledger = CountLedger::new(1)?;
+    /// let mut body = pin!(PermitBody::new(http_body_util::Empty::<bytes::Bytes>::new(), ledger.try_acquire()?));
+    /// body.as_mut().release();
+    /// assert!(body.is_released());
+    /// assert_eq!(ledger.in_flight(), 0);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn release(self: Pin<&mut Self>) {
+        release(self.project().permit);
+    }
+}
+
 /// The one place a `PermitBody` gives its permit up before it is dropped: end of stream,
-/// an error frame, or a frame after which the inner body reports its end. (On drop the
+/// an error frame, a frame after which the inner body reports its end, or `release`. (On drop the
 /// permit goes with the wrapper's fields.)
 fn release<P>(permit: &mut Option<P>) {
     drop(permit.take());

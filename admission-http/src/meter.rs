@@ -2,7 +2,7 @@
 
 use std::fmt;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll};
 
@@ -259,6 +259,10 @@ struct Charge {
     /// body and one empty pointer.
     seen: AtomicU64,
     covered: AtomicU64,
+    /// What is left of a body its reader dropped unfinished (`MeteredBody::keep_unread`),
+    /// and whether there is any: a response polled without one takes no lock.
+    unread: Mutex<Option<Pin<Box<dyn Unread>>>>,
+    kept: AtomicBool,
 }
 
 impl RequestCharge {
@@ -330,6 +334,8 @@ impl RequestCharge {
                 error,
                 seen: AtomicU64::new(0),
                 covered,
+                unread: Mutex::new(None),
+                kept: AtomicBool::new(false),
             }),
         }
     }
@@ -431,6 +437,38 @@ impl RequestCharge {
             permit.shrink(covered - keep);
             self.shared.covered.store(keep, Ordering::Relaxed);
         }
+    }
+
+    /// Reads on, and discards, what is left of a body its reader dropped unfinished
+    /// ([`MeteredBody::keep_unread`]): `Pending` while it lasts (the task is woken when
+    /// more comes), `Ready(true)` once nothing is left unread (or nothing was kept), and
+    /// `Ready(false)` if it failed: the client hung up or reset the request.
+    ///
+    /// ```
+    /// use std::task::Poll;
+    /// use admission_core::ByteLedger;
+    /// use admission_http::RequestCharge;
+    ///
+    /// let charge = RequestCharge::new(ByteLedger::new(10)?.try_charge(1)?);
+    /// let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    /// assert_eq!(charge.poll_unread(&mut cx), Poll::Ready(true), "nothing was kept");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn poll_unread(&self, cx: &mut Context<'_>) -> Poll<bool> {
+        if !self.shared.kept.load(Ordering::Acquire) {
+            return Poll::Ready(true);
+        }
+        let mut unread = self
+            .shared
+            .unread
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        let Some(body) = unread.as_mut() else {
+            return Poll::Ready(true);
+        };
+        let ended = std::task::ready!(body.as_mut().poll_discard(cx));
+        *unread = None;
+        Poll::Ready(ended)
     }
 
     /// Records that the body was refused, and makes the error its reader sees.
@@ -608,14 +646,28 @@ pin_project! {
     /// # }
     /// ```
     pub struct MeteredBody<B> {
+        // `None` only once taken (`into_inner`, or handed to the charge on drop).
         #[pin]
-        inner: B,
+        inner: Option<B>,
         // The charge this body grows, with its counters; `None` unmetered.
         charge: Option<RequestCharge>,
         // Its timing, for a body held to a minimum data rate.
         pace: Option<Pin<Box<Pace>>>,
+        // Hands an unfinished body to its charge when dropped (`keep_unread`).
+        keep: Option<fn(Pin<&mut Option<B>>, &RequestCharge)>,
+    }
+
+    impl<B> PinnedDrop for MeteredBody<B> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if let (Some(keep), Some(charge)) = (this.keep.take(), this.charge.as_ref()) {
+                keep(this.inner, charge);
+            }
+        }
     }
 }
+
+const TAKEN: &str = "a MeteredBody's inner body is there until it is taken, by value";
 
 impl<B> MeteredBody<B> {
     /// Meters `inner` against `charge`, which covers what was charged up front.
@@ -634,9 +686,10 @@ impl<B> MeteredBody<B> {
         let covered = charge.charged();
         charge.shared.covered.store(covered, Ordering::Relaxed);
         Self {
-            inner,
+            inner: Some(inner),
             charge: Some(charge),
             pace: None,
+            keep: None,
         }
     }
 
@@ -684,6 +737,43 @@ impl<B> MeteredBody<B> {
         self
     }
 
+    /// When the reader drops this body before its end, hands what is left of it to the
+    /// charge, which reads and discards it as [`RequestCharge::poll_unread`] is polled
+    /// (by whatever holds the charge until the response ends). A server such as hyper
+    /// stops reading a connection whose request body was dropped unfinished, and then
+    /// cannot see the client hang up while the response has nothing to send; read on,
+    /// it sees the end of the connection, and the holder can release what the request
+    /// held. A body that was refused or had ended is not kept.
+    ///
+    /// ```
+    /// use std::task::Poll;
+    /// use admission_core::ByteLedger;
+    /// use admission_http::{MeteredBody, RequestCharge};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ledger = ByteLedger::new(100)?;
+    /// let (tx, rx) = tokio::sync::mpsc::channel(1);
+    /// let unfinished = http_body_util::StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+    /// let charge = RequestCharge::new(ledger.try_charge(10)?);
+    /// drop(MeteredBody::new(unfinished, charge.clone()).keep_unread()); // the handler drops it
+    ///
+    /// let unread = std::future::poll_fn(|cx| Poll::Ready(charge.poll_unread(cx)));
+    /// assert!(unread.await.is_pending(), "kept, and read on");
+    /// tx.send(Err::<http_body::Frame<bytes::Bytes>, _>(std::io::Error::other("reset"))).await?;
+    /// let gone = std::future::poll_fn(|cx| charge.poll_unread(cx)).await;
+    /// assert!(!gone, "the client went away: its body failed");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn keep_unread(mut self) -> Self
+    where
+        B: Body + Send + Unpin + 'static,
+    {
+        self.keep = Some(hand_over::<B>);
+        self
+    }
+
     /// Passes `inner` through uncharged and uncounted, for a server whose requests are
     /// metered only sometimes but whose handlers take one body type. It costs one empty
     /// pointer beside the inner body.
@@ -697,9 +787,10 @@ impl<B> MeteredBody<B> {
     #[inline]
     pub fn unmetered(inner: B) -> Self {
         Self {
-            inner,
+            inner: Some(inner),
             charge: None,
             pace: None,
+            keep: None,
         }
     }
 
@@ -744,7 +835,7 @@ impl<B> MeteredBody<B> {
     /// assert_eq!(*MeteredBody::unmetered("body").get_ref(), "body");
     /// ```
     pub fn get_ref(&self) -> &B {
-        &self.inner
+        self.inner.as_ref().expect(TAKEN)
     }
 
     /// The inner body, mutably.
@@ -757,7 +848,7 @@ impl<B> MeteredBody<B> {
     /// assert_eq!(body.get_ref(), "ab");
     /// ```
     pub fn get_mut(&mut self) -> &mut B {
-        &mut self.inner
+        self.inner.as_mut().expect(TAKEN)
     }
 
     /// The inner body; the charge is released unless another clone holds it.
@@ -773,7 +864,47 @@ impl<B> MeteredBody<B> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn into_inner(self) -> B {
-        self.inner
+        let mut this = self;
+        this.inner.take().expect(TAKEN)
+    }
+}
+
+/// Hands an unfinished, unrefused body to its charge (see `MeteredBody::keep_unread`).
+fn hand_over<B: Body + Send + Unpin + 'static>(inner: Pin<&mut Option<B>>, charge: &RequestCharge) {
+    let inner = inner.get_mut();
+    let unfinished = inner.as_ref().is_some_and(|body| !body.is_end_stream());
+    if unfinished && charge.refused().is_none() {
+        if let Some(body) = inner.take() {
+            *charge
+                .shared
+                .unread
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()) = Some(Box::pin(body));
+            // Release: pairs with the acquire in `poll_unread`, which then finds the body.
+            charge.shared.kept.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// A request body read only to be discarded.
+trait Unread: Send {
+    /// Reads what has come: `Ready(true)` at the end, `Ready(false)` if it failed.
+    fn poll_discard(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool>;
+}
+
+impl<B: Body + Send> Unread for B {
+    fn poll_discard(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
+        // A few frames a call, then yield: a client that sends fast cannot hold the task.
+        for _ in 0..16 {
+            match self.as_mut().poll_frame(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(None) => return Poll::Ready(true),
+                Poll::Ready(Some(Err(_))) => return Poll::Ready(false),
+                Poll::Ready(Some(Ok(_))) => {}
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
     }
 }
 
@@ -789,16 +920,17 @@ where
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        let this = self.project();
+        let mut this = self.project();
+        let inner = this.inner.as_mut().as_pin_mut().expect(TAKEN);
         let Some(charge) = this.charge.as_ref() else {
             // Unmetered: the inner body, as it is.
-            return this.inner.poll_frame(cx).map_err(Into::into);
+            return inner.poll_frame(cx).map_err(Into::into);
         };
         if charge.refused().is_some() {
             return Poll::Ready(None);
         }
         let Some(pace) = this.pace.as_mut() else {
-            return match this.inner.poll_frame(cx) {
+            return match inner.poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => match frame.data_ref() {
                     Some(data) => {
                         let seen = charge.saw(data.remaining() as u64);
@@ -813,7 +945,7 @@ where
             };
         };
         let mut now = pace::now();
-        match this.inner.poll_frame(cx) {
+        match inner.poll_frame(cx) {
             Poll::Pending => {
                 pace.as_mut().waiting(now);
                 loop {
@@ -851,14 +983,14 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.failed() || self.inner.is_end_stream()
+        self.failed() || self.get_ref().is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
         if self.failed() {
             SizeHint::with_exact(0)
         } else {
-            self.inner.size_hint()
+            self.get_ref().size_hint()
         }
     }
 }

@@ -335,3 +335,79 @@ async fn tricklers_at_the_minimum_rate_that_reconnect_hold_no_more_than_they_sen
         "and never held a declared length: {worst}"
     );
 }
+
+/// A server whose `/events` drops the request body unread and answers with a stream
+/// that has nothing to send yet (a client waiting for events).
+async fn serve_events(layer: &AdmissionLayer) -> SocketAddr {
+    let events = || async {
+        let never = futures_never();
+        axum::body::Body::from_stream(never)
+    };
+    let app = Router::new()
+        .route("/events", post(events))
+        .layer(layer.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr
+}
+
+fn futures_never() -> impl tokio_stream::Stream<Item = Result<Bytes, std::io::Error>> + Send {
+    tokio_stream::pending()
+}
+
+/// Opens `/events` with an unfinished body (`content-length` not reached, or chunked
+/// without its last chunk), reads the response head, and hangs up (with a reset if
+/// `reset`).
+async fn hang_up_on_events(addr: SocketAddr, chunked: bool, reset: bool) {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let head = if chunked {
+        "POST /events HTTP/1.1\r\nhost: t\r\nx-api-key: k\r\ntransfer-encoding: chunked\r\n\r\n64\r\n"
+    } else {
+        "POST /events HTTP/1.1\r\nhost: t\r\nx-api-key: k\r\ncontent-length: 1000\r\n\r\n"
+    };
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(&[b'x'; 100]).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0; 1024];
+    while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("the response head comes")
+            .unwrap();
+        assert_ne!(n, 0, "the server closed before answering");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    assert!(answer.starts_with(b"HTTP/1.1 200"));
+    if reset {
+        stream.set_zero_linger().unwrap();
+    }
+    drop(stream);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_mid_body_on_an_idle_stream_releases_its_permits() {
+    for (chunked, reset) in [(false, false), (false, true), (true, false), (true, true)] {
+        let layer = layer(SlowClients::default());
+        let addr = serve_events(&layer).await;
+        hang_up_on_events(addr, chunked, reset).await;
+        let gone = Instant::now();
+        let deadline = gone + Duration::from_secs(2);
+        loop {
+            let snapshot = layer.snapshot().gate;
+            let held = (
+                snapshot.count.in_flight,
+                snapshot.bytes.unwrap().in_flight,
+                snapshot.keyed.unwrap().keys,
+            );
+            if held == (0, 0, 0) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "chunked {chunked}, reset {reset}: {held:?} still held 2 s after the hang-up"
+            );
+            sleep(Duration::from_millis(5)).await;
+        }
+    }
+}

@@ -131,7 +131,17 @@ where
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         match self.project().kind.project() {
             KindProj::Passed { body } => body.poll_frame(cx),
-            KindProj::Held { body } => body.poll_frame(cx),
+            KindProj::Held { mut body } => {
+                // What the handler left of the request body is read on, so that a client
+                // who hangs up is seen even while this body has nothing to send: then its
+                // permits go, and the response ends (the server closes the connection).
+                let unread = body.permit().and_then(AdmissionPermit::charge);
+                if unread.is_some_and(|charge| charge.poll_unread(cx) == Poll::Ready(false)) {
+                    body.as_mut().release();
+                    return Poll::Ready(None);
+                }
+                body.poll_frame(cx)
+            }
             KindProj::Refused { bytes } => {
                 let bytes = std::mem::take(bytes);
                 Poll::Ready((!bytes.is_empty()).then(|| Ok(Frame::data(bytes.into()))))

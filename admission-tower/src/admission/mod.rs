@@ -35,6 +35,13 @@
 //! and a slow body holds of the byte budget only what it has sent plus what its own rate
 //! earns: see [`SlowClients`] for the rule and what it costs.
 //!
+//! A client that hangs up (or resets) before its request body is finished releases what
+//! it holds as soon as the server reads the end of the connection, whatever the handler
+//! did with the body: what the handler dropped unread is read on (and discarded) while
+//! the response lasts, so the hang-up is seen even while the response has nothing to
+//! send, and the response then ends. (This needs the request to hold a body charge: a
+//! byte budget, or the default [`SlowClients`] policy.)
+//!
 //! What it does not bound: connections, and the time to send a request head (the
 //! server's accept loop and its HTTP settings), a client that stops reading its response
 //! (the response body is simply not polled), how long a request takes (compose

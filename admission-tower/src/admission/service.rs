@@ -166,6 +166,15 @@ impl<K, H> AdmissionPermit<K, H> {
         }
     }
 
+    /// The request's body charge, if it has one.
+    #[inline]
+    pub(crate) fn charge(&self) -> Option<&RequestCharge> {
+        match &self.held {
+            Held::Rest(rest) => rest.charge.as_ref(),
+            _ => None,
+        }
+    }
+
     /// The service failed the request: an overload.
     pub(crate) fn failed(&mut self) {
         if let Held::Rest(rest) = &mut self.held {
@@ -343,7 +352,7 @@ impl<S: Clone, K, H> Clone for Admission<S, K, H> {
 impl<S, K, H, ReqBody, ResBody> Service<Request<ReqBody>> for Admission<S, K, H>
 where
     S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
-    ReqBody: Body,
+    ReqBody: Body + Send + Unpin + 'static,
     ResBody: Body,
     ResBody::Data: From<Bytes>,
     K: Hash + Eq + Clone,
@@ -398,7 +407,7 @@ impl<S, K, H> Admission<S, K, H> {
     ) -> ResponseFuture<S::Future, ReqBody, K, H>
     where
         S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
-        ReqBody: Body,
+        ReqBody: Body + Send + Unpin + 'static,
         K: Hash + Eq + Clone,
         H: BuildHasher,
     {
@@ -425,7 +434,7 @@ impl<S, K, H> Admission<S, K, H> {
                             && (rate.is_some() || may_outgrow(&body, bytes.charged())))
                         .then(|| LateRefusal::new(&self.shared, &parts, priority));
                         let charge = RequestCharge::with_refusals(bytes, &shared.refusals);
-                        let body = MeteredBody::new(body, charge.clone());
+                        let body = MeteredBody::new(body, charge.clone()).keep_unread();
                         let body = match rate {
                             Some(rate) => body.paced(rate, Some(declared).filter(|&n| n > 0)),
                             None => body,
@@ -436,7 +445,9 @@ impl<S, K, H> Admission<S, K, H> {
                     (None, Some(rate)) => {
                         let late = LateRefusal::new(&self.shared, &parts, priority);
                         let charge = RequestCharge::unmetered(&shared.refusals);
-                        let body = MeteredBody::new(body, charge.clone()).paced(rate, None);
+                        let body = MeteredBody::new(body, charge.clone())
+                            .paced(rate, None)
+                            .keep_unread();
                         (body, Some(charge), Some(late))
                     }
                     (None, None) => (MeteredBody::unmetered(body), None, None),
