@@ -14,8 +14,10 @@
 //! connection stays open. A body that is larger, declares `expect: 100-continue` (the
 //! client has not sent it and need not), or does not arrive in time is not read: the
 //! refusal says `connection: close` and the server closes the connection after it.
-//! HTTP/2 streams are independent: nothing is drained, and no connection header is sent
-//! (HTTP/2 forbids it).
+//! HTTP/2 streams are independent, but a stream answered while its client is still
+//! sending is reset, and some clients (curl's nghttp2) then report a stream error in place
+//! of the answer. So a small body is drained there too; any other is answered at once,
+//! and no connection header is ever sent (HTTP/2 forbids it).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -70,10 +72,8 @@ impl DrainLimits {
         declared: Option<u64>,
         closing: bool,
     ) -> Plan {
-        if parts.version >= Version::HTTP_2 {
-            return Plan::Answer;
-        }
-        if closing {
+        let http1 = is_http1(parts.version);
+        if closing && http1 {
             return Plan::Close;
         }
         if body.is_end_stream() {
@@ -84,10 +84,12 @@ impl DrainLimits {
             .get(EXPECT)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
         let small = declared.is_none_or(|length| length <= self.max_bytes);
-        if self.max_bytes == 0 || expects_continue || !small || !cfg!(feature = "tokio") {
-            Plan::Close
-        } else {
-            Plan::Drain
+        let drain = self.max_bytes != 0 && !expects_continue && small && cfg!(feature = "tokio");
+        match (drain, http1) {
+            (true, _) => Plan::Drain,
+            (false, true) => Plan::Close,
+            // HTTP/2: the stream is reset after the answer; nothing to close.
+            (false, false) => Plan::Answer,
         }
     }
 }

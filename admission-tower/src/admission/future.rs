@@ -54,6 +54,8 @@ pin_project! {
 struct Refusal<B> {
     response: Option<Response<Bytes>>,
     drain: Option<Pin<Box<Drain<B>>>>,
+    /// The request came over HTTP/1.x: an undrained body closes the connection.
+    http1: bool,
 }
 
 /// What answering a request whose body is refused while it streams takes: the request's
@@ -128,12 +130,13 @@ impl<F, B, K, H> ResponseFuture<F, B, K, H> {
     }
 
     /// A refusal, sent once `drain` (if any) has read the request's body.
-    pub(crate) fn refused(response: Response<Bytes>, drain: Option<Drain<B>>) -> Self {
+    pub(crate) fn refused(response: Response<Bytes>, drain: Option<Drain<B>>, http1: bool) -> Self {
         Self {
             state: State::Refused {
                 refusal: Box::new(Refusal {
                     response: Some(response),
                     drain: drain.map(Box::pin),
+                    http1,
                 }),
             },
             permit: None,
@@ -192,7 +195,11 @@ where
                 }
             },
             StateProj::Refused { refusal } => {
-                let Refusal { response, drain } = &mut **refusal;
+                let Refusal {
+                    response,
+                    drain,
+                    http1,
+                } = &mut **refusal;
                 let mut close = false;
                 if let Some(pending) = drain {
                     match pending.as_mut().poll(cx) {
@@ -204,7 +211,8 @@ where
                 let mut response = response
                     .take()
                     .expect("ResponseFuture polled after it completed");
-                if close {
+                // A body not drained in time: on HTTP/1.x the connection goes with it.
+                if close && *http1 {
                     drain::close(&mut response);
                 }
                 Poll::Ready(Ok(response.map(ResponseBody::refused)))

@@ -1029,7 +1029,9 @@ where
     /// which can make the client's kernel report a reset before the client reads the
     /// refusal. Draining holds no permit, and waits on tokio's timer (feature `tokio`,
     /// on by default; without it, or outside a tokio runtime, nothing is waited for).
-    /// HTTP/2 needs none of this: each request is its own stream.
+    /// Over HTTP/2 a small body is drained the same way (a stream answered while its
+    /// client still sends is reset, and some clients report that reset in place of the
+    /// refusal); any other is answered at once, and never with a connection header.
     ///
     /// ```
     /// use std::time::Duration;

@@ -28,7 +28,9 @@
 //! before the refusal is sent and the connection stays open; any other refusal of a
 //! request with an unread body says `connection: close`, so a pooled client does not send
 //! its next request on a connection that is about to close
-//! ([`AdmissionBuilder::drain_refused`]). HTTP/2 refusals carry no connection header.
+//! ([`AdmissionBuilder::drain_refused`]). Over HTTP/2 small bodies are drained too (a
+//! stream answered early is reset, which curl reports in place of the refusal), and no
+//! refusal carries a connection header.
 //!
 //! A request body that arrives slower than a minimum rate (240 bytes per second after a
 //! 5 s grace period, counted only while the handler waits on it) is cut and answered 408,

@@ -497,7 +497,7 @@ impl<S, K, H> Admission<S, K, H> {
                 None
             }
         };
-        ResponseFuture::refused(response, drain)
+        ResponseFuture::refused(response, drain, drain::is_http1(parts.version))
     }
 }
 
