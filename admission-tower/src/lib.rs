@@ -10,6 +10,7 @@
 //! | give each tenant the cap of its tier | [`AdmissionBuilder::key_cap`] |
 //! | share one limit between servers (HTTP and gRPC, a layer and an interceptor) | [`AdmissionLayer::from_gate`] over clones of one [`admission_core::Gate`] |
 //! | cut request bodies that trickle, so a slow client cannot pin a limit | [`SlowClients`] (on by default) |
+//! | cap connections, close silent ones, cut clients that stop reading | `AdmissionLayer::guard` for `axum::serve` (feature `axum`), [`Connections`] for hyper-util |
 //! | shut down gracefully | [`AdmissionLayer::drain`] (refuse new, finish admitted, then complete) |
 //! | read what it is doing | [`AdmissionLayer::snapshot`], [`AdmissionBuilder::on_refusal`]; features `metrics` (Prometheus and any `metrics` exporter) and `tracing` ([module docs](admission)) |
 //! | roll a limit out safely | [`AdmissionBuilder::dry_run`] |
@@ -31,6 +32,10 @@ pub use admission::{
     Admission, AdmissionBuilder, AdmissionLayer, AdmissionSnapshot, BuildError, RefusalEvent,
     ResponseBody, ResponseFuture, SampleAt, SlowClients,
 };
+#[cfg(feature = "tokio")]
+pub use admission::{Connections, GuardedIo};
+#[cfg(feature = "axum")]
+pub use admission::{Guarded, GuardedListener};
 pub use admission_core;
 pub use admission_http;
 

@@ -21,7 +21,11 @@ use tower_layer::Layer;
 
 use super::drain::DrainLimits;
 use super::observe::{self, Observer};
+#[cfg(feature = "axum")]
+use super::Guarded;
 use super::{Admission, SlowClients};
+#[cfg(feature = "tokio")]
+use super::{Connections, GuardedIo};
 
 type KeyFn<K> = Box<dyn Fn(&Parts) -> Option<K> + Send + Sync>;
 type BypassFn = Box<dyn Fn(&Parts) -> bool + Send + Sync>;
@@ -66,6 +70,9 @@ pub(crate) struct Shared<K, H> {
     pub(crate) slow: SlowClients,
     /// Request bodies cut for arriving slower than the minimum rate.
     too_slow: AtomicU64,
+    /// The connection bounds of `slow`, for listeners this layer guards.
+    #[cfg(feature = "tokio")]
+    connections: Connections,
     /// Nothing to read from the head: no byte or key dimension, no bypass, no classes.
     /// The count alone decides, before the request is taken apart. (A dry run may take
     /// this path too: its refusal, which admits the request, reads only the head.)
@@ -413,6 +420,59 @@ impl<K, H> AdmissionLayer<K, H> {
     /// ([`AdmissionBuilder::adaptive`]): to fix the limit by hand and hand it back.
     pub fn adaptive(&self) -> Option<&AdaptiveLimit> {
         self.shared.adaptive.as_ref()
+    }
+
+    /// The connection bounds of the layer's [`SlowClients`] policy, shared by every
+    /// listener it guards (`guard`, feature `axum`): the cap, and the connections open now.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder().count(8).build()?;
+    /// assert_eq!(layer.connections().open(), 0);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub fn connections(&self) -> &Connections {
+        &self.shared.connections
+    }
+
+    /// Bounds the connections `listener` accepts for `axum::serve`, by the layer's
+    /// [`SlowClients`] policy: a cap on open connections (closed at once above it), a
+    /// time to the first byte (30 s by default), and a minimum rate at which a client
+    /// takes what the server writes (240 B/s after 5 s), so a client that stops reading
+    /// a streamed response is cut and releases its permits. `ConnectInfo` keeps working
+    /// (the listener is a `TapIo`, which axum's `ConnectInfo<SocketAddr>` accepts).
+    ///
+    /// What a listener cannot do: it sees bytes, not requests, so it cannot bound the
+    /// time to a complete request head, or idle time between requests. For those, serve
+    /// with hyper-util's builder and its `header_read_timeout` (with a timer), which
+    /// composes with [`Connections::admit`] in its accept loop.
+    ///
+    /// ```no_run
+    /// use std::net::SocketAddr;
+    /// use admission_tower::AdmissionLayer;
+    /// use axum::{extract::ConnectInfo, routing::get, Router};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let admission = AdmissionLayer::builder().count(512).build()?;
+    /// let app = Router::new()
+    ///     .route("/", get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move { peer.to_string() }))
+    ///     .layer(admission.clone());
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+    /// axum::serve(admission.guard(listener), app.into_make_service_with_connect_info::<SocketAddr>())
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "axum")]
+    pub fn guard<L>(&self, listener: L) -> GuardedListener<L>
+    where
+        L: axum::serve::Listener,
+    {
+        use axum::serve::ListenerExt;
+        let keep: fn(&mut GuardedIo<L::Io>) = |_| {};
+        Guarded::new(listener, self.shared.connections.clone()).tap_io(keep)
     }
 
     /// The layer's policy for slow clients ([`AdmissionBuilder::slow_clients`]).
@@ -1269,6 +1329,8 @@ where
                 sample_at: adaptive.is_some().then_some(self.sample_at),
                 slow: self.slow,
                 too_slow: AtomicU64::new(0),
+                #[cfg(feature = "tokio")]
+                connections: Connections::new(self.slow),
                 adaptive,
                 count_only,
                 untracked,
@@ -1276,6 +1338,12 @@ where
         })
     }
 }
+
+/// The listener `AdmissionLayer::guard` makes: a [`Guarded`] listener, as a `TapIo` so
+/// that axum's `ConnectInfo<SocketAddr>` accepts it.
+#[cfg(feature = "axum")]
+pub type GuardedListener<L> =
+    axum::serve::TapIo<Guarded<L>, fn(&mut GuardedIo<<L as axum::serve::Listener>::Io>)>;
 
 /// Why [`AdmissionBuilder::build`] could not make a layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

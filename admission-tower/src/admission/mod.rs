@@ -44,9 +44,18 @@
 //! send, and the response then ends. (This needs the request to hold a body charge: a
 //! byte budget, or the default [`SlowClients`] policy.)
 //!
-//! What it does not bound: connections, and the time to send a request head (the
-//! server's accept loop and its HTTP settings), a client that stops reading its response
-//! (the response body is simply not polled), how long a request takes (compose
+//! Connections are the accept loop's, which a layer does not see. Serve through
+//! `AdmissionLayer::guard` (feature `axum`) or guard each accepted connection with
+//! [`Connections::admit`] (hyper-util) to bound them by the same [`SlowClients`] policy: a
+//! cap on open connections, 30 s to the first byte, and a client that stops reading a
+//! streamed response (a socket that takes less than 240 B/s for 5 s while the server
+//! has bytes for it) is cut, its permits released. Without that, such a client holds
+//! its permits for as long as it keeps the connection open: the response body is simply
+//! not polled.
+//!
+//! What it does not bound: the time to a complete request head, or idle time between
+//! requests (a listener sees bytes, not requests: use hyper-util's
+//! `http1::Builder::header_read_timeout`), how long a request takes (compose
 //! `tower::timeout`), memory a handler allocates beyond the request body (charge it to a
 //! `ByteLedger` yourself), or anything across processes.
 //!
@@ -157,6 +166,8 @@
 #![cfg_attr(feature = "tracing", doc = include_str!("tracing.md"))]
 
 mod body;
+#[cfg(feature = "tokio")]
+mod connection;
 mod drain;
 mod future;
 mod layer;
@@ -165,7 +176,13 @@ mod service;
 mod slow;
 
 pub use body::ResponseBody;
+#[cfg(feature = "axum")]
+pub use connection::Guarded;
+#[cfg(feature = "tokio")]
+pub use connection::{Connections, GuardedIo};
 pub use future::ResponseFuture;
+#[cfg(feature = "axum")]
+pub use layer::GuardedListener;
 pub use layer::{
     AdmissionBuilder, AdmissionLayer, AdmissionSnapshot, BuildError, RefusalEvent, SampleAt,
 };

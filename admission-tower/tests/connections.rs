@@ -1,0 +1,305 @@
+//! Connections bounded before any request exists: connections that never send a request
+//! head are closed and leave nothing behind, clients that stop reading a download are
+//! cut and release their permits, and an idle event stream with heartbeats is left
+//! alone. A hyper accept loop with `Connections::admit`; `axum::serve` through
+//! `AdmissionLayer::guard` keeps `ConnectInfo`.
+
+#![cfg(feature = "tokio")]
+
+mod support;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use admission_http::MinDataRate;
+use admission_tower::{AdmissionLayer, Connections, SlowClients};
+use bytes::Bytes;
+use http::StatusCode;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use support::{app, get, next_chunk, send, Seen};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::{sleep, timeout, Instant};
+use tower::Layer;
+
+/// Counts the bytes live on the heap, to see that closed connections leave nothing.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: delegates to the system allocator; the counter is only arithmetic.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+fn live() -> isize {
+    LIVE.load(Ordering::Relaxed)
+}
+
+/// Serves the test app behind `layer` over HTTP/1.1, each connection guarded by
+/// `connections`.
+async fn serve(layer: &AdmissionLayer, connections: Connections) -> (SocketAddr, Arc<Seen>) {
+    let seen = Arc::new(Seen::default());
+    let service = layer.layer(app(seen.clone()));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let Some(io) = connections.admit(stream) else {
+                continue; // over the cap: closed at once
+            };
+            let service = TowerToHyperService::new(service.clone());
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(io), service)
+                    .await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+fn policy() -> SlowClients {
+    SlowClients::default()
+        .with_first_byte_within(Some(Duration::from_secs(1)))
+        .with_min_send_rate(Some(MinDataRate::new(240, Duration::from_secs(1))))
+}
+
+/// Whether the server closed `stream` (read returns 0 or an error) within `within`.
+async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0; 64];
+    matches!(
+        timeout(within, stream.read(&mut buf)).await,
+        Ok(Ok(0) | Err(_))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_that_never_send_a_head_are_closed_and_leave_the_heap_as_it_was() {
+    let layer = AdmissionLayer::builder().count(64).build().unwrap();
+    let connections = Connections::new(policy());
+    let (addr, _seen) = serve(&layer, connections.clone()).await;
+    // Warm up: the runtime's and the server's one-time allocations.
+    assert_eq!(send(addr, get("/")).await.status(), StatusCode::OK);
+    sleep(Duration::from_millis(100)).await;
+    let before = live();
+
+    let mut silent = Vec::new();
+    for _ in 0..2_000 {
+        silent.push(TcpStream::connect(addr).await.unwrap());
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while connections.open() < 2_000 {
+        assert!(
+            Instant::now() < deadline,
+            "accepted: {}",
+            connections.open()
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+    let during = live();
+    assert!(
+        during > before + 1_000_000,
+        "2,000 connections take memory: {before} -> {during}"
+    );
+    // The server keeps answering others meanwhile.
+    assert_eq!(send(addr, get("/")).await.status(), StatusCode::OK);
+
+    // After the first-byte bound (1 s here, 30 s by default), every one is closed.
+    for stream in &mut silent {
+        assert!(closed_within(stream, Duration::from_secs(3)).await);
+    }
+    drop(silent);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while connections.open() != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "still open: {}",
+            connections.open()
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+    sleep(Duration::from_millis(100)).await;
+    let after = live();
+    assert!(
+        after < before + 256 * 1024,
+        "the heap returns to where it was: {before} -> {during} -> {after}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_that_sends_its_request_in_time_is_served() {
+    let layer = AdmissionLayer::builder().count(4).build().unwrap();
+    let (addr, _seen) = serve(&layer, Connections::new(policy())).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    sleep(Duration::from_millis(500)).await;
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nhost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = vec![0; 256];
+    let n = timeout(Duration::from_secs(3), stream.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_stop_reading_a_download_are_cut_and_others_are_served() {
+    let layer = AdmissionLayer::builder().count(80).build().unwrap();
+    let (addr, seen) = serve(&layer, Connections::new(policy())).await;
+    // 64 clients open a stream and never read it, while the server has 1 MiB for each.
+    let mut stalled = Vec::new();
+    for _ in 0..64 {
+        // A small receive window, so that the kernel buffers little of what is sent.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stream = socket.connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET /stream HTTP/1.1\r\nhost: t\r\n\r\n")
+            .await
+            .unwrap();
+        stalled.push(stream);
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while seen.streams.lock().unwrap().len() < 64 {
+        assert!(Instant::now() < deadline);
+        sleep(Duration::from_millis(10)).await;
+    }
+    let senders: Vec<_> = seen.streams.lock().unwrap().drain(..).collect();
+    let start = Instant::now();
+    let chunk = Bytes::from(vec![b'x'; 64 << 10]);
+    for tx in senders {
+        let chunk = chunk.clone();
+        tokio::spawn(async move {
+            // 16 MiB each: far more than the connection buffers.
+            for _ in 0..256 {
+                if tx.send(chunk.clone()).await.is_err() {
+                    return;
+                }
+            }
+            std::future::pending::<()>().await; // and the stream stays open
+        });
+    }
+    assert_eq!(layer.gate().count().in_flight(), 64);
+    // Other clients are served all along.
+    assert_eq!(send(addr, get("/")).await.status(), StatusCode::OK);
+    // Cut once the grace period (1 s here, 5 s by default) passes with nothing taken.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while layer.gate().count().in_flight() != 0 {
+        assert!(
+            Instant::now() < deadline,
+            "{} held",
+            layer.gate().count().in_flight()
+        );
+        sleep(Duration::from_millis(10)).await;
+    }
+    let cut_after = start.elapsed();
+    assert!(
+        cut_after >= Duration::from_secs(1),
+        "not before the grace period: {cut_after:?}"
+    );
+    assert_eq!(send(addr, get("/")).await.status(), StatusCode::OK);
+    drop(stalled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_event_stream_with_heartbeats_is_not_cut() {
+    let layer = AdmissionLayer::builder().count(4).build().unwrap();
+    let (addr, seen) = serve(&layer, Connections::new(policy())).await;
+    let mut stream = send(addr, get("/stream")).await;
+    assert_eq!(next_chunk(&mut stream).await.unwrap(), "first\n");
+    let tx = seen.streams.lock().unwrap().pop().unwrap();
+    // 3 s, three times the grace period, with a heartbeat every 500 ms, read as it comes.
+    for _ in 0..6 {
+        sleep(Duration::from_millis(500)).await;
+        tx.send(Bytes::from_static(b":\n")).await.unwrap();
+        assert_eq!(next_chunk(&mut stream).await.unwrap(), ":\n");
+    }
+    assert_eq!(layer.gate().count().in_flight(), 1, "still streaming");
+    drop(tx);
+    assert_eq!(next_chunk(&mut stream).await, None);
+}
+
+#[tokio::test]
+async fn over_the_cap_a_connection_is_closed_at_once() {
+    let layer = AdmissionLayer::builder().count(4).build().unwrap();
+    let connections = Connections::new(policy().with_max_connections(2));
+    let (addr, _seen) = serve(&layer, connections.clone()).await;
+    let _a = TcpStream::connect(addr).await.unwrap();
+    let _b = TcpStream::connect(addr).await.unwrap();
+    let mut over = TcpStream::connect(addr).await.unwrap();
+    assert!(closed_within(&mut over, Duration::from_millis(500)).await);
+    assert_eq!(connections.open(), 2);
+}
+
+#[cfg(feature = "axum")]
+#[tokio::test]
+async fn axum_serve_through_the_guard_keeps_connect_info_for_a_peer_key() {
+    use axum::routing::get as route_get;
+    use axum::Router;
+
+    let admission = AdmissionLayer::builder()
+        .count(8)
+        .per_key(
+            1,
+            admission_http::key::peer_ip(|info: &axum::extract::ConnectInfo<SocketAddr>| {
+                info.0.ip()
+            }),
+        )
+        .slow_clients(policy().with_max_connections(4))
+        .build()
+        .unwrap();
+    let app = Router::new()
+        .route("/", route_get(|| async { "ok" }))
+        .route(
+            "/slow",
+            route_get(|| async {
+                sleep(Duration::from_millis(400)).await;
+                "slow"
+            }),
+        )
+        .layer(admission.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let guarded = admission.guard(listener);
+    tokio::spawn(async move {
+        axum::serve(
+            guarded,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
+        .unwrap()
+    });
+    assert_eq!(send(addr, get("/")).await.status(), StatusCode::OK);
+    // The peer's address is each request's key: a second request from it while the
+    // first is in flight is over its cap of 1.
+    let first = tokio::spawn(async move { send(addr, get("/slow")).await.status() });
+    sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        send(addr, get("/slow")).await.status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(first.await.unwrap(), StatusCode::OK);
+    // A silent connection through the guard is closed after the first-byte bound.
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    assert!(closed_within(&mut silent, Duration::from_secs(3)).await);
+}
