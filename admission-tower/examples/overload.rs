@@ -5,7 +5,10 @@
 //! streaming endpoint whose bodies take a while, an upload endpoint and a short
 //! `/checkout`. A burst of real clients, far above the limits, hits it: streams (some
 //! hang up mid-stream), large uploads, too-large uploads, one noisy key, critical
-//! checkouts, and liveness probes throughout. Each request states its class in
+//! checkouts, and liveness probes throughout; and, first, a wave of slow clients: uploads
+//! that trickle and downloads whose clients stop reading, which the layer's `SlowClients`
+//! policy cuts (with a 1 s grace period here, 5 s by default, so that the run stays
+//! short). Each request states its class in
 //! `x-request-class` (critical, default, sheddable: 100%, 90% and 70% of the count
 //! limit). The server's handlers keep their own count of what they hold, independent of
 //! the ledgers. At the end two tables say what happened, and the process exits non-zero
@@ -25,8 +28,9 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use admission_core::{Classes, Priority};
+use admission_http::MinDataRate;
 use admission_http::{class, MeteredBody};
-use admission_tower::AdmissionLayer;
+use admission_tower::{AdmissionLayer, Connections, SlowClients};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame};
@@ -34,7 +38,8 @@ use http_body_util::{BodyExt, Either, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::mpsc;
 use tower::Layer;
 
@@ -58,6 +63,13 @@ const CHECKOUT_TAKES: Duration = Duration::from_millis(20);
 const CHUNKS: usize = 20;
 const CHUNK_EVERY: Duration = Duration::from_millis(25);
 const CLIENT_TIMEOUT: Duration = Duration::from_secs(15);
+/// The slow wave: uploads that declare 48 KiB and send a byte every 100 ms, and clients
+/// that ask for a 16 MiB download and read none of it.
+const TRICKLERS: usize = 4;
+const STALLED: usize = 4;
+const DOWNLOAD_CHUNKS: usize = 256;
+/// The policy's grace periods in this run (the defaults are 5 s).
+const GRACE: Duration = Duration::from_secs(1);
 
 /// What the handlers hold, counted by the handlers themselves.
 #[derive(Default)]
@@ -175,6 +187,18 @@ async fn handle(
             };
             Either::Right(Some(Bytes::from(n.to_string())))
         }
+        "/download" => {
+            let (tx, rx) = mpsc::channel(2);
+            let chunk = Bytes::from(vec![b'x'; 64 << 10]);
+            tokio::spawn(async move {
+                for _ in 0..DOWNLOAD_CHUNKS {
+                    if tx.send(chunk.clone()).await.is_err() {
+                        return; // the connection was cut
+                    }
+                }
+            });
+            Either::Left(rx)
+        }
         "/checkout" => {
             // The head at once, the receipt once the work is done.
             let (tx, rx) = mpsc::channel(1);
@@ -189,7 +213,7 @@ async fn handle(
     Ok(Response::new(AppBody { chunks, stake }))
 }
 
-async fn serve(layer: AdmissionLayer, inside: Arc<Inside>) -> SocketAddr {
+async fn serve(layer: AdmissionLayer, inside: Arc<Inside>, connections: Connections) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind loopback");
@@ -198,6 +222,11 @@ async fn serve(layer: AdmissionLayer, inside: Arc<Inside>) -> SocketAddr {
     let service = layer.layer(app);
     tokio::spawn(async move {
         while let Ok((stream, _)) = listener.accept().await {
+            // Each connection held to the policy's connection bounds (`axum::serve` users
+            // get the same from `admission.guard(listener)`).
+            let Some(stream) = connections.admit(stream) else {
+                continue;
+            };
             let service = TowerToHyperService::new(service.clone());
             tokio::spawn(async move {
                 let _ = hyper::server::conn::http1::Builder::new()
@@ -317,6 +346,64 @@ async fn client(addr: SocketAddr, request: Request<Full<Bytes>>, hang_up: bool, 
     }
 }
 
+/// An upload that declares 48 KiB and sends a byte every 100 ms: the status line it is
+/// answered with, and after how long.
+async fn trickler(addr: SocketAddr, key: String) -> Option<(String, Duration)> {
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    let head = format!(
+        "POST /upload HTTP/1.1\r\nhost: demo\r\nx-client: {key}\r\ncontent-length: {UPLOAD_BYTES}\r\n\r\n"
+    );
+    stream.write_all(head.as_bytes()).await.ok()?;
+    let start = Instant::now();
+    let (mut read, mut write) = stream.into_split();
+    let sender = tokio::spawn(async move {
+        for _ in 0..UPLOAD_BYTES {
+            if write.write_all(b"x").await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let mut answer = vec![0; 64];
+    let n = tokio::time::timeout(CLIENT_TIMEOUT, read.read(&mut answer))
+        .await
+        .ok()?
+        .ok()?;
+    sender.abort();
+    let line = String::from_utf8_lossy(&answer[..n])
+        .lines()
+        .next()?
+        .to_owned();
+    Some((line, start.elapsed()))
+}
+
+/// A download whose client reads nothing (a small receive window, so the kernel buffers
+/// little): whether the server cut the connection before sending it all, and when.
+async fn stalled_reader(addr: SocketAddr, key: String) -> Option<Duration> {
+    let socket = TcpSocket::new_v4().ok()?;
+    socket.set_recv_buffer_size(4096).ok()?;
+    let mut stream = socket.connect(addr).await.ok()?;
+    let head = format!("GET /download HTTP/1.1\r\nhost: demo\r\nx-client: {key}\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.ok()?;
+    let start = Instant::now();
+    tokio::time::sleep(GRACE * 3).await; // reads nothing
+                                         // Then reads what is left: a cut connection ends long before the 16 MiB.
+    let mut buf = vec![0; 64 << 10];
+    let mut total = 0;
+    let read_all = async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => total += n,
+            }
+        }
+    };
+    let ended = tokio::time::timeout(Duration::from_secs(5), read_all)
+        .await
+        .is_ok();
+    (ended && total < DOWNLOAD_CHUNKS * (64 << 10)).then(|| start.elapsed())
+}
+
 fn make_request(path: &str, key: &str, class: &str, body: Option<usize>) -> Request<Full<Bytes>> {
     let builder = Request::builder()
         .uri(path)
@@ -367,10 +454,16 @@ async fn main() -> std::process::ExitCode {
             class::header(class::HEADER, &Classes::standard(), Priority::DEFAULT),
         )
         .bypass(|req| matches!(req.uri.path(), "/" | "/health"))
+        .slow_clients(
+            SlowClients::default()
+                .with_min_body_rate(MinDataRate::new(240, GRACE))
+                .with_min_send_rate(Some(MinDataRate::new(240, GRACE))),
+        )
         .build()
         .expect("valid limits");
     let inside = Arc::new(Inside::default());
-    let addr = serve(layer.clone(), inside.clone()).await;
+    let connections = layer.connections().clone();
+    let addr = serve(layer.clone(), inside.clone(), connections).await;
     println!("admission overload demo: server on http://{addr}");
     println!(
         "limits: {COUNT_LIMIT} in flight, {} KiB of request bodies (one request at most {} KiB), {PER_KEY} per client; /health bypassed",
@@ -388,8 +481,25 @@ async fn main() -> std::process::ExitCode {
         UPLOAD_BYTES >> 10
     );
 
+    println!(
+        "slow wave first: {TRICKLERS} uploads trickling a byte every 100 ms, {STALLED} clients reading none of a 16 MiB download (cut below 240 B/s after {} s)\n",
+        GRACE.as_secs()
+    );
+
     let tally = Arc::new(Tally::default());
     let started = Instant::now();
+    let tricklers: Vec<_> = (0..TRICKLERS)
+        .map(|i| tokio::spawn(trickler(addr, format!("trickler-{i}"))))
+        .collect();
+    let stalled: Vec<_> = (0..STALLED)
+        .map(|i| tokio::spawn(stalled_reader(addr, format!("stalled-{i}"))))
+        .collect();
+    // The slow wave holds its permits before the burst comes.
+    while layer.gate().count().in_flight() < (TRICKLERS + STALLED) as u64
+        && started.elapsed() < Duration::from_secs(2)
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let mut clients = Vec::new();
     // First the noisy client, the uploads and the too-large uploads, all at once...
     for _ in 0..NOISY {
@@ -486,6 +596,20 @@ async fn main() -> std::process::ExitCode {
     for c in clients {
         let _ = c.await;
     }
+    let mut cut_408 = Vec::new();
+    for t in tricklers {
+        if let Ok(Some((line, after))) = t.await {
+            if line.starts_with("HTTP/1.1 408") {
+                cut_408.push(after);
+            }
+        }
+    }
+    let mut cut_stalled = Vec::new();
+    for s in stalled {
+        if let Ok(Some(after)) = s.await {
+            cut_stalled.push(after);
+        }
+    }
     burst_over.store(true, Ordering::Relaxed);
     for c in checkouts {
         let _ = c.await;
@@ -547,6 +671,26 @@ async fn main() -> std::process::ExitCode {
     println!("  {:<34} {s429}", "shed 429 (per-client cap)");
     println!("  {:<34} {s413}", "shed 413 (request too large)");
     println!("  {:<34} {failed} failed, {other} other statuses", "errors");
+    let slowest = |cuts: &[Duration]| {
+        cuts.iter()
+            .max()
+            .map_or("-".into(), |d| format!("{:.2} s", d.as_secs_f64()))
+    };
+    println!(
+        "  {:<34} {} / {TRICKLERS} answered 408, the last after {}",
+        "slow uploads cut",
+        cut_408.len(),
+        slowest(&cut_408)
+    );
+    println!(
+        "  {:<34} {} / {STALLED} cut before the end of the download",
+        "stalled readers cut",
+        cut_stalled.len(),
+    );
+    println!(
+        "  {:<34} {}",
+        "request bodies cut (snapshot)", snap.too_slow
+    );
     println!(
         "  {:<34} {} / {COUNT_LIMIT} (handlers saw {app_max})",
         "in-flight high-water: count", count_s.high_water
@@ -638,6 +782,15 @@ async fn main() -> std::process::ExitCode {
     }
     if s503 == 0 || s503b == 0 || s429 == 0 || s413 != TOO_LARGE as u64 {
         broken.push("the burst did not exercise every refusal");
+    }
+    if cut_408.len() != TRICKLERS || snap.too_slow != TRICKLERS as u64 {
+        broken.push("a trickling upload was not cut with 408");
+    }
+    if cut_408.iter().any(|after| *after > GRACE * 3) {
+        broken.push("a trickling upload held its permits past the grace period");
+    }
+    if cut_stalled.len() != STALLED {
+        broken.push("a client that stopped reading was not cut");
     }
     let critical = by_class.get("critical").cloned().unwrap_or_default();
     if critical.shed != 0 || critical.failed != 0 {

@@ -21,11 +21,11 @@ use tower_layer::Layer;
 
 use super::drain::DrainLimits;
 use super::observe::{self, Observer};
-#[cfg(feature = "axum")]
-use super::Guarded;
-use super::{Admission, SlowClients};
 #[cfg(feature = "tokio")]
-use super::{Connections, GuardedIo};
+use super::Connections;
+use super::{Admission, SlowClients};
+#[cfg(feature = "axum")]
+use super::{Guarded, GuardedIo};
 
 type KeyFn<K> = Box<dyn Fn(&Parts) -> Option<K> + Send + Sync>;
 type BypassFn = Box<dyn Fn(&Parts) -> bool + Send + Sync>;
