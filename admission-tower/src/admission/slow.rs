@@ -26,12 +26,15 @@ use http::request::Parts;
 /// the minimum rate (1,200 bytes by default), and its charge grows with what arrives: to
 /// what it has sent plus the grace period at its own measured rate, up to the declared
 /// length. While it waits it gives back what its rate no longer earns (reviewed every
-/// second). A declared length above the maximum is still refused 413 at the head. So
-/// holding N bytes of the budget costs a client N bytes sent: without this policy, four
-/// connections that declare 64 KiB and trickle 2 bytes per second (8 B/s in all) hold a
-/// 256 KiB budget indefinitely; with it, the same four hold about 5 KiB and are cut
-/// after 5 s, and four that keep to the minimum rate (960 B/s in all) hold what they
-/// have sent plus 1,200 bytes each.
+/// second; a rate is measured over at least a second). A declared length above the
+/// maximum is still refused 413 at the head. So a body holds at most six times what it
+/// has sent in its first second, and little more than what it has sent after that.
+/// Without this policy, four connections that declare 64 KiB and trickle 2 bytes per
+/// second (8 B/s in all) hold a 256 KiB budget indefinitely; with it, the same four hold
+/// about 5 KiB and are cut after 5 s, four that keep to the minimum rate (960 B/s in
+/// all) hold what they have sent plus 1,200 bytes each, and holding the whole budget
+/// takes uploads of about a sixth of it every second (43 KiB/s for 256 KiB), on new
+/// connections every second.
 ///
 /// What it costs a legitimate client: a body slower than 240 B/s for longer than 5 s of
 /// waiting is cut (a large upload over a very poor link), and a large upload into a busy
