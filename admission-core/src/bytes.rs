@@ -567,11 +567,12 @@ impl BytePermit {
         }
     }
 
-    /// Grows this permit's charge by up to `bytes`, as far as the budget has room now (all
-    /// of it while this permit is the only charge in flight, as [`try_grow`](Self::try_grow)),
-    /// and never past [`ByteLedger::max_charge`]; returns how many bytes it grew. It never
+    /// Grows this permit's charge by up to `bytes`, as far as the budget has room now, and
+    /// never past [`ByteLedger::max_charge`]; returns how many bytes it grew. It never
     /// refuses, so it counts no refusal: for a charge made ahead of need, such as a
-    /// reservation for what a body is about to send.
+    /// reservation for what a body is about to send. Being ahead of need, it takes no
+    /// lone-request exemption: it stays within the budget even for the only charge in
+    /// flight ([`try_grow`](Self::try_grow) is for what is needed now).
     ///
     /// ```
     /// use admission_core::ByteLedger;
@@ -593,14 +594,7 @@ impl BytePermit {
         let mut current = hot.state.load(Ordering::Relaxed);
         loop {
             let charged = current & BYTES;
-            // The permit's own bytes are part of `charged`, so this cannot underflow.
-            let others = charged - self.charged;
-            let room = if others == 0 {
-                BYTES - charged
-            } else {
-                budget.saturating_sub(charged)
-            };
-            let grow = bytes.min(room);
+            let grow = bytes.min(budget.min(BYTES).saturating_sub(charged));
             if grow == 0 {
                 return 0;
             }
@@ -676,6 +670,42 @@ unsafe impl Sync for BytePermit {}
 #[cfg(all(test, not(admission_loom)))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn growth_within_the_room_takes_what_there_is_and_counts_no_refusal() {
+        let ledger = ByteLedger::with_max_charge(100, 60).unwrap();
+        let other = ledger.try_charge(50).unwrap();
+        let mut permit = ledger.try_charge(10).unwrap();
+        assert_eq!(permit.grow_within(0), 0);
+        assert_eq!(permit.grow_within(100), 40, "the room left");
+        assert_eq!(permit.grow_within(1), 0, "none left");
+        assert_eq!((permit.charged(), ledger.in_flight()), (50, 100));
+        assert_eq!(ledger.snapshot().refused, 0);
+        assert_eq!(ledger.snapshot().high_water, 100);
+        drop(other);
+        assert_eq!(
+            permit.grow_within(100),
+            10,
+            "never past the maximum single charge"
+        );
+        assert_eq!(permit.charged(), 60);
+    }
+
+    #[test]
+    fn growth_within_the_room_takes_no_lone_request_exemption() {
+        let ledger = ByteLedger::new(100).unwrap();
+        let mut permit = ledger.try_charge(10).unwrap();
+        assert_eq!(
+            permit.grow_within(500),
+            90,
+            "ahead of need: within the budget"
+        );
+        permit.try_grow(50).unwrap(); // what is needed now: the only charge may pass it
+        assert_eq!(permit.grow_within(1), 0);
+        assert_eq!(ledger.in_flight(), 150);
+        drop(permit);
+        assert_eq!(ledger.in_flight(), 0);
+    }
 
     /// The last permit and the last handle dropped on two threads at once, with no join
     /// between them: whichever drop is last frees the ledger, and every use by the other
@@ -985,6 +1015,30 @@ mod loom_models {
             let t = loom::thread::spawn(move || drop(charged));
             drop(grower);
             t.join().unwrap();
+        });
+    }
+
+    /// A growth within the room racing a charge: it takes what room the charge leaves,
+    /// never more, and in flight never passes the budget.
+    #[test]
+    fn bytes_growth_within_the_room_racing_a_charge_stays_within_the_budget() {
+        loom::model(|| {
+            let ledger = ByteLedger::new(10).unwrap();
+            let mut grower = ledger.try_charge(2).unwrap();
+            let other = {
+                let ledger = ledger.clone();
+                loom::thread::spawn(move || ledger.try_charge(5).ok())
+            };
+            let grew = grower.grow_within(100);
+            assert!(ledger.in_flight() <= 10);
+            let charged = other.join().unwrap();
+            let theirs = charged.as_ref().map_or(0, BytePermit::charged);
+            // All the room there was when it grew: 8 before the charge, 3 after it.
+            assert!(grew == 8 || grew == 3, "grew {grew}");
+            assert_eq!(grower.charged(), 2 + grew);
+            assert!(2 + grew + theirs <= 10);
+            drop((grower, charged));
+            assert_eq!(ledger.in_flight(), 0);
         });
     }
 
