@@ -320,3 +320,34 @@ async fn axum_serve_through_the_guard_keeps_connect_info_for_a_peer_key() {
     let mut silent = TcpStream::connect(addr).await.unwrap();
     assert!(closed_within(&mut silent, Duration::from_secs(3)).await);
 }
+
+#[tokio::test]
+async fn a_request_head_bound_is_hyper_utils_and_composes_with_the_guard() {
+    // The guard sees bytes, not requests: a client that sends the start of a head and
+    // stalls is past the first-byte bound. hyper's `header_read_timeout` (with a timer)
+    // bounds the head, in the same accept loop.
+    let layer = AdmissionLayer::builder().count(4).build().unwrap();
+    let connections =
+        Connections::new(policy().with_first_byte_within(Some(Duration::from_secs(30))));
+    let service = layer.layer(app(Arc::new(Seen::default())));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let Some(io) = connections.admit(stream) else {
+                continue;
+            };
+            let service = TowerToHyperService::new(service.clone());
+            tokio::spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(Duration::from_millis(500))
+                    .serve_connection(TokioIo::new(io), service)
+                    .await;
+            });
+        }
+    });
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream.write_all(b"GET / HTTP/1.1\r\nhost:").await.unwrap();
+    assert!(closed_within(&mut stream, Duration::from_secs(3)).await);
+}
