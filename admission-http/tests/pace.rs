@@ -39,6 +39,17 @@ fn chunk(n: usize) -> Item {
     Ok(Frame::data(Bytes::from(vec![b'x'; n])))
 }
 
+/// The length of the body's next data frame.
+async fn next_len(body: &mut MeteredBody<StreamBody<Frames>>) -> usize {
+    body.frame()
+        .await
+        .unwrap()
+        .unwrap()
+        .into_data()
+        .unwrap()
+        .len()
+}
+
 fn too_slow(result: Option<Result<Frame<Bytes>, admission_http::BoxError>>) -> bool {
     matches!(result, Some(Err(err))
         if err.downcast_ref::<BodyRefused>().map(BodyRefused::refused) == Some(Refused::TooSlow))
@@ -82,29 +93,11 @@ async fn a_body_at_the_minimum_rate_is_never_cut() {
 async fn a_reader_that_does_not_poll_is_not_a_slow_client() {
     let (tx, mut body, charge, _ledger) = paced();
     tx.send(chunk(10)).await.unwrap();
-    assert_eq!(
-        body.frame()
-            .await
-            .unwrap()
-            .unwrap()
-            .into_data()
-            .unwrap()
-            .len(),
-        10
-    );
+    assert_eq!(next_len(&mut body).await, 10);
     // The handler is busy for a minute before it reads on: the data waits for it.
     advance(Duration::from_secs(60)).await;
     tx.send(chunk(10)).await.unwrap();
-    assert_eq!(
-        body.frame()
-            .await
-            .unwrap()
-            .unwrap()
-            .into_data()
-            .unwrap()
-            .len(),
-        10
-    );
+    assert_eq!(next_len(&mut body).await, 10);
     assert_eq!(charge.refused(), None);
     // Now it waits, and the body stalls: cut 5 s later.
     let start = tokio::time::Instant::now();
@@ -142,14 +135,7 @@ async fn a_slow_body_holds_what_it_sent_plus_the_grace_period_at_its_own_rate() 
     });
     let mut received = 0_u64;
     for _ in 0..40 {
-        received += body
-            .frame()
-            .await
-            .unwrap()
-            .unwrap()
-            .into_data()
-            .unwrap()
-            .len() as u64;
+        received += next_len(&mut body).await as u64;
         // What it sent plus 5 s at 2 KiB/s (measured over at least a second).
         let bound = received + 5 * 2_048 + 512;
         assert!(

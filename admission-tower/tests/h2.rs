@@ -51,6 +51,21 @@ async fn h2_client(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<
     sender
 }
 
+/// An HTTP/2 connection, and a `/stream` on it that holds the server's one slot.
+async fn hold_the_slot(
+    addr: SocketAddr,
+) -> (
+    hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+    http::Response<hyper::body::Incoming>,
+) {
+    let mut sender = h2_client(addr).await;
+    let stream = http::Request::get("http://test/stream")
+        .body(Full::default())
+        .unwrap();
+    let held = sender.send_request(stream).await.unwrap();
+    (sender, held)
+}
+
 fn upload(n: usize) -> http::Request<Full<Bytes>> {
     http::Request::post("http://test/upload")
         .body(Full::new(Bytes::from(vec![b'x'; n])))
@@ -60,15 +75,7 @@ fn upload(n: usize) -> http::Request<Full<Bytes>> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hypers_h2_client_reads_every_refusal_of_a_small_upload() {
     let (addr, layer, seen) = full_server().await;
-    let mut sender = h2_client(addr).await;
-    let held = sender
-        .send_request(
-            http::Request::get("http://test/stream")
-                .body(Full::default())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let (mut sender, held) = hold_the_slot(addr).await;
     assert_eq!(layer.gate().count().in_flight(), 1);
     for _ in 0..TRIES {
         let response = tokio::time::timeout(
@@ -102,15 +109,7 @@ async fn curls_h2_client_reads_every_refusal_of_a_small_upload() {
         return;
     }
     let (addr, layer, seen) = full_server().await;
-    let mut sender = h2_client(addr).await;
-    let held = sender
-        .send_request(
-            http::Request::get("http://test/stream")
-                .body(Full::default())
-                .unwrap(),
-        )
-        .await
-        .unwrap();
+    let (_sender, held) = hold_the_slot(addr).await;
     let file = std::env::temp_dir().join(format!("admission-h2-{}.bin", std::process::id()));
     std::fs::write(&file, vec![b'x'; 32 << 10]).unwrap();
     let url = format!("http://{addr}/upload");

@@ -141,22 +141,21 @@ where
     out
 }
 
+/// Four connections, each with a key of its own, that declare 64 KiB and then send a
+/// byte every 500 ms (2 B/s).
+fn four_tricklers(addr: SocketAddr) -> Vec<tokio::task::JoinHandle<Option<String>>> {
+    let every = Duration::from_millis(500);
+    (0..4)
+        .map(|i| tokio::spawn(trickle(addr, format!("trickler-{i}"), 64 << 10, 1, every)))
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_tricklers_cannot_deny_other_uploads_and_are_answered_408() {
     let layer = layer(SlowClients::default());
     let addr = serve(&layer).await;
     let start = Instant::now();
-    let tricklers: Vec<_> = (0..4)
-        .map(|i| {
-            tokio::spawn(trickle(
-                addr,
-                format!("trickler-{i}"),
-                64 << 10,
-                1,
-                Duration::from_millis(500),
-            ))
-        })
-        .collect();
+    let tricklers = four_tricklers(addr);
     sleep(Duration::from_millis(300)).await;
     let bytes = layer.gate().bytes().unwrap().clone();
     let held = bytes.in_flight();
@@ -194,17 +193,7 @@ async fn without_the_policy_four_tricklers_hold_the_whole_budget() {
     // without it.
     let layer = layer(SlowClients::off());
     let addr = serve(&layer).await;
-    let tricklers: Vec<_> = (0..4)
-        .map(|i| {
-            tokio::spawn(trickle(
-                addr,
-                format!("trickler-{i}"),
-                64 << 10,
-                1,
-                Duration::from_millis(500),
-            ))
-        })
-        .collect();
+    let tricklers = four_tricklers(addr);
     sleep(Duration::from_millis(300)).await;
     assert_eq!(layer.gate().bytes().unwrap().in_flight(), BUDGET);
     assert_eq!(legitimate_uploads(addr, 0).await, 0);
