@@ -400,3 +400,61 @@ async fn a_client_that_hangs_up_mid_body_on_an_idle_stream_releases_its_permits(
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_cut_after_the_handler_answered_is_still_reported() {
+    // The handler answers at once with a stream, and reads the upload on the side: the
+    // cut comes after the head, so the handler ends the response; the layer did not
+    // answer the cut, but the hook and the snapshot hear of it.
+    let seen = Arc::new(AtomicU64::new(0));
+    let hook = seen.clone();
+    let layer = AdmissionLayer::builder()
+        .bytes(BUDGET)
+        .on_refusal(move |event| {
+            if event.rejection
+                == admission_http::Rejection::Refused(admission_core::Refused::TooSlow)
+            {
+                hook.fetch_add(1, Ordering::SeqCst);
+            }
+        })
+        .build()
+        .unwrap();
+    let reads_on_the_side = |body: axum::body::Body| async move {
+        // The response ends when the reader task drops its sender, after the cut.
+        let (tx, rx) =
+            tokio::sync::mpsc::channel::<Result<http_body::Frame<Bytes>, std::io::Error>>(1);
+        tokio::spawn(async move {
+            let _ = body.collect().await; // cut for its pace
+            drop(tx);
+        });
+        axum::body::Body::new(StreamBody::new(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        ))
+    };
+    let app = Router::new()
+        .route("/late", post(reads_on_the_side))
+        .layer(layer.clone());
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let head = "POST /late HTTP/1.1\r\nhost: t\r\ncontent-length: 1000\r\n\r\nx";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = [0; 256];
+    let n = timeout(Duration::from_secs(3), stream.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "the handler answered first"
+    );
+    let deadline = Instant::now() + Duration::from_secs(8);
+    while layer.snapshot().too_slow == 0 {
+        assert!(Instant::now() < deadline, "the cut is reported");
+        sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(seen.load(Ordering::SeqCst), 1, "once, to the hook");
+    assert_eq!(layer.snapshot().too_slow, 1);
+}
