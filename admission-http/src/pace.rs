@@ -291,6 +291,24 @@ mod tests {
     const RATE: MinDataRate = MinDataRate::new(240, Duration::from_secs(5));
 
     #[test]
+    fn a_rate_is_what_it_was_made_with_and_never_zero() {
+        assert_eq!(RATE.bytes_per_second(), 240);
+        assert_eq!(RATE.grace(), Duration::from_secs(5));
+        assert_eq!(MinDataRate::new(0, Duration::ZERO).bytes_per_second(), 1);
+    }
+
+    #[test]
+    fn outside_a_runtime_a_wait_has_no_alarm_and_does_not_panic() {
+        let mut pace = Box::pin(Pace::new(RATE, None));
+        let now = Instant::now();
+        pace.as_mut().waiting(now);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let later = now + Duration::from_secs(60);
+        assert!(pace.as_mut().poll_alarm(&mut cx, later, false).is_pending());
+        assert!(pace.too_slow(later), "cut at its next frame instead");
+    }
+
+    #[test]
     fn a_body_may_wait_out_the_grace_period_then_what_it_has_sent_earns() {
         assert_eq!(RATE.patience(0), Duration::from_secs(5));
         assert_eq!(RATE.patience(1_200), Duration::from_secs(5));

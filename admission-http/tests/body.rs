@@ -159,3 +159,18 @@ fn into_parts_hands_the_permit_over_and_into_inner_releases_it() {
     let _inner = body.into_inner();
     assert_eq!(ledger.in_flight(), 0);
 }
+
+#[test]
+fn release_gives_the_permit_up_before_the_end() {
+    let ledger = CountLedger::new(1).unwrap();
+    let mut body = wrap(&ledger, Script::new(Hint::Never, [Step::Pending]));
+    assert!(matches!(poll(&mut body), Poll::Pending));
+    assert_eq!(ledger.in_flight(), 1);
+    std::pin::Pin::new(&mut body).release();
+    assert_eq!(
+        ledger.in_flight(),
+        0,
+        "released in place, the body still alive"
+    );
+    assert!(body.is_released());
+}

@@ -146,13 +146,18 @@ async fn a_slow_body_holds_what_it_sent_plus_the_grace_period_at_its_own_rate() 
         assert!(charge.charged() >= received);
     }
     assert_eq!(received, 20 << 10);
-    // Stalled: the reservation is given back as the rate decays, before the cut.
+    // Stalled: the reservation is given back as the rate decays, before the cut, never
+    // below what was sent.
     let read = tokio::spawn(async move { too_slow(body.frame().await) });
     sleep(Duration::from_secs(30)).await;
     let held = ledger.in_flight();
     assert!(
         held <= received + 5 * 20_480 / 40 + 512,
         "{held} held after 30 s of nothing"
+    );
+    assert!(
+        held >= received + 5 * 240,
+        "{held}: what was sent, and the minimum ahead"
     );
     assert!(
         read.await.unwrap(),
@@ -171,4 +176,13 @@ async fn a_body_timed_without_a_budget_records_its_cut_for_whoever_answers() {
         (charge.refused(), charge.charged()),
         (Some(Refused::TooSlow), 0)
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_small_first_frame_earns_the_grace_period_at_its_own_rate() {
+    let (tx, mut body, charge, _ledger) = paced();
+    // 300 bytes at once: 300 B/s over the shortest measure (a second), 1,500 ahead.
+    tx.send(chunk(300)).await.unwrap();
+    assert_eq!(next_len(&mut body).await, 300);
+    assert_eq!(charge.charged(), 300 + 1_500);
 }
