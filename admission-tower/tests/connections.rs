@@ -354,3 +354,56 @@ async fn a_request_head_bound_is_hyper_utils_and_composes_with_the_guard() {
     stream.write_all(b"GET / HTTP/1.1\r\nhost:").await.unwrap();
     assert!(closed_within(&mut stream, Duration::from_secs(3)).await);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reads_slowly_but_above_the_rate_is_not_cut() {
+    let layer = AdmissionLayer::builder().count(4).build().unwrap();
+    let (addr, seen) = serve(&layer, Connections::new(policy())).await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(64 << 10).unwrap();
+    let mut stream = socket.connect(addr).await.unwrap();
+    stream
+        .write_all(b"GET /stream HTTP/1.1\r\nhost: t\r\n\r\n")
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while seen.streams.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline);
+        sleep(Duration::from_millis(10)).await;
+    }
+    let tx = seen.streams.lock().unwrap().pop().unwrap();
+    // 16 MiB, more than the kernel buffers, for a client that takes at most 64 KiB every
+    // 10 ms: far above 240 B/s, with the server's writes waiting on it all along, for
+    // several grace periods.
+    let chunk = Bytes::from(vec![b'x'; 64 << 10]);
+    tokio::spawn(async move {
+        for _ in 0..256 {
+            if tx.send(chunk.clone()).await.is_err() {
+                return;
+            }
+        }
+    });
+    let mut buf = vec![0; 64 << 10];
+    let mut total = 0;
+    let start = Instant::now();
+    while total < 16 << 20 {
+        let n = timeout(Duration::from_secs(3), stream.read(&mut buf))
+            .await
+            .expect("the server keeps sending")
+            .unwrap();
+        assert_ne!(n, 0, "cut after {total} bytes and {:?}", start.elapsed());
+        total += n;
+        sleep(Duration::from_millis(10)).await;
+    }
+    assert!(
+        start.elapsed() > Duration::from_secs(2),
+        "several grace periods"
+    );
+}
+
+#[test]
+fn a_guarded_connection_says_what_it_wraps() {
+    let connections = Connections::new(SlowClients::default());
+    let guarded = connections.admit("io").unwrap();
+    assert!(format!("{guarded:?}").starts_with("GuardedIo { io: \"io\""));
+}
