@@ -407,3 +407,37 @@ fn a_guarded_connection_says_what_it_wraps() {
     let guarded = connections.admit("io").unwrap();
     assert!(format!("{guarded:?}").starts_with("GuardedIo { io: \"io\""));
 }
+
+#[tokio::test]
+async fn what_a_client_took_buys_no_more_than_the_grace_period_of_patience() {
+    // An in-memory pipe of 1 KiB: the server's writes wait on every read. The client
+    // takes 512 B every 10 ms (51 KB/s, far above 240 B/s) for 2 s, then stops.
+    let connections = Connections::new(policy());
+    let (server, mut client) = tokio::io::duplex(1024);
+    let mut server = connections.admit(server).unwrap();
+    let writer = tokio::spawn(async move {
+        let chunk = [b'x'; 4096];
+        loop {
+            if let Err(err) = server.write_all(&chunk).await {
+                return (Instant::now(), err.kind());
+            }
+        }
+    });
+    let mut buf = [0; 512];
+    let reading = Instant::now();
+    while reading.elapsed() < Duration::from_secs(2) {
+        client.read_exact(&mut buf).await.unwrap();
+        sleep(Duration::from_millis(10)).await;
+    }
+    let stopped = Instant::now();
+    let (cut, kind) = timeout(Duration::from_secs(5), writer)
+        .await
+        .expect("cut")
+        .unwrap();
+    assert_eq!(kind, std::io::ErrorKind::TimedOut);
+    let after = cut - stopped;
+    assert!(
+        after < Duration::from_millis(1_500),
+        "cut {after:?} after the client stopped: the grace period (1 s), not what 100 KB earned"
+    );
+}

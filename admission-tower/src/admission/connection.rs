@@ -80,10 +80,8 @@ impl Connections {
             _permit: permit,
             first_byte,
             send_rate: self.send_rate,
-            waited: Duration::ZERO,
+            patience: self.send_rate.map_or(Duration::ZERO, |rate| rate.grace()),
             since: None,
-            taken: 0,
-            kept_up: false,
             alarm: None,
         })
     }
@@ -101,13 +99,12 @@ pin_project! {
         // Until the first byte is read: when the connection must have sent it.
         first_byte: Option<Instant>,
         send_rate: Option<MinDataRate>,
-        // While the client falls behind: how long writes have waited on it in all, since
-        // when the write in progress has, and what it took in that time. Two writes in a
-        // row taken at once (`kept_up`) mean it keeps up: the account starts over.
-        waited: Duration,
+        // How much longer writes may wait on the client: a bucket of at most the grace
+        // period, spent while a write waits, earned back at `1 / rate` a byte the client
+        // takes, and full again when a write is taken at once. And since when the write
+        // in progress has waited.
+        patience: Duration,
         since: Option<Instant>,
-        taken: u64,
-        kept_up: bool,
         alarm: Option<Pin<Box<Sleep>>>,
     }
 }
@@ -184,25 +181,24 @@ impl<I: AsyncWrite> AsyncWrite for GuardedIo<I> {
         };
         let now = Instant::now();
         match &write {
-            Poll::Ready(Ok(n)) => match this.since.take() {
-                // A write that waited: the client took `n` bytes in that time.
-                Some(since) => {
-                    *this.waited += now.saturating_duration_since(since);
-                    *this.taken += *n as u64;
-                    *this.kept_up = false;
-                }
-                None if *this.kept_up => {
-                    *this.waited = Duration::ZERO;
-                    *this.taken = 0;
-                }
-                None => *this.kept_up = true,
-            },
+            Poll::Ready(Ok(n)) => {
+                let patience = match this.since.take() {
+                    // A write that waited: the wait spent patience, what the client took
+                    // in it earns some back.
+                    Some(since) => {
+                        let taken = *n as f64 / rate.bytes_per_second() as f64;
+                        this.patience
+                            .saturating_sub(now.saturating_duration_since(since))
+                            + Duration::from_secs_f64(taken)
+                    }
+                    // Taken at once: the socket had room, the client keeps up.
+                    None => rate.grace(),
+                };
+                *this.patience = patience.min(rate.grace());
+            }
             Poll::Pending => {
                 let since = *this.since.get_or_insert(now);
-                let earned =
-                    Duration::from_secs_f64(*this.taken as f64 / rate.bytes_per_second() as f64);
-                let left = rate.grace().max(earned).saturating_sub(*this.waited);
-                let deadline = since + left + Duration::from_millis(1);
+                let deadline = since + *this.patience + Duration::from_millis(1);
                 if poll_alarm(this.alarm, cx, deadline).is_ready() {
                     return Poll::Ready(Err(timed_out(
                         "the client does not read at the minimum rate",

@@ -168,10 +168,13 @@ impl SlowClients {
     }
 
     /// For guarded connections: while the server has bytes it cannot write (the client
-    /// does not read), the client must take them at `rate` once the grace period is
-    /// over, or the connection is closed. Counted only while a write waits, so an idle
-    /// stream (server-sent events with heartbeats) is never cut. Default 240 B/s after
-    /// 5 s (Kestrel's minimum response data rate); `None` lets a client stall forever.
+    /// does not read), the client must take them at `rate`, or the connection is closed.
+    /// Writes may wait on it for at most the grace period in all, earning back `1 / rate`
+    /// seconds a byte it takes (never more than the grace period: what it took fast
+    /// buys no long stall later), and all of it when a write is taken at once. Counted
+    /// only while a write waits, so an idle stream (server-sent events with heartbeats)
+    /// is never cut. Default 240 B/s after 5 s (Kestrel's minimum response data rate);
+    /// `None` lets a client stall forever.
     ///
     /// ```
     /// use std::time::Duration;
