@@ -649,21 +649,34 @@ pin_project! {
         // `None` only once taken (`into_inner`, or handed to the charge on drop).
         #[pin]
         inner: Option<B>,
-        // The charge this body grows, with its counters; `None` unmetered.
-        charge: Option<RequestCharge>,
-        // Its timing, for a body held to a minimum data rate.
-        pace: Option<Pin<Box<Pace>>>,
-        // Hands an unfinished body to its charge when dropped (`keep_unread`).
-        keep: Option<fn(Pin<&mut Option<B>>, &RequestCharge)>,
+        // `None` unmetered. One pointer: every request's body is moved several times on
+        // its way to the handler, and an unmetered one should cost next to nothing.
+        meter: Option<Pin<Box<Meter<B>>>>,
     }
 
     impl<B> PinnedDrop for MeteredBody<B> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            if let (Some(keep), Some(charge)) = (this.keep.take(), this.charge.as_ref()) {
-                keep(this.inner, charge);
+            if let Some(meter) = this.meter.as_mut() {
+                let meter = meter.as_mut().project();
+                if let Some(keep) = meter.keep.take() {
+                    keep(this.inner, meter.charge);
+                }
             }
         }
+    }
+}
+
+pin_project! {
+    /// What a metered body carries beside its inner body.
+    struct Meter<B> {
+        // The charge this body grows, with its counters.
+        charge: RequestCharge,
+        // Its timing, for a body held to a minimum data rate.
+        #[pin]
+        pace: Option<Pace>,
+        // Hands an unfinished body to its charge when dropped (`keep_unread`).
+        keep: Option<fn(Pin<&mut Option<B>>, &RequestCharge)>,
     }
 }
 
@@ -687,9 +700,11 @@ impl<B> MeteredBody<B> {
         charge.shared.covered.store(covered, Ordering::Relaxed);
         Self {
             inner: Some(inner),
-            charge: Some(charge),
-            pace: None,
-            keep: None,
+            meter: Some(Box::pin(Meter {
+                charge,
+                pace: None,
+                keep: None,
+            })),
         }
     }
 
@@ -703,7 +718,9 @@ impl<B> MeteredBody<B> {
     /// budget cannot take beyond the data itself is skipped, not refused.
     ///
     /// The timer is tokio's (feature `tokio`, inside a tokio runtime). Without it a body
-    /// that stalls is cut, and its charge reviewed, only when its next frame comes.
+    /// that stalls is cut, and its charge reviewed, only when its next frame comes. An
+    /// unmetered body is not timed: to time a body without a byte budget, meter it with
+    /// [`RequestCharge::unmetered`].
     ///
     /// ```
     /// use std::time::Duration;
@@ -733,7 +750,10 @@ impl<B> MeteredBody<B> {
     ///
     /// [`Refused::TooSlow`]: admission_core::Refused::TooSlow
     pub fn paced(mut self, rate: MinDataRate, declared: Option<u64>) -> Self {
-        self.pace = Some(Box::pin(Pace::new(rate, declared)));
+        if let Some(meter) = self.meter.as_mut() {
+            let pace = Pace::new(rate, declared);
+            meter.as_mut().project().pace.set(Some(pace));
+        }
         self
     }
 
@@ -743,7 +763,8 @@ impl<B> MeteredBody<B> {
     /// stops reading a connection whose request body was dropped unfinished, and then
     /// cannot see the client hang up while the response has nothing to send; read on,
     /// it sees the end of the connection, and the holder can release what the request
-    /// held. A body that was refused or had ended is not kept.
+    /// held. A body that was refused or had ended is not kept, nor an unmetered one
+    /// (there is no charge to keep it).
     ///
     /// ```
     /// use std::task::Poll;
@@ -770,7 +791,9 @@ impl<B> MeteredBody<B> {
     where
         B: Body + Send + Unpin + 'static,
     {
-        self.keep = Some(hand_over::<B>);
+        if let Some(meter) = self.meter.as_mut() {
+            *meter.as_mut().project().keep = Some(hand_over::<B>);
+        }
         self
     }
 
@@ -788,9 +811,7 @@ impl<B> MeteredBody<B> {
     pub fn unmetered(inner: B) -> Self {
         Self {
             inner: Some(inner),
-            charge: None,
-            pace: None,
-            keep: None,
+            meter: None,
         }
     }
 
@@ -806,14 +827,13 @@ impl<B> MeteredBody<B> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn seen(&self) -> u64 {
-        self.charge
-            .as_ref()
+        self.charge()
             .map_or(0, |charge| charge.shared.seen.load(Ordering::Relaxed))
     }
 
     /// Whether the byte ledger refused this body: it then ends.
     fn failed(&self) -> bool {
-        self.charge.as_ref().is_some_and(|c| c.refused().is_some())
+        self.charge().is_some_and(|c| c.refused().is_some())
     }
 
     /// The shared charge, if the body is metered.
@@ -824,7 +844,7 @@ impl<B> MeteredBody<B> {
     /// assert!(MeteredBody::unmetered("body").charge().is_none());
     /// ```
     pub fn charge(&self) -> Option<&RequestCharge> {
-        self.charge.as_ref()
+        self.meter.as_ref().map(|meter| &meter.charge)
     }
 
     /// The inner body.
@@ -922,14 +942,16 @@ where
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let mut this = self.project();
         let inner = this.inner.as_mut().as_pin_mut().expect(TAKEN);
-        let Some(charge) = this.charge.as_ref() else {
+        let Some(meter) = this.meter.as_mut() else {
             // Unmetered: the inner body, as it is.
             return inner.poll_frame(cx).map_err(Into::into);
         };
+        let meter = meter.as_mut().project();
+        let charge = &*meter.charge;
         if charge.refused().is_some() {
             return Poll::Ready(None);
         }
-        let Some(pace) = this.pace.as_mut() else {
+        let Some(mut pace) = meter.pace.as_pin_mut() else {
             return match inner.poll_frame(cx) {
                 Poll::Ready(Some(Ok(frame))) => match frame.data_ref() {
                     Some(data) => {
@@ -1000,7 +1022,7 @@ impl<B: fmt::Debug> fmt::Debug for MeteredBody<B> {
         f.debug_struct("MeteredBody")
             .field("inner", &self.inner)
             .field("seen", &self.seen())
-            .field("metered", &self.charge.is_some())
+            .field("metered", &self.meter.is_some())
             .finish()
     }
 }
