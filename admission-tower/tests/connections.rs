@@ -441,3 +441,57 @@ async fn what_a_client_took_buys_no_more_than_the_grace_period_of_patience() {
         "cut {after:?} after the client stopped: the grace period (1 s), not what 100 KB earned"
     );
 }
+
+#[tokio::test]
+async fn a_client_that_reads_below_the_rate_is_cut_though_it_reads() {
+    // 16 B every 100 ms is 160 B/s: each wait spends more patience than the bytes taken
+    // in it earn back (at 240 B/s), so the grace period (1 s) runs out in about 3 s.
+    let connections = Connections::new(policy());
+    let (server, mut client) = tokio::io::duplex(1024);
+    let mut server = connections.admit(server).unwrap();
+    let writer = tokio::spawn(async move {
+        let chunk = [b'x'; 4096];
+        loop {
+            if let Err(err) = server.write_all(&chunk).await {
+                return err.kind();
+            }
+        }
+    });
+    let start = Instant::now();
+    let mut buf = [0; 16];
+    while !writer.is_finished() {
+        assert!(start.elapsed() < Duration::from_secs(8), "not cut");
+        let _ = timeout(Duration::from_millis(50), client.read_exact(&mut buf)).await;
+        sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(writer.await.unwrap(), std::io::ErrorKind::TimedOut);
+    assert!(
+        start.elapsed() > Duration::from_secs(2),
+        "not before its patience ran out"
+    );
+}
+
+#[tokio::test]
+async fn a_guarded_connection_passes_flushes_shutdowns_and_vectored_writes_on() {
+    let connections = Connections::new(policy());
+    let (server, mut client) = tokio::io::duplex(1024);
+    let mut server = connections
+        .admit(tokio::io::BufWriter::new(server))
+        .unwrap();
+    let bufs = [std::io::IoSlice::new(b""), std::io::IoSlice::new(b"abc")];
+    assert_eq!(server.write_vectored(&bufs).await.unwrap(), 3);
+    server.flush().await.unwrap();
+    let mut read = [0; 3];
+    timeout(Duration::from_secs(1), client.read_exact(&mut read))
+        .await
+        .expect("flushed through")
+        .unwrap();
+    assert_eq!(&read, b"abc");
+    server.shutdown().await.unwrap();
+    let mut rest = Vec::new();
+    timeout(Duration::from_secs(1), client.read_to_end(&mut rest))
+        .await
+        .expect("shut down through")
+        .unwrap();
+    assert!(rest.is_empty());
+}
