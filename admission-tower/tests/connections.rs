@@ -408,12 +408,14 @@ fn a_guarded_connection_says_what_it_wraps() {
     assert!(format!("{guarded:?}").starts_with("GuardedIo { io: \"io\""));
 }
 
-#[tokio::test]
-async fn what_a_client_took_buys_no_more_than_the_grace_period_of_patience() {
-    // An in-memory pipe of 1 KiB: the server's writes wait on every read. The client
-    // takes 512 B every 10 ms (51 KB/s, far above 240 B/s) for 2 s, then stops.
+/// A guarded connection over an in-memory pipe of 1 KiB, whose server side writes until
+/// it fails (returning when, and why), and the client side.
+fn writes_into_a_pipe() -> (
+    tokio::task::JoinHandle<(Instant, std::io::ErrorKind)>,
+    tokio::io::DuplexStream,
+) {
     let connections = Connections::new(policy());
-    let (server, mut client) = tokio::io::duplex(1024);
+    let (server, client) = tokio::io::duplex(1024);
     let mut server = connections.admit(server).unwrap();
     let writer = tokio::spawn(async move {
         let chunk = [b'x'; 4096];
@@ -423,6 +425,14 @@ async fn what_a_client_took_buys_no_more_than_the_grace_period_of_patience() {
             }
         }
     });
+    (writer, client)
+}
+
+#[tokio::test]
+async fn what_a_client_took_buys_no_more_than_the_grace_period_of_patience() {
+    // An in-memory pipe of 1 KiB: the server's writes wait on every read. The client
+    // takes 512 B every 10 ms (51 KB/s, far above 240 B/s) for 2 s, then stops.
+    let (writer, mut client) = writes_into_a_pipe();
     let mut buf = [0; 512];
     let reading = Instant::now();
     while reading.elapsed() < Duration::from_secs(2) {
@@ -446,17 +456,7 @@ async fn what_a_client_took_buys_no_more_than_the_grace_period_of_patience() {
 async fn a_client_that_reads_below_the_rate_is_cut_though_it_reads() {
     // 16 B every 100 ms is 160 B/s: each wait spends more patience than the bytes taken
     // in it earn back (at 240 B/s), so the grace period (1 s) runs out in about 3 s.
-    let connections = Connections::new(policy());
-    let (server, mut client) = tokio::io::duplex(1024);
-    let mut server = connections.admit(server).unwrap();
-    let writer = tokio::spawn(async move {
-        let chunk = [b'x'; 4096];
-        loop {
-            if let Err(err) = server.write_all(&chunk).await {
-                return err.kind();
-            }
-        }
-    });
+    let (writer, mut client) = writes_into_a_pipe();
     let start = Instant::now();
     let mut buf = [0; 16];
     while !writer.is_finished() {
@@ -464,7 +464,7 @@ async fn a_client_that_reads_below_the_rate_is_cut_though_it_reads() {
         let _ = timeout(Duration::from_millis(50), client.read_exact(&mut buf)).await;
         sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(writer.await.unwrap(), std::io::ErrorKind::TimedOut);
+    assert_eq!(writer.await.unwrap().1, std::io::ErrorKind::TimedOut);
     assert!(
         start.elapsed() > Duration::from_secs(2),
         "not before its patience ran out"

@@ -206,15 +206,7 @@ async fn without_the_policy_four_tricklers_hold_the_whole_budget() {
 async fn a_chunked_trickle_holds_a_count_permit_no_longer_than_the_grace_period() {
     // A count limit alone: the body is timed all the same.
     let layer = AdmissionLayer::builder().count(1).build().unwrap();
-    let app = Router::new()
-        .route(
-            "/upload",
-            post(|body: Bytes| async move { body.len().to_string() }),
-        )
-        .layer(layer.clone());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let addr = serve(&layer).await;
 
     let stream = TcpStream::connect(addr).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
