@@ -37,12 +37,12 @@ fn layer(slow: SlowClients) -> AdmissionLayer {
 
 /// `POST /upload` answers with the length it read.
 async fn serve(layer: &AdmissionLayer) -> SocketAddr {
-    let app = Router::new()
-        .route(
-            "/upload",
-            post(|body: Bytes| async move { body.len().to_string() }),
-        )
-        .layer(layer.clone());
+    let upload = post(|body: Bytes| async move { body.len().to_string() });
+    serve_app(Router::new().route("/upload", upload).layer(layer.clone())).await
+}
+
+/// Serves `app` with `axum::serve` on `127.0.0.1:0`.
+async fn serve_app(app: Router) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -324,13 +324,12 @@ async fn serve_events(layer: &AdmissionLayer) -> SocketAddr {
         let never = futures_never();
         axum::body::Body::from_stream(never)
     };
-    let app = Router::new()
-        .route("/events", post(events))
-        .layer(layer.clone());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    addr
+    serve_app(
+        Router::new()
+            .route("/events", post(events))
+            .layer(layer.clone()),
+    )
+    .await
 }
 
 fn futures_never() -> impl tokio_stream::Stream<Item = Result<Bytes, std::io::Error>> + Send {
@@ -423,12 +422,8 @@ async fn a_body_cut_after_the_handler_answered_is_still_reported() {
             tokio_stream::wrappers::ReceiverStream::new(rx),
         ))
     };
-    let app = Router::new()
-        .route("/late", post(reads_on_the_side))
-        .layer(layer.clone());
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let late = Router::new().route("/late", post(reads_on_the_side));
+    let addr = serve_app(late.layer(layer.clone())).await;
 
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let head = "POST /late HTTP/1.1\r\nhost: t\r\ncontent-length: 1000\r\n\r\nx";

@@ -419,9 +419,10 @@ impl<S, K, H> Admission<S, K, H> {
         }
         let priority = shared.classify(&parts);
         // A body is timed if the policy says so and there is one (never in a dry run).
-        let rate = match shared.dry_run || body.is_end_stream() {
-            true => None,
-            false => shared.slow.body_rate_for(&parts),
+        let rate = if shared.dry_run || body.is_end_stream() {
+            None
+        } else {
+            shared.slow.body_rate_for(&parts)
         };
         match shared.admit(&parts, priority, rate) {
             Ok((permit, declared)) => {
