@@ -29,7 +29,7 @@ fn layer(c: &mut Criterion) {
     });
 
     // Every limit disabled: the same layer type, passing requests through uncounted.
-    let disabled = AdmissionLayer::builder().build().unwrap();
+    let disabled = AdmissionLayer::off();
     let mut disabled = disabled.layer(tower::service_fn(ok));
     g.bench_function("disabled", |b| {
         b.iter(|| drive::<_, Empty<Bytes>>(&mut disabled, &mut cx))

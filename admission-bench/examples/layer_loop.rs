@@ -13,7 +13,9 @@
 //! `adaptive` (`AdmissionLayer` with an adaptive count limit, held at 1024: the
 //! sample's cost, clock reads included), `theirs` (`LoadShed` + `ConcurrencyLimit`),
 //! `none`; and, without a service, the count
-//! ledger's acquire and release: `count` (plain), `count_class` (with a priority class).
+//! ledger's acquire and release: `count` (plain), `count_class` (with a priority class),
+//! beside tokio's owned permit (`tokio_owned`: `Arc<Semaphore>::try_acquire_owned` and its
+//! drop) and the floor (`floor`: one compare-exchange and one subtraction).
 //! Built with `--features metrics`, `metrics` is `ours` recording into a Prometheus
 //! recorder, and `metrics_off` is `ours` opted out (`.metrics(false)`).
 
@@ -57,7 +59,7 @@ fn main() {
             }
         }
         "disabled" => {
-            let l = AdmissionLayer::builder().build().unwrap();
+            let l = AdmissionLayer::off();
             let mut s = l.layer(tower::service_fn(ok));
             for _ in 0..n {
                 drive::<_, Empty<Bytes>>(&mut s, &mut cx)
@@ -66,7 +68,7 @@ fn main() {
         "classes" => {
             let l = AdmissionLayer::builder()
                 .count(1024)
-                .priority(Classes::standard(), |_| Priority::SHEDDABLE)
+                .priority(Classes::standard(), |_, _| Priority::SHEDDABLE)
                 .build()
                 .unwrap();
             let mut s = l.layer(tower::service_fn(ok));
@@ -108,6 +110,21 @@ fn main() {
             let class = std::hint::black_box(Priority::SHEDDABLE);
             for _ in 0..n {
                 drop(std::hint::black_box(ledger.try_acquire_as(class).unwrap()));
+            }
+        }
+        "tokio_owned" => {
+            let semaphore = std::sync::Arc::new(tokio::sync::Semaphore::new(1024));
+            for _ in 0..n {
+                drop(std::hint::black_box(
+                    semaphore.clone().try_acquire_owned().unwrap(),
+                ));
+            }
+        }
+        "floor" => {
+            let floor = admission_bench::Floor::new(1024);
+            for _ in 0..n {
+                assert!(std::hint::black_box(&floor).try_acquire(1));
+                std::hint::black_box(&floor).release(1);
             }
         }
         "theirs" => {

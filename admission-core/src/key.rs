@@ -14,6 +14,8 @@ enum Kind {
     Digest,
     Ipv4,
     Ipv6,
+    /// [`Key::MISSING`].
+    Missing,
 }
 
 /// A compact owned key for keyed limits: a client's IP address, or an identifier (an API
@@ -53,6 +55,22 @@ pub struct Key {
 impl Key {
     /// The longest value held exactly; longer ones are held as a digest.
     pub const INLINE: usize = 46;
+
+    /// The key of requests that carry none (no such header, no peer address): equal only
+    /// to itself, so it is no client's identifier, empty or otherwise.
+    ///
+    /// ```
+    /// use admission_core::Key;
+    ///
+    /// assert_eq!(Key::MISSING, Key::MISSING);
+    /// assert_ne!(Key::MISSING, Key::from(""));
+    /// assert_eq!(format!("{:?}", Key::MISSING), "Key(<missing>)");
+    /// ```
+    pub const MISSING: Key = Key {
+        kind: Kind::Missing,
+        len: 0,
+        bytes: [0; Key::INLINE],
+    };
 
     /// A key for `value`: exact up to [`INLINE`](Self::INLINE) bytes, a digest beyond.
     ///
@@ -186,6 +204,7 @@ impl fmt::Debug for Key {
                 Ok(text) => write!(f, "Key({text:?})"),
                 Err(_) => write!(f, "Key({:x?})", self.used()),
             },
+            (Kind::Missing, _) => f.write_str("Key(<missing>)"),
             _ => f.write_str("Key(<digest>)"),
         }
     }

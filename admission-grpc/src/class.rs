@@ -2,7 +2,7 @@
 //! [`METADATA`] (`x-request-class: sheddable`), by a class name of the server's
 //! [`Classes`] table; the server reads it with
 //! [`AdmissionInterceptor::priority`](crate::AdmissionInterceptor::priority) and
-//! [`metadata`], or, behind the tower layer, with `admission_http::class::header`
+//! [`metadata`], or, behind the tower layer, with `admission_tower::class::header`
 //! (metadata are HTTP/2 headers: the same entry).
 //!
 //! A class stated by the caller is the caller's word: honour it from your own services

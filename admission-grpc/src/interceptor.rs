@@ -23,7 +23,7 @@ type ClassifyFn = Arc<dyn Fn(&MetadataMap) -> Priority + Send + Sync>;
 /// **its scope is the handler's hold on the request**, not the response: it is released
 /// when the handler drops the request (typically when the handler returns), even if the
 /// handler returned a stream that keeps running. To bound streaming responses, use the
-/// layer ([`GrpcAdmission`](crate::GrpcAdmission)), which holds permits until the stream
+/// layer ([`refusals`](crate::refusals())), which holds permits until the stream
 /// ends. Byte budgets need the request body, so they belong to the layer or to the
 /// handler ([`refused_status`](crate::refused_status)).
 ///

@@ -1,22 +1,24 @@
 //! The admission layer with gRPC-shaped refusals.
 
-use std::hash::{BuildHasher, Hash};
-
-use admission_tower::AdmissionBuilder;
+use admission_tower::Refusals;
 use http::request::Parts;
 
 use crate::status::{body_status, trailers_only, RefusalCode};
 
-/// gRPC refusals for [`AdmissionBuilder`]: the same gate and service as for HTTP, with
-/// a trailers-only gRPC response instead of 503 / 429 / 413.
+/// gRPC refusals, for [`AdmissionBuilder::refusals`]: the same gate and service as for
+/// HTTP, with a trailers-only gRPC response instead of 503 / 429 / 413.
 ///
 /// A refused call gets HTTP 200, `content-type: application/grpc`, `grpc-status: 8`
 /// (`RESOURCE_EXHAUSTED`), a percent-encoded `grpc-message` naming the refusing
-/// dimension, `grpc-retry-pushback-ms` from the builder's `retry_after`, and
+/// dimension, `grpc-retry-pushback-ms` from the value's `retry_after`, and
 /// `grpc-status-details-bin` carrying a `google.rpc.RetryInfo` with that delay. A
 /// tonic client sees `Code::ResourceExhausted`. (A bare HTTP 503 reaches a gRPC client as
 /// `UNAVAILABLE` and loses the server's meaning; and OTLP exporters retry
 /// `RESOURCE_EXHAUSTED` only when `RetryInfo` says the server will recover.)
+///
+/// It is a [`Refusals`] like any: set its `retry_after` and `retry_jitter` on it. (Its
+/// shape is the whole response: a `body` set on it afterwards would replace the gRPC
+/// shape with an HTTP one.)
 ///
 /// Permits are held until the response stream ends, so server-streaming calls stay
 /// bounded for as long as they stream.
@@ -32,66 +34,49 @@ use crate::status::{body_status, trailers_only, RefusalCode};
 /// status, pushback and `RetryInfo` included. A request too large is
 /// `RESOURCE_EXHAUSTED` without a retry hint in every case.
 ///
-/// # Examples
-///
 /// ```
 /// use std::time::Duration;
-/// use admission_grpc::{is_health_check, GrpcAdmission};
+/// use admission_grpc::is_health_check;
 /// use admission_tower::AdmissionLayer;
 ///
 /// let layer = AdmissionLayer::builder()
 ///     .count(256)
-///     .retry_after(Duration::from_millis(500))
 ///     .bypass(is_health_check)
-///     .grpc()
+///     .refusals(admission_grpc::refusals().retry_after(Duration::from_millis(500)))
 ///     .build()?;
 /// // tonic::transport::Server::builder().layer(layer).add_service(...)
 /// # drop(layer);
 /// # Ok::<(), admission_tower::BuildError>(())
 /// ```
-pub trait GrpcAdmission: Sized {
-    /// Refuse with trailers-only `RESOURCE_EXHAUSTED` and `RetryInfo`.
-    ///
-    /// ```
-    /// use admission_grpc::GrpcAdmission;
-    /// use admission_tower::AdmissionLayer;
-    ///
-    /// let layer = AdmissionLayer::builder().count(4).grpc().build()?;
-    /// assert_eq!(layer.gate().count().capacity(), 4);
-    /// # Ok::<(), admission_tower::BuildError>(())
-    /// ```
-    fn grpc(self) -> Self {
-        self.grpc_with(RefusalCode::ResourceExhausted)
-    }
-
-    /// Refuse with trailers-only gRPC responses of the given code (`UNAVAILABLE` for
-    /// clients whose retry policy lists only that code). A request too large is always
-    /// `RESOURCE_EXHAUSTED`, without `RetryInfo`.
-    ///
-    /// ```
-    /// use admission_grpc::{GrpcAdmission, RefusalCode};
-    /// use admission_tower::AdmissionLayer;
-    ///
-    /// let layer = AdmissionLayer::builder().count(4).grpc_with(RefusalCode::Unavailable).build()?;
-    /// assert_eq!(layer.gate().count().capacity(), 4);
-    /// # Ok::<(), admission_tower::BuildError>(())
-    /// ```
-    fn grpc_with(self, code: RefusalCode) -> Self;
+///
+/// [`AdmissionBuilder::refusals`]: admission_tower::AdmissionBuilder::refusals
+pub fn refusals() -> Refusals {
+    refusals_with(RefusalCode::ResourceExhausted)
 }
 
-impl<K, H> GrpcAdmission for AdmissionBuilder<K, H>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    H: BuildHasher + Clone + Send + Sync + 'static,
-{
-    fn grpc_with(self, code: RefusalCode) -> Self {
-        self.refusal_response(move |cx| trailers_only(code, cx))
-            .body_error(move |cx| Box::new(body_status(code, cx)))
-    }
+/// gRPC refusals of the given code (`UNAVAILABLE` for clients whose retry policy lists
+/// only that code), as [`refusals`] makes them. A request too large is always
+/// `RESOURCE_EXHAUSTED`, without `RetryInfo`.
+///
+/// ```
+/// use admission_grpc::RefusalCode;
+/// use admission_tower::AdmissionLayer;
+///
+/// let layer = AdmissionLayer::builder()
+///     .count(4)
+///     .refusals(admission_grpc::refusals_with(RefusalCode::Unavailable))
+///     .build()?;
+/// assert_eq!(layer.gate().count().capacity(), 4);
+/// # Ok::<(), admission_tower::BuildError>(())
+/// ```
+pub fn refusals_with(code: RefusalCode) -> Refusals {
+    Refusals::new()
+        .response(move |cx| trailers_only(code, cx))
+        .body_error(move |cx| Box::new(body_status(code, cx)))
 }
 
 /// Whether a call is to the standard health service, `grpc.health.v1.Health`: pass it to
-/// [`AdmissionBuilder::bypass`] so health checks are never shed (a load balancer would
+/// `AdmissionBuilder::bypass` so health checks are never shed (a load balancer would
 /// evict an instance that is still serving).
 ///
 /// ```

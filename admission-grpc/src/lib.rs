@@ -7,8 +7,8 @@
 //!
 //! | You want to | Use |
 //! |---|---|
-//! | admit calls with the admission layer, refused as trailers-only `RESOURCE_EXHAUSTED` + `RetryInfo` | [`GrpcAdmission::grpc`] on `admission_tower::AdmissionBuilder` |
-//! | the same, answered `UNAVAILABLE` for clients whose retry policy lists only that | [`GrpcAdmission::grpc_with`] + [`RefusalCode::Unavailable`] |
+//! | admit calls with the admission layer, refused as trailers-only `RESOURCE_EXHAUSTED` + `RetryInfo` | [`refusals()`] given to `AdmissionBuilder::refusals` |
+//! | the same, answered `UNAVAILABLE` for clients whose retry policy lists only that | [`refusals_with`] + [`RefusalCode::Unavailable`] |
 //! | never shed health checks | [`is_health_check`] as the layer's bypass |
 //! | admit in an interceptor (count and key; scope: the handler) | [`AdmissionInterceptor`] |
 //! | refuse a charge made inside a handler (decoded bytes, say) | [`refused_status`] |
@@ -24,7 +24,7 @@
 //! The same at the head and while the request streams in: tonic clients send no
 //! `Content-Length`, so a byte budget or a maximum request size refuses as the message
 //! arrives; the call is answered with the refusal rather than with the handler's
-//! `UNKNOWN` (see [`GrpcAdmission`]). The OpenTelemetry OTLP exporter retries these
+//! `UNKNOWN` (see [`refusals()`]). The OpenTelemetry OTLP exporter retries these
 //! refusals by its own policy (the workspace tests it against the real exporter).
 //!
 //! # Example
@@ -33,8 +33,8 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use admission_grpc::{is_health_check, GrpcAdmission};
-//! use admission_tower::AdmissionLayer;
+//! use admission_grpc::is_health_check;
+//! use admission_tower::{key, AdmissionLayer, PerKey};
 //! use tonic::transport::{Endpoint, Server};
 //! use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
 //!
@@ -44,10 +44,10 @@
 //!     .count(256)                              // calls in flight, streams included
 //!     .bytes(64 << 20)                         // request bytes in flight
 //!     .max_request_bytes(4 << 20)
-//!     .per_key(16, admission_http::key::header(http::HeaderName::from_static("x-tenant")))
-//!     .retry_after(Duration::from_millis(250)) // RetryInfo and grpc-retry-pushback-ms
+//!     .per_key(PerKey::new(16, key::header(http::HeaderName::from_static("x-tenant"))))
 //!     .bypass(is_health_check)
-//!     .grpc()
+//!     // trailers-only RESOURCE_EXHAUSTED, RetryInfo and grpc-retry-pushback-ms of 250 ms
+//!     .refusals(admission_grpc::refusals().retry_after(Duration::from_millis(250)))
 //!     .build()?;
 //!
 //! let (reporter, health) = tonic_health::server::health_reporter();
@@ -104,7 +104,7 @@ mod service;
 mod status;
 
 pub use interceptor::{AdmissionInterceptor, HandlerPermit};
-pub use layer::{is_health_check, GrpcAdmission};
+pub use layer::{is_health_check, refusals, refusals_with};
 pub use service::NamedAdmission;
 pub use status::{refused_status, refused_status_with, RefusalCode, RETRY_PUSHBACK_MS};
 

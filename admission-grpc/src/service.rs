@@ -1,10 +1,8 @@
 //! One tonic service behind limits of its own.
 
-use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::task::{Context, Poll};
 
-use admission_core::Key;
 use admission_tower::{Admission, AdmissionLayer};
 use tonic::server::NamedService;
 use tower_layer::Layer;
@@ -17,27 +15,27 @@ use tower_service::Service;
 /// gate. To give services different limits (a cheap lookup and an expensive export on one
 /// port), wrap each in its own: tonic routes by the wrapped service's name
 /// ([`NamedService`]), which the tower crate's [`Admission`] cannot carry without
-/// depending on tonic. Everything else is the layer's: refusals (use
-/// [`GrpcAdmission::grpc`](crate::GrpcAdmission::grpc) on its builder), bypass, drain.
+/// depending on tonic. Everything else is the layer's: refusals (give its builder
+/// [`refusals`](crate::refusals())), bypass, drain.
 ///
 /// ```
-/// use admission_grpc::{GrpcAdmission, NamedAdmission};
+/// use admission_grpc::NamedAdmission;
 /// use admission_tower::AdmissionLayer;
 /// use tonic::server::NamedService;
 ///
 /// let (_, health) = tonic_health::server::health_reporter();
-/// let tight = AdmissionLayer::builder().count(4).grpc().build()?;
+/// let tight = AdmissionLayer::builder().count(4).refusals(admission_grpc::refusals()).build()?;
 /// let service = NamedAdmission::new(&tight, health);
 /// fn name<S: NamedService>(_: &S) -> &'static str { S::NAME }
 /// assert_eq!(name(&service), "grpc.health.v1.Health"); // what tonic routes by
 /// let _router = tonic::transport::Server::builder().add_service(service);
 /// # Ok::<(), admission_tower::BuildError>(())
 /// ```
-pub struct NamedAdmission<S, K = Key, H = RandomState> {
-    inner: Admission<S, K, H>,
+pub struct NamedAdmission<S> {
+    inner: Admission<S>,
 }
 
-impl<S, K, H> NamedAdmission<S, K, H> {
+impl<S> NamedAdmission<S> {
     /// `service` behind `layer`'s gate (shared with every other use of that layer).
     ///
     /// ```
@@ -50,7 +48,7 @@ impl<S, K, H> NamedAdmission<S, K, H> {
     /// assert_eq!(wrapped.get_ref().gate().count().capacity(), 8);
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
-    pub fn new(layer: &AdmissionLayer<K, H>, service: S) -> Self {
+    pub fn new(layer: &AdmissionLayer, service: S) -> Self {
         Self {
             inner: layer.layer(service),
         }
@@ -67,16 +65,16 @@ impl<S, K, H> NamedAdmission<S, K, H> {
     /// assert_eq!(NamedAdmission::new(&layer, health).get_ref().snapshot(), layer.snapshot());
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
-    pub fn get_ref(&self) -> &Admission<S, K, H> {
+    pub fn get_ref(&self) -> &Admission<S> {
         &self.inner
     }
 }
 
-impl<S: NamedService, K, H> NamedService for NamedAdmission<S, K, H> {
+impl<S: NamedService> NamedService for NamedAdmission<S> {
     const NAME: &'static str = S::NAME;
 }
 
-impl<S: Clone, K, H> Clone for NamedAdmission<S, K, H> {
+impl<S: Clone> Clone for NamedAdmission<S> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -84,13 +82,13 @@ impl<S: Clone, K, H> Clone for NamedAdmission<S, K, H> {
     }
 }
 
-impl<S, K, H, Request> Service<Request> for NamedAdmission<S, K, H>
+impl<S, Request> Service<Request> for NamedAdmission<S>
 where
-    Admission<S, K, H>: Service<Request>,
+    Admission<S>: Service<Request>,
 {
-    type Response = <Admission<S, K, H> as Service<Request>>::Response;
-    type Error = <Admission<S, K, H> as Service<Request>>::Error;
-    type Future = <Admission<S, K, H> as Service<Request>>::Future;
+    type Response = <Admission<S> as Service<Request>>::Response;
+    type Error = <Admission<S> as Service<Request>>::Error;
+    type Future = <Admission<S> as Service<Request>>::Future;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -101,7 +99,7 @@ where
     }
 }
 
-impl<S: fmt::Debug, K, H> fmt::Debug for NamedAdmission<S, K, H> {
+impl<S: fmt::Debug> fmt::Debug for NamedAdmission<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("NamedAdmission").field(&self.inner).finish()
     }

@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use admission_core::Gate;
-use admission_grpc::{is_health_check, AdmissionInterceptor, GrpcAdmission, RefusalCode};
+use admission_grpc::{is_health_check, refusals, refusals_with, AdmissionInterceptor, RefusalCode};
 use admission_tower::AdmissionLayer;
 use http_body::Body as _;
 use http_body_util::BodyExt;
@@ -22,20 +22,18 @@ const RETRY: Duration = Duration::from_millis(250);
 fn grpc_layer(count: usize, code: RefusalCode) -> AdmissionLayer {
     AdmissionLayer::builder()
         .count(count)
-        .retry_after(RETRY)
         .bypass(is_health_check)
-        .grpc_with(code)
+        .refusals(refusals_with(code).retry_after(RETRY))
         .build()
         .unwrap()
 }
 
-fn byte_layer(budget: u64, max: u64, code: RefusalCode) -> AdmissionLayer {
+fn byte_layer(budget: Option<u64>, max: Option<u64>, code: RefusalCode) -> AdmissionLayer {
     AdmissionLayer::builder()
         .bytes(budget)
         .max_request_bytes(max)
-        .retry_after(RETRY)
         .bypass(is_health_check)
-        .grpc_with(code)
+        .refusals(refusals_with(code).retry_after(RETRY))
         .build()
         .unwrap()
 }
@@ -311,7 +309,7 @@ async fn the_refusal_is_trailers_only_on_the_wire() {
 async fn a_unary_request_refused_by_the_byte_budget_as_it_streams_gets_the_refusal_code_with_retry_info(
 ) {
     for code in [RefusalCode::ResourceExhausted, RefusalCode::Unavailable] {
-        let layer = byte_layer(1_000, 0, code);
+        let layer = byte_layer(Some(1_000), None, code);
         let state = State::new(1_000_000);
         let addr = start(&layer, &state).await;
         let channel = channel(addr).await;
@@ -334,7 +332,7 @@ async fn a_unary_request_refused_by_the_byte_budget_as_it_streams_gets_the_refus
 
 #[tokio::test]
 async fn a_unary_request_too_large_as_it_streams_gets_resource_exhausted_without_retry_hint() {
-    let layer = byte_layer(0, 500, RefusalCode::Unavailable);
+    let layer = byte_layer(None, Some(500), RefusalCode::Unavailable);
     let state = State::new(1_000_000);
     let addr = start(&layer, &state).await;
     let channel = channel(addr).await;
@@ -351,7 +349,7 @@ async fn a_unary_request_too_large_as_it_streams_gets_resource_exhausted_without
 
 #[tokio::test]
 async fn a_bidi_stream_that_answered_first_ends_with_the_refusal_status_when_its_body_is_refused() {
-    let layer = byte_layer(1_000, 700, RefusalCode::ResourceExhausted);
+    let layer = byte_layer(Some(1_000), Some(700), RefusalCode::ResourceExhausted);
     let state = State::new(1_000_000);
     let addr = start(&layer, &state).await;
     let channel = channel(addr).await;
@@ -391,11 +389,14 @@ async fn two_services_on_one_server_keep_limits_of_their_own() {
 
     let batch_limit = AdmissionLayer::builder()
         .count(1)
-        .retry_after(RETRY)
-        .grpc()
+        .refusals(refusals().retry_after(RETRY))
         .build()
         .unwrap();
-    let health_limit = AdmissionLayer::builder().count(2).grpc().build().unwrap();
+    let health_limit = AdmissionLayer::builder()
+        .count(2)
+        .refusals(refusals())
+        .build()
+        .unwrap();
     let state = State::new(1000);
     let (reporter, health) = tonic_health::server::health_reporter();
     reporter
@@ -450,23 +451,15 @@ async fn two_services_on_one_server_keep_limits_of_their_own() {
 
 #[tokio::test]
 async fn a_call_stating_a_sheddable_class_is_shed_first_and_a_critical_one_is_served() {
-    use admission_core::{Classes, Priority};
     use admission_grpc::class::METADATA;
+    use admission_tower::{class, Classes, Priority};
 
     let classes = Classes::standard();
     let layer = AdmissionLayer::builder()
         .count(10)
-        .retry_after(RETRY)
-        .priority(
-            classes.clone(),
-            admission_http::class::header(
-                admission_http::class::HEADER,
-                &classes,
-                Priority::DEFAULT,
-            ),
-        )
+        .priority(classes, class::header(class::HEADER, Priority::DEFAULT))
         .bypass(is_health_check)
-        .grpc()
+        .refusals(refusals().retry_after(RETRY))
         .build()
         .unwrap();
     let state = State::new(1000);

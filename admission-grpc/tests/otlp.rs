@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use admission_grpc::GrpcAdmission;
 use admission_tower::AdmissionLayer;
 use opentelemetry::trace::{
     SpanContext, SpanId, SpanKind, Status, TraceFlags, TraceId, TraceState,
@@ -112,13 +111,12 @@ async fn the_otlp_exporter_retries_head_and_mid_stream_refusals_and_every_span_a
         .count(1)
         .bytes(16 << 10)
         .max_request_bytes(8 << 10)
-        .retry_after(Duration::from_millis(100))
+        .refusals(admission_grpc::refusals().retry_after(Duration::from_millis(100)))
         .on_refusal(move |event| {
             if let admission_http::Rejection::Refused(refused) = event.rejection {
                 *seen.lock().unwrap().entry(refused.dimension()).or_default() += 1;
             }
         })
-        .grpc()
         .build()
         .unwrap();
     let collector = Collector::default();

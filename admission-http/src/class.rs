@@ -15,29 +15,28 @@ use http::request::Parts;
 pub const HEADER: HeaderName = HeaderName::from_static("x-request-class");
 
 /// The class named by header `name` (the first value; matched exactly against the names
-/// in `classes`), or `fallback` when the header is absent or names no class. Nothing is
-/// allocated per request.
+/// in the layer's `classes`, which the classifier is given), or `fallback` when the header
+/// is absent or names no class. Nothing is allocated per request.
 ///
 /// ```
 /// use admission_core::{Classes, Priority};
 /// use admission_http::class;
 ///
-/// let classify = class::header(class::HEADER, &Classes::standard(), Priority::DEFAULT);
+/// let classes = Classes::standard();
+/// let classify = class::header(class::HEADER, Priority::DEFAULT);
 /// let (head, _) = http::Request::get("/").header("x-request-class", "sheddable").body(())?.into_parts();
-/// assert_eq!(classify(&head), Priority::SHEDDABLE);
+/// assert_eq!(classify(&head, &classes), Priority::SHEDDABLE);
 /// let (bare, _) = http::Request::get("/").body(())?.into_parts();
-/// assert_eq!(classify(&bare), Priority::DEFAULT);
+/// assert_eq!(classify(&bare, &classes), Priority::DEFAULT);
 /// let (odd, _) = http::Request::get("/").header("x-request-class", "urgent!").body(())?.into_parts();
-/// assert_eq!(classify(&odd), Priority::DEFAULT);
+/// assert_eq!(classify(&odd, &classes), Priority::DEFAULT);
 /// # Ok::<(), http::Error>(())
 /// ```
 pub fn header(
     name: HeaderName,
-    classes: &Classes,
     fallback: Priority,
-) -> impl Fn(&Parts) -> Priority + Send + Sync + 'static {
-    let classes = classes.clone();
-    move |parts| {
+) -> impl Fn(&Parts, &Classes) -> Priority + Send + Sync + 'static {
+    move |parts, classes| {
         parts
             .headers
             .get(&name)

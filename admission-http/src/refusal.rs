@@ -224,6 +224,7 @@ pub struct Refusals {
     shape: Option<Arc<Shape>>,
     whole: Option<Arc<Whole>>,
     error: Option<Arc<ErrorShape>>,
+    drain: (u64, Duration),
 }
 
 impl Default for Refusals {
@@ -253,6 +254,7 @@ impl Refusals {
             shape: None,
             whole: None,
             error: None,
+            drain: (64 << 10, Duration::from_secs(1)),
         }
     }
 
@@ -345,13 +347,14 @@ impl Refusals {
         F: Fn(&RefusalContext<'_>) -> RefusalBody + Send + Sync + 'static,
     {
         self.shape = Some(Arc::new(shape));
+        self.whole = None;
         self
     }
 
     /// Replaces the whole response (status and headers too), for protocols that answer
     /// refusals in their own shape, such as gRPC's trailers-only responses. The closure
-    /// sees the same context as a body closure; this takes precedence over
-    /// [`body`](Self::body).
+    /// sees the same context as a body closure. A refusal has one shape: this replaces a
+    /// [`body`](Self::body) set before, and a `body` set after replaces this.
     ///
     /// ```
     /// use admission_core::Refused;
@@ -373,6 +376,7 @@ impl Refusals {
         F: Fn(&RefusalContext<'_>) -> Response<Bytes> + Send + Sync + 'static,
     {
         self.whole = Some(Arc::new(whole));
+        self.shape = None;
         self
     }
 
@@ -397,6 +401,36 @@ impl Refusals {
     {
         self.error = Some(Arc::new(error));
         self
+    }
+
+    /// How much of a refused request's unread body a server drains (reads and drops)
+    /// before answering, so that an HTTP/1.1 connection can carry the client's next
+    /// request: bodies up to `max_bytes` that arrive `within` the time given (default
+    /// 64 KiB within 1 s; `max_bytes` 0 drains none). A refusal whose body is not drained
+    /// says `connection: close` on HTTP/1.x. (`admission-tower` does the draining.)
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_http::Refusals;
+    ///
+    /// let refusals = Refusals::new().drain_refused(16 << 10, Duration::from_millis(200));
+    /// assert_eq!(refusals.drain_limits(), (16 << 10, Duration::from_millis(200)));
+    /// ```
+    pub fn drain_refused(mut self, max_bytes: u64, within: Duration) -> Self {
+        self.drain = (max_bytes, within);
+        self
+    }
+
+    /// The limits of [`drain_refused`](Self::drain_refused): bytes, and time.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_http::Refusals;
+    ///
+    /// assert_eq!(Refusals::new().drain_limits(), (64 << 10, Duration::from_secs(1)));
+    /// ```
+    pub fn drain_limits(&self) -> (u64, Duration) {
+        self.drain
     }
 
     /// Whether a [`body_error`](Self::body_error) closure is set.
@@ -518,6 +552,7 @@ impl fmt::Debug for Refusals {
             .field("custom_body", &self.shape.is_some())
             .field("custom_response", &self.whole.is_some())
             .field("body_error", &self.error.is_some())
+            .field("drain_refused", &self.drain)
             .finish()
     }
 }

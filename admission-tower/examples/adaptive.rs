@@ -19,9 +19,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use admission_core::adaptive::{AdaptiveLimit, Gradient};
-use admission_http::MeteredBody;
-use admission_tower::AdmissionLayer;
+use admission_tower::adaptive::{AdaptiveLimit, Gradient};
+use admission_tower::{AdmissionLayer, MeteredBody};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};

@@ -27,10 +27,10 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use admission_core::{Classes, Priority};
-use admission_http::MinDataRate;
-use admission_http::{class, MeteredBody};
-use admission_tower::{AdmissionLayer, Connections, SlowClients};
+use admission_tower::{
+    class, key, AdmissionLayer, Classes, Connections, MeteredBody, MinDataRate, PerKey, Priority,
+    SlowClients,
+};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame};
@@ -445,13 +445,15 @@ async fn main() -> std::process::ExitCode {
         .bytes(BYTE_BUDGET)
         .max_request_bytes(MAX_REQUEST)
         .per_key(
-            PER_KEY,
-            admission_http::key::header(http::HeaderName::from_static("x-client")),
+            PerKey::new(
+                PER_KEY,
+                key::header(http::HeaderName::from_static("x-client")),
+            )
+            .max_keys(MAX_KEYS),
         )
-        .max_keys(MAX_KEYS)
         .priority(
             Classes::standard(),
-            class::header(class::HEADER, &Classes::standard(), Priority::DEFAULT),
+            class::header(class::HEADER, Priority::DEFAULT),
         )
         .bypass(|req| matches!(req.uri.path(), "/" | "/health"))
         .slow_clients(

@@ -2,44 +2,250 @@
 //! in flight, the bytes of their bodies, and each client's share; over a bound, shed at
 //! once with a retryable answer. Never queue.
 //!
+//! Everything a server needs is importable from this crate alone: the layer and its
+//! builder, and the items of `admission-core` and `admission-http` it takes (keys,
+//! classes, refusal shapes), re-exported. gRPC servers add `admission-grpc` beside it.
+//!
 //! | You want to | Use |
 //! |---|---|
 //! | put the gate in front of a service | [`AdmissionLayer::builder`] → [`AdmissionLayer`] → [`Admission`] |
-//! | cap each client (429 over its share) | [`AdmissionBuilder::per_key`] with [`admission_http::key::header`] or [`admission_http::key::peer_ip`] |
-//! | shed the least important work first | [`AdmissionBuilder::priority`] with [`admission_core::Classes`] (or [`admission_http::class::header`]) |
-//! | give each tenant the cap of its tier | [`AdmissionBuilder::key_cap`] |
-//! | share one limit between servers (HTTP and gRPC, a layer and an interceptor) | [`AdmissionLayer::from_gate`] over clones of one [`admission_core::Gate`] |
+//! | cap each client (429 over its share) | [`PerKey`] with [`key::header`] or [`key::peer_ip`] |
+//! | give each tenant the cap of its tier | [`PerKey::cap_by`] |
+//! | shed the least important work first | [`AdmissionBuilder::priority`] with [`Classes`] (or [`class::header`]) |
+//! | shape refusals (`Retry-After`, jitter, body) | [`Refusals`] |
+//! | share one limit between servers (HTTP and gRPC, a layer and an interceptor) | [`AdmissionLayer::from_gate`] over clones of one [`Gate`] |
 //! | cut request bodies that trickle, so a slow client cannot pin a limit | [`SlowClients`] (on by default) |
 //! | cap connections, close silent ones, cut clients that stop reading | `AdmissionLayer::guard` for `axum::serve` (feature `axum`), [`Connections`] for hyper-util |
 //! | shut down gracefully | [`AdmissionLayer::drain`] (refuse new, finish admitted, then complete) |
-//! | read what it is doing | [`AdmissionLayer::snapshot`], [`AdmissionBuilder::on_refusal`]; features `metrics` (Prometheus and any `metrics` exporter) and `tracing` ([module docs](admission)) |
+//! | read what it is doing | [`AdmissionLayer::snapshot`], [`AdmissionBuilder::on_refusal`]; features `metrics` and `tracing` (below) |
 //! | roll a limit out safely | [`AdmissionBuilder::dry_run`] |
+//! | find the limit as the server's capacity moves | [`AdmissionBuilder::adaptive`] |
 //! | change a limit at run time, or stop traffic | [`AdmissionLayer::gate`] and the ledgers' setters; [`AdmissionLayer::close`] |
+//! | turn admission off by configuration | [`AdmissionLayer::off`] |
 //!
-//! The shortest correct code for a global limit on an axum app, a per-API-key cap and a
-//! graceful drain is in this crate's README (its examples run as doctests); tonic
-//! servers are in `admission-grpc`.
+//! Choosing the count limit is in [`AdmissionBuilder::count`].
 //!
-//! The middleware and a complete axum example are in [`admission`]. The ledgers are
-//! [`admission_core`]'s and the bodies [`admission_http`]'s, both re-exported.
-
+//! # How a request goes through
+//!
+//! [`AdmissionLayer`] wraps a service in [`Admission`], which for every request:
+//!
+//! 1. lets the routes you chose to [`bypass`](AdmissionBuilder::bypass) (liveness
+//!    probes, say) straight through, holding nothing; none are bypassed unless you say so;
+//! 2. reads the head: the key (a header, or an extension set by an authentication
+//!    layer that runs before this one) and its cap if caps are chosen per key, the
+//!    priority class if the layer has classes, and the declared `Content-Length`;
+//! 3. admits the request through the gate (count, per-key, bytes; all or nothing) or
+//!    refuses it at once: 503 + `Retry-After` for overload (a priority class at its
+//!    share of the count limit included) or a closed (draining) layer, 429 +
+//!    `Retry-After` for one key over its cap, 413 for a body above the
+//!    maximum (checked first: never a retryable answer to a request that can never
+//!    fit), 400 for a malformed `Content-Length`. The inner service is never called and
+//!    the refused body is never handed to it. Nothing waits for capacity: there is no
+//!    queue;
+//! 4. charges a body that has no `Content-Length` (chunked uploads, gRPC) as it arrives.
+//!    If the byte budget refuses it before the service has answered, the request is
+//!    answered as refused (503 + `Retry-After`, or 413 past the maximum), in place of
+//!    whatever the service made of the body error it read (axum's extractors answer 400);
+//!    no setup is needed. A service that has already sent its response head sees the
+//!    body error (a [`BodyRefused`]) and ends as it sees fit;
+//! 5. holds the permits in the response future and then in the response body, until the
+//!    body ends, fails or is dropped. A streaming response (server-sent events, a gRPC
+//!    server stream, a download) counts for as long as it streams.
+//!
+//! Over HTTP/1.1, a refused request's unread body stands between the refusal and the
+//! connection's next request. Small bodies (64 KiB within 1 s by default) are drained
+//! before the refusal is sent and the connection stays open; any other refusal of a
+//! request with an unread body says `connection: close`, so a pooled client does not send
+//! its next request on a connection that is about to close
+//! ([`Refusals::drain_refused`]). Over HTTP/2 small bodies are drained too (a
+//! stream answered early is reset, which curl reports in place of the refusal), and no
+//! refusal carries a connection header.
+//!
+//! A request body that arrives slower than a minimum rate (240 bytes per second after a
+//! 5 s grace period, counted only while the handler waits on it) is cut and answered 408,
+//! and a slow body holds of the byte budget only what it has sent plus what its own rate
+//! earns: see [`SlowClients`] for the rule and what it costs.
+//!
+//! A client that hangs up (or resets) before its request body is finished releases what
+//! it holds as soon as the server reads the end of the connection, whatever the handler
+//! did with the body: what the handler dropped unread is read on (and discarded) while
+//! the response lasts, so the hang-up is seen even while the response has nothing to
+//! send, and the response then ends. (This needs the request to hold a body charge: a
+//! byte budget, or the default [`SlowClients`] policy.)
+//!
+//! Connections are the accept loop's, which a layer does not see. Serve through
+//! `AdmissionLayer::guard` (feature `axum`) or guard each accepted connection with
+//! [`Connections::admit`] (hyper-util) to bound them by the same [`SlowClients`] policy: a
+//! cap on open connections, 30 s to the first byte, and a client that stops reading a
+//! streamed response (a socket that takes less than 240 B/s for 5 s while the server
+//! has bytes for it) is cut, its permits released. Without that, such a client holds
+//! its permits for as long as it keeps the connection open: the response body is simply
+//! not polled.
+//!
+//! What it does not bound: the time to a complete request head, or idle time between
+//! requests (a listener sees bytes, not requests: use hyper-util's
+//! `http1::Builder::header_read_timeout`), how long a request takes (compose
+//! `tower::timeout`), memory a handler allocates beyond the request body (charge it to a
+//! `ByteLedger` yourself), or anything across processes.
+//!
+//! # Example
+//!
+//! ```
+//! use admission_tower::{key, AdmissionLayer, PerKey};
+//! use axum::{body::Body, routing::get, Router};
+//! use http::{Request, StatusCode};
+//! use http_body_util::BodyExt;
+//! use tower::ServiceExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let admission = AdmissionLayer::builder()
+//!     .count(512)
+//!     .bytes(256 << 20)
+//!     .max_request_bytes(16 << 20)
+//!     .per_key(PerKey::new(32, key::header(http::HeaderName::from_static("x-api-key"))))
+//!     .bypass(|req| matches!(req.uri.path(), "/" | "/health"))
+//!     .build()?;
+//!
+//! let app = Router::new()
+//!     .route("/", get(|| async { "up" }))
+//!     .route("/health", get(|| async { "ok" }))
+//!     .route("/work", get(|| async { "done" }))
+//!     .layer(admission.clone());
+//!
+//! // Serve it as usual: `axum::serve(listener, app).await`. Here, one request in-process:
+//! let response = app
+//!     .clone()
+//!     .oneshot(Request::get("/work").header("x-api-key", "k1").body(Body::empty())?)
+//!     .await?;
+//! assert_eq!(response.status(), StatusCode::OK);
+//!
+//! // The request holds its permits until its response body ends.
+//! assert_eq!(admission.snapshot().gate.count.in_flight, 1);
+//! let body = response.into_body().collect().await?.to_bytes();
+//! assert_eq!(body, "done");
+//! assert_eq!(admission.snapshot().gate.count.in_flight, 0);
+//!
+//! // A body above the maximum is refused before it is read.
+//! let huge = Request::post("/work")
+//!     .header("content-length", (32 << 20).to_string())
+//!     .body(Body::empty())?;
+//! assert_eq!(app.oneshot(huge).await?.status(), StatusCode::PAYLOAD_TOO_LARGE);
+//!
+//! let count = admission.snapshot().gate.count;
+//! assert_eq!((count.in_flight, count.high_water), (0, 1));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! A body without a length (a chunked upload) is charged as it arrives, and refused with
+//! the same answers, whatever the handler's extractor would have said:
+//!
+//! ```
+//! use admission_tower::AdmissionLayer;
+//! use axum::{body::{Body, Bytes}, routing::post, Router};
+//! use http::{Request, StatusCode};
+//! use http_body::Frame;
+//! use http_body_util::StreamBody;
+//! use tower::ServiceExt;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let admission = AdmissionLayer::builder()
+//!     .bytes(64 << 10)
+//!     .max_request_bytes(1024)
+//!     .build()?;
+//! let app = Router::new()
+//!     .route("/upload", post(|body: Bytes| async move { body.len().to_string() }))
+//!     .layer(admission);
+//!
+//! // Two 800-byte chunks, no Content-Length: past the maximum on the second chunk.
+//! let chunks = [Bytes::from(vec![0; 800]), Bytes::from(vec![0; 800])];
+//! let frames = chunks.map(|c| Ok::<_, std::convert::Infallible>(Frame::data(c)));
+//! let body = Body::new(StreamBody::new(tokio_stream::iter(frames)));
+//! let response = app.oneshot(Request::post("/upload").body(body)?).await?;
+//! assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE); // not axum's 400
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! With hyper directly, wrap the service with `tower::ServiceBuilder::new().layer(..)`
+//! and serve it through `hyper_util::service::TowerToHyperService`; with tonic,
+//! `tonic::transport::Server::builder().layer(..)` (and see `admission-grpc` for
+//! gRPC-shaped refusals).
+//!
+//! # Adaptive concurrency
+//!
+//! [`AdmissionBuilder::adaptive`] hands the count limit to an
+//! [`AdaptiveLimit`](adaptive::AdaptiveLimit), which finds the concurrency the
+//! server really has and follows it (see [`adaptive`] for the algorithms
+//! and when to use which). Each admitted request is a sample: its latency from admission
+//! to the response head (or, with [`SampleAt::BodyEnd`], to the body's end) and its
+//! outcome (a 5xx, a trailers-only gRPC `RESOURCE_EXHAUSTED`, `UNAVAILABLE` or
+//! `DEADLINE_EXCEEDED`, or a service error is an overload; a response future dropped
+//! before its head, a client gone). The head is the default because a streaming response
+//! lasts as long as its client reads, which says nothing about the server's load. The
+//! byte and key limits, classes (whose shares follow the limit), bypass and dry run are
+//! unchanged; a [`close`](AdmissionLayer::close) or [`drain`](AdmissionLayer::drain)
+//! overrides the controller, and a count set by hand holds until handed back. The limit in
+//! force is in every snapshot (and, with `metrics`, in `admission_limit_requests`).
+#![cfg_attr(feature = "metrics", doc = "")]
+#![cfg_attr(feature = "metrics", doc = include_str!("observe/metrics.md"))]
+#![cfg_attr(feature = "tracing", doc = "")]
+#![cfg_attr(feature = "tracing", doc = include_str!("observe/tracing.md"))]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-pub mod admission;
-
-pub use admission::{
-    Admission, AdmissionBuilder, AdmissionLayer, AdmissionSnapshot, BuildError, RefusalEvent,
-    ResponseBody, ResponseFuture, SampleAt, SlowClients,
-};
+mod adaptive_limit;
+mod body;
+mod builder;
 #[cfg(feature = "tokio")]
-pub use admission::{Connections, GuardedIo};
+mod connection;
+mod drain;
+mod error;
+mod future;
+mod layer;
+mod limits;
+mod observe;
+mod per_key;
+mod permit;
+mod service;
+mod shared;
+mod slow;
+
+pub use adaptive_limit::{Adaptive, SampleAt};
+pub use body::ResponseBody;
+pub use builder::{AdmissionBuilder, NewGate, SharedGate};
 #[cfg(feature = "axum")]
-pub use admission::{Guarded, GuardedListener};
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub use connection::Guarded;
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub use connection::{Connections, GuardedIo};
+pub use error::BuildError;
+pub use future::ResponseFuture;
+pub use layer::AdmissionLayer;
+#[cfg(feature = "axum")]
+#[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
+pub use layer::GuardedListener;
+pub use per_key::{PerKey, Unkeyed};
+pub use service::Admission;
+pub use shared::{AdmissionSnapshot, RefusalEvent};
+pub use slow::SlowClients;
+
+// What the layer takes and gives, from the crates beneath: one dependency for a server.
+pub use admission_core::{adaptive, Classes, Gate, GateSnapshot, Key, Priority, Refused};
+pub use admission_http::{
+    class, key, BodyRefused, MeteredBody, MinDataRate, RefusalBody, RefusalContext, Refusals,
+    Rejection,
+};
+
+/// The crates beneath, whole, for what is not re-exported above (the ledgers
+/// themselves, to use outside a layer).
 pub use admission_core;
 pub use admission_http;
 
-/// The README's example, compiled and run as a doctest.
+/// The README's examples, compiled and run as doctests.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;

@@ -8,9 +8,8 @@ use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use admission_core::adaptive::{AdaptiveLimit, Aimd, Algorithm, Window};
-use admission_http::MeteredBody;
-use admission_tower::{AdmissionLayer, SampleAt};
+use admission_tower::adaptive::{AdaptiveLimit, Aimd, Algorithm, Window};
+use admission_tower::{Adaptive, AdmissionLayer, MeteredBody, SampleAt};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Either, Full};
@@ -86,12 +85,14 @@ fn recording(at: SampleAt) -> (AdmissionLayer, Arc<Mutex<Vec<Window>>>) {
     let (recorder, windows) = Recorder::new();
     let layer = AdmissionLayer::builder()
         .adaptive(
-            AdaptiveLimit::builder(recorder)
-                .initial(10)
-                .window(Duration::ZERO)
-                .min_samples(1),
+            Adaptive::new(
+                AdaptiveLimit::builder(recorder)
+                    .initial(10)
+                    .window(Duration::ZERO)
+                    .min_samples(1),
+            )
+            .sample_at(at),
         )
-        .sample_at(at)
         .build()
         .unwrap();
     (layer, windows)

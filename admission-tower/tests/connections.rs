@@ -14,8 +14,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use admission_http::MinDataRate;
-use admission_tower::{AdmissionLayer, Connections, SlowClients};
+use admission_tower::{AdmissionLayer, Connections, MinDataRate, PerKey, SlowClients};
 use bytes::Bytes;
 use http::StatusCode;
 use hyper_util::rt::TokioIo;
@@ -279,12 +278,12 @@ async fn axum_serve_through_the_guard_keeps_connect_info_for_a_peer_key() {
 
     let admission = AdmissionLayer::builder()
         .count(8)
-        .per_key(
+        .per_key(PerKey::new(
             1,
             admission_http::key::peer_ip(|info: &axum::extract::ConnectInfo<SocketAddr>| {
                 info.0.ip()
             }),
-        )
+        ))
         .slow_clients(policy().with_max_connections(4))
         .build()
         .unwrap();

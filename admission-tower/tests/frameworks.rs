@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use admission_tower::AdmissionLayer;
+use admission_tower::{AdmissionLayer, PerKey};
 use axum::routing::get;
 use axum::Router;
 use http::StatusCode;
@@ -143,7 +143,7 @@ fn tokio_stream_from(
 /// while other keys (and a request with no key) are served.
 #[tokio::test]
 async fn axum_per_client_caps_by_peer_address_and_by_api_key() {
-    use admission_http::key;
+    use admission_tower::key;
     use axum::extract::ConnectInfo;
     use std::net::SocketAddr;
 
@@ -161,14 +161,17 @@ async fn axum_per_client_caps_by_peer_address_and_by_api_key() {
             .route("/fast", get(|| async { "fast" }))
     };
     let by_peer = AdmissionLayer::builder()
-        .per_key(
+        .per_key(PerKey::new(
             1,
             key::peer_ip(|info: &ConnectInfo<SocketAddr>| info.0.ip()),
-        )
+        ))
         .build()
         .unwrap();
     let by_api_key = AdmissionLayer::builder()
-        .per_key(1, key::header(http::HeaderName::from_static("x-api-key")))
+        .per_key(PerKey::new(
+            1,
+            key::header(http::HeaderName::from_static("x-api-key")),
+        ))
         .build()
         .unwrap();
     let peer_addr = {

@@ -10,9 +10,7 @@ mod support;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use admission_core::{Classes, Priority};
-use admission_http::{class, key};
-use admission_tower::AdmissionLayer;
+use admission_tower::{class, key, AdmissionLayer, Classes, PerKey, Priority};
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use metrics_exporter_prometheus::PrometheusBuilder;
@@ -88,10 +86,13 @@ async fn the_prometheus_text_equals_the_snapshot_and_the_clients_tally() {
         .count(6)
         .bytes(256 << 10)
         .max_request_bytes(32 << 10)
-        .per_key(1, key::header(http::HeaderName::from_static("x-tenant")))
+        .per_key(PerKey::new(
+            1,
+            key::header(http::HeaderName::from_static("x-tenant")),
+        ))
         .priority(
             classes.clone(),
-            class::header(class::HEADER, &classes, Priority::DEFAULT),
+            class::header(class::HEADER, Priority::DEFAULT),
         )
         .bypass(|req| req.uri.path() == "/health")
         .build()

@@ -5,9 +5,7 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 
-use admission_core::{Classes, Key, Priority};
-use admission_http::class;
-use admission_tower::AdmissionLayer;
+use admission_tower::{class, key, AdmissionLayer, Classes, Key, PerKey, Priority};
 use http::StatusCode;
 use hyper::body::Incoming;
 use support::{app, get, send, serve, with_header, Seen};
@@ -38,7 +36,7 @@ async fn a_critical_request_is_refused_only_at_full_capacity() {
         .count(10)
         .priority(
             classes.clone(),
-            class::header(class::HEADER, &classes, Priority::DEFAULT),
+            class::header(class::HEADER, Priority::DEFAULT),
         )
         .bypass(|req| req.uri.path() == "/health")
         .on_refusal(move |event| {
@@ -123,10 +121,9 @@ async fn a_tenant_gets_the_cap_of_its_tier() {
     let paying = [Key::from("acme")];
     let layer = AdmissionLayer::builder()
         .per_key(
-            1,
-            admission_http::key::header(http::HeaderName::from_static("x-tenant")),
+            PerKey::new(1, key::header(http::HeaderName::from_static("x-tenant")))
+                .cap_by(move |_, tenant| paying.contains(tenant).then_some(3)),
         )
-        .key_cap(move |_, tenant| paying.contains(tenant).then_some(3))
         .build()
         .unwrap();
     let seen = Arc::new(Seen::default());

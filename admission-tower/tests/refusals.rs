@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use admission_tower::AdmissionLayer;
+use admission_tower::{AdmissionLayer, Key, PerKey, Refusals};
 use axum::routing::post;
 use axum::Router;
 use bytes::Bytes;
@@ -159,15 +159,11 @@ impl http_body::Body for SizedBody {
     }
 }
 
-fn per_client_layer() -> AdmissionLayer<String> {
+fn per_client_layer() -> AdmissionLayer {
     AdmissionLayer::builder()
-        .per_key(1, |req| {
-            req.headers
-                .get("x-client")?
-                .to_str()
-                .ok()
-                .map(str::to_owned)
-        })
+        .per_key(PerKey::new(1, |req| {
+            req.headers.get("x-client")?.to_str().ok().map(Key::from)
+        }))
         .build()
         .unwrap()
 }
@@ -241,10 +237,12 @@ async fn a_pooled_client_alternating_refused_and_admitted_uploads_sees_no_transp
 #[tokio::test]
 async fn a_refused_body_that_trickles_is_answered_after_the_drain_bound_with_connection_close() {
     let layer = AdmissionLayer::builder()
-        .per_key(1, |req| {
-            req.headers.get("x-client").map(|v| v.as_bytes().to_vec())
-        })
-        .drain_refused(64 << 10, Duration::from_millis(200))
+        .per_key(PerKey::new(1, |req| {
+            req.headers
+                .get("x-client")
+                .map(|v| Key::from_bytes(v.as_bytes()))
+        }))
+        .refusals(Refusals::new().drain_refused(64 << 10, Duration::from_millis(200)))
         .build()
         .unwrap();
     let seen = Arc::new(Seen::default());
@@ -325,7 +323,7 @@ fn request(version: Version, body: usize, headers: &[(&str, &str)]) -> Request<F
 async fn the_connection_header_is_sent_only_on_http1_and_only_when_the_body_stays_unread() {
     let layer = AdmissionLayer::builder()
         .count(1)
-        .drain_refused(1024, Duration::from_secs(1))
+        .refusals(Refusals::new().drain_refused(1024, Duration::from_secs(1)))
         .build()
         .unwrap();
     let service = layer.layer(ok_service());
@@ -378,9 +376,11 @@ async fn a_declared_length_no_budget_could_hold_is_413_even_when_count_and_key_a
     let layer = AdmissionLayer::builder()
         .count(1)
         .bytes(1 << 20) // no maximum request size configured
-        .per_key(1, |req| {
-            req.headers.get("x-client").map(|v| v.as_bytes().to_vec())
-        })
+        .per_key(PerKey::new(1, |req| {
+            req.headers
+                .get("x-client")
+                .map(|v| Key::from_bytes(v.as_bytes()))
+        }))
         .build()
         .unwrap();
     let service = layer.layer(ok_service());
@@ -429,7 +429,7 @@ impl http_body::Body for NeverArrives {
 async fn a_refused_body_above_the_drain_bound_is_answered_at_once_not_waited_for() {
     let layer = AdmissionLayer::builder()
         .count(1)
-        .drain_refused(1024, Duration::from_secs(30))
+        .refusals(Refusals::new().drain_refused(1024, Duration::from_secs(30)))
         .build()
         .unwrap();
     let service = layer.layer(tower::service_fn(

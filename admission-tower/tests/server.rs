@@ -5,18 +5,18 @@ mod support;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use admission_tower::{AdmissionLayer, AdmissionSnapshot};
+use admission_tower::{AdmissionLayer, AdmissionSnapshot, Key, PerKey};
 use bytes::Bytes;
 use http::StatusCode;
 use support::{app, eventually, get, next_chunk, post, send, serve, text, with_header, Seen};
 use tower::Layer;
 
-fn in_flight(layer: &AdmissionLayer<impl std::hash::Hash + Eq + Clone>) -> u64 {
+fn in_flight(layer: &AdmissionLayer) -> u64 {
     layer.gate().count().in_flight()
 }
 
 /// Every ledger of the layer reads zero.
-fn assert_idle<K: std::hash::Hash + Eq + Clone>(layer: &AdmissionLayer<K>) {
+fn assert_idle(layer: &AdmissionLayer) {
     let AdmissionSnapshot { gate, .. } = layer.snapshot();
     assert_eq!(gate.count.in_flight, 0, "count ledger");
     if let Some(bytes) = gate.bytes {
@@ -27,10 +27,7 @@ fn assert_idle<K: std::hash::Hash + Eq + Clone>(layer: &AdmissionLayer<K>) {
     }
 }
 
-async fn start<K>(layer: &AdmissionLayer<K>) -> (std::net::SocketAddr, Arc<Seen>)
-where
-    K: std::hash::Hash + Eq + Clone + Send + Sync + 'static,
-{
+async fn start(layer: &AdmissionLayer) -> (std::net::SocketAddr, Arc<Seen>) {
     let seen = Arc::new(Seen::default());
     let addr = serve(layer.layer(app(seen.clone()))).await;
     (addr, seen)
@@ -143,13 +140,9 @@ async fn liveness_routes_answer_200_while_every_other_route_is_saturated() {
 #[tokio::test]
 async fn one_key_at_its_cap_gets_429_while_another_key_is_admitted() {
     let layer = AdmissionLayer::builder()
-        .per_key(1, |req| {
-            req.headers
-                .get("x-client")?
-                .to_str()
-                .ok()
-                .map(str::to_owned)
-        })
+        .per_key(PerKey::new(1, |req| {
+            req.headers.get("x-client")?.to_str().ok().map(Key::from)
+        }))
         .build()
         .unwrap();
     let (addr, seen) = start(&layer).await;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use admission_tower::{AdmissionLayer, SlowClients};
+use admission_tower::{AdmissionLayer, PerKey, SlowClients};
 use axum::body::Bytes;
 use axum::routing::post;
 use axum::Router;
@@ -26,10 +26,10 @@ fn layer(slow: SlowClients) -> AdmissionLayer {
         .count(64)
         .bytes(BUDGET)
         .max_request_bytes(64 << 10)
-        .per_key(
+        .per_key(PerKey::new(
             4,
             admission_http::key::header(http::HeaderName::from_static("x-api-key")),
-        )
+        ))
         .slow_clients(slow)
         .build()
         .unwrap()

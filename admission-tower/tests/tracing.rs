@@ -9,8 +9,7 @@ mod support;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
-use admission_http::key;
-use admission_tower::AdmissionLayer;
+use admission_tower::{key, AdmissionLayer, PerKey};
 use http::StatusCode;
 use support::{app, get, post, send, serve, text, with_header, Seen};
 use tracing::field::{Field, Visit};
@@ -69,7 +68,10 @@ async fn each_refusal_is_a_debug_event_and_each_saturation_one_warning() {
     let layer = AdmissionLayer::builder()
         .name("edge")
         .count(2)
-        .per_key(8, key::header(http::HeaderName::from_static("x-tenant")))
+        .per_key(PerKey::new(
+            8,
+            key::header(http::HeaderName::from_static("x-tenant")),
+        ))
         .build()
         .unwrap();
     let seen = Arc::new(Seen::default());

@@ -63,7 +63,7 @@ use http::request::Parts;
 /// # Ok::<(), admission_tower::BuildError>(())
 /// ```
 ///
-/// [`AdmissionBuilder::slow_clients`]: super::AdmissionBuilder::slow_clients
+/// [`AdmissionBuilder::slow_clients`]: crate::AdmissionBuilder::slow_clients
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlowClients {
     body_rate: Option<MinDataRate>,

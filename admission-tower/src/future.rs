@@ -1,12 +1,11 @@
-//! The response future of [`Admission`](super::Admission).
+//! The response future of [`Admission`](crate::Admission).
 
-use std::collections::hash_map::RandomState;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use admission_core::{Key, Priority, Refused};
+use admission_core::{Priority, Refused};
 use admission_http::Rejection;
 use bytes::Bytes;
 use http::request::Parts;
@@ -14,13 +13,13 @@ use http::{Request, Response};
 use http_body::Body;
 use pin_project_lite::pin_project;
 
-use super::drain::{self, Drain};
-use super::layer::Shared;
-use super::service::AdmissionPermit;
-use super::ResponseBody;
+use crate::drain::{self, Drain};
+use crate::permit::AdmissionPermit;
+use crate::shared::Shared;
+use crate::ResponseBody;
 
 pin_project! {
-    /// The response future of [`Admission`](super::Admission): the inner future with the
+    /// The response future of [`Admission`](crate::Admission): the inner future with the
     /// request's permits, which it hands to the response body; or a refusal, ready once
     /// the refused request's small body (HTTP/1.x) has been drained.
     ///
@@ -32,28 +31,30 @@ pin_project! {
     ///
     /// If a refusal is polled again after it returned `Ready` (an admitted request's
     /// future is the inner future's, which may panic too), as futures may.
-    pub struct ResponseFuture<F, B, K = Key, H = RandomState> {
+    pub struct ResponseFuture<F> {
         #[pin]
-        state: State<F, B>,
+        state: State<F>,
         // Held until the response is ready, then handed to its body. `None` for a
         // bypassed (or dry-run, or uncounted) request and for a refusal.
-        permit: Option<AdmissionPermit<K, H>>,
+        permit: Option<AdmissionPermit>,
     }
 }
 
 pin_project! {
     #[project = StateProj]
-    enum State<F, B> {
+    enum State<F> {
         Called { #[pin] future: F },
         // Boxed: the cold path, kept out of every admitted request's future.
-        Refused { refusal: Box<Refusal<B>> },
+        Refused { refusal: Box<Refusal> },
     }
 }
 
 /// A refusal, sent once `drain` (if any) has read the request's body.
-struct Refusal<B> {
+struct Refusal {
     response: Option<Response<Bytes>>,
-    drain: Option<Pin<Box<Drain<B>>>>,
+    /// The refused body being drained (its type erased: the future's type names only
+    /// the inner future).
+    drain: Option<Pin<Box<dyn Future<Output = bool> + Send>>>,
     /// The request came over HTTP/1.x: an undrained body closes the connection.
     http1: bool,
 }
@@ -61,20 +62,16 @@ struct Refusal<B> {
 /// What answering a request whose body is refused while it streams takes: the request's
 /// head, kept for the refusal (its body closure sees the method, URI and headers), and
 /// the layer's configuration. Kept only for a request whose body may still be refused.
-pub(crate) struct LateRefusal<K, H> {
-    shared: Arc<Shared<K, H>>,
+pub(crate) struct LateRefusal {
+    shared: Arc<Shared>,
     /// The request's head without its extensions (which cannot be cloned).
     head: Parts,
     /// Its class, for the refusal hook.
     priority: Option<Priority>,
 }
 
-impl<K, H> LateRefusal<K, H> {
-    pub(crate) fn new(
-        shared: &Arc<Shared<K, H>>,
-        parts: &Parts,
-        priority: Option<Priority>,
-    ) -> Self {
+impl LateRefusal {
+    pub(crate) fn new(shared: &Arc<Shared>, parts: &Parts, priority: Option<Priority>) -> Self {
         let (mut head, ()) = Request::new(()).into_parts();
         head.method = parts.method.clone();
         head.uri = parts.uri.clone();
@@ -111,9 +108,9 @@ impl<K, H> LateRefusal<K, H> {
     }
 }
 
-impl<F, B, K, H> ResponseFuture<F, B, K, H> {
+impl<F> ResponseFuture<F> {
     #[inline]
-    pub(crate) fn admitted(future: F, permit: AdmissionPermit<K, H>) -> Self {
+    pub(crate) fn admitted(future: F, permit: AdmissionPermit) -> Self {
         Self {
             state: State::Called { future },
             permit: Some(permit),
@@ -130,12 +127,20 @@ impl<F, B, K, H> ResponseFuture<F, B, K, H> {
     }
 
     /// A refusal, sent once `drain` (if any) has read the request's body.
-    pub(crate) fn refused(response: Response<Bytes>, drain: Option<Drain<B>>, http1: bool) -> Self {
+    pub(crate) fn refused<B>(
+        response: Response<Bytes>,
+        drain: Option<Drain<B>>,
+        http1: bool,
+    ) -> Self
+    where
+        B: Body + Send + 'static,
+    {
         Self {
             state: State::Refused {
                 refusal: Box::new(Refusal {
                     response: Some(response),
-                    drain: drain.map(Box::pin),
+                    drain: drain
+                        .map(|drain| Box::pin(drain) as Pin<Box<dyn Future<Output = bool> + Send>>),
                     http1,
                 }),
             },
@@ -144,14 +149,13 @@ impl<F, B, K, H> ResponseFuture<F, B, K, H> {
     }
 }
 
-impl<F, B, RB, E, K, H> Future for ResponseFuture<F, B, K, H>
+impl<F, RB, E> Future for ResponseFuture<F>
 where
     F: Future<Output = Result<Response<RB>, E>>,
-    B: Body,
     RB: Body,
     RB::Data: From<Bytes>,
 {
-    type Output = Result<Response<ResponseBody<RB, K, H>>, E>;
+    type Output = Result<Response<ResponseBody<RB>>, E>;
 
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
@@ -221,7 +225,7 @@ where
     }
 }
 
-impl<F, B, K, H> std::fmt::Debug for ResponseFuture<F, B, K, H> {
+impl<F> std::fmt::Debug for ResponseFuture<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = match (&self.state, &self.permit) {
             (State::Called { .. }, Some(_)) => "admitted",

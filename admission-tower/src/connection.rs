@@ -16,7 +16,7 @@ use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-use super::SlowClients;
+use crate::SlowClients;
 
 /// The connection bounds of a [`SlowClients`] policy, and the count of open connections.
 #[derive(Debug, Clone)]

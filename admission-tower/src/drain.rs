@@ -51,6 +51,13 @@ impl Default for DrainLimits {
     }
 }
 
+impl From<&admission_http::Refusals> for DrainLimits {
+    fn from(refusals: &admission_http::Refusals) -> Self {
+        let (max_bytes, within) = refusals.drain_limits();
+        Self { max_bytes, within }
+    }
+}
+
 /// What to do with a refused request's body.
 pub(crate) enum Plan {
     /// Nothing is left unread (no body, or HTTP/2): answer as is.

@@ -1,208 +1,22 @@
 //! `Admission<S>`: the gate in front of a service.
 
-use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
 
-use admission_core::adaptive::Outcome;
-use admission_core::{CountPermit, Gate, Key, KeyedPermit, Priority, Refused};
+use admission_core::{Gate, Priority, Refused};
 use admission_http::{content_length, MeteredBody, Rejection, RequestCharge};
 use bytes::Bytes;
 use http::request::Parts;
-use http::{HeaderName, Request, Response};
+use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use super::drain::{self, Drain, Plan};
-use super::future::{LateRefusal, ResponseFuture};
-use super::layer::{AdmissionSnapshot, SampleAt, Shared};
-use super::observe::Timer;
-use super::ResponseBody;
-
-/// What an admitted request holds until its response body ends: its count permit, and
-/// its key's permit, body charge and adaptive sample where the layer has those. Two
-/// words: the response future and body that carry it are moved at every step, and the
-/// common request (count only) should not pay for the rare ones.
-pub(crate) struct AdmissionPermit<K = Key, H = RandomState> {
-    held: Held<K, H>,
-    /// The hold time's start, with the `metrics` feature (else nothing at all).
-    _timer: Timer,
-}
-
-enum Held<K, H> {
-    /// The count permit alone.
-    Count { _permit: CountPermit },
-    /// The count permit and the rest.
-    Rest(Box<Rest<K, H>>),
-    /// Released (in `drop`).
-    Released,
-}
-
-impl<K, H> Drop for AdmissionPermit<K, H> {
-    #[inline]
-    fn drop(&mut self) {
-        release(std::mem::replace(&mut self.held, Held::Released));
-    }
-}
-
-/// Releases what a permit held. Out of line: the bodies and futures that carry a permit
-/// are dropped on every request, and their drop stays small enough to be inlined where a
-/// request holds none.
-#[inline(never)]
-fn release<K, H>(held: Held<K, H>) {
-    drop(held);
-}
-
-/// The count permit with the key's permit, the body's charge or the adaptive sample, for
-/// a request that has any; and, for a body that may be refused as it streams, what
-/// answering that refusal takes.
-struct Rest<K, H> {
-    count: CountPermit,
-    _keyed: Option<KeyedPermit<K, H>>,
-    charge: Option<RequestCharge>,
-    /// Boxed: the request head it keeps is large, and rare (see `may_outgrow`); the rest
-    /// is moved into its box on every request that has any of it.
-    late: Option<Box<LateRefusal<K, H>>>,
-    /// The adaptive limit's sample, while it is still to be recorded.
-    sample: Option<Sample>,
-}
-
-impl<K, H> Drop for Rest<K, H> {
-    fn drop(&mut self) {
-        // Before the count permit goes: the sample is recorded through it.
-        self.record();
-        // A body cut for its pace after the service answered: the layer did not answer
-        // it, but the hook, the snapshot and the metrics still hear of it.
-        if let (Some(charge), Some(late)) = (&self.charge, &self.late) {
-            if charge.refused() == Some(Refused::TooSlow) {
-                late.report(Refused::TooSlow);
-            }
-        }
-    }
-}
-
-impl<K, H> Rest<K, H> {
-    fn record(&mut self) {
-        if let Some(sample) = self.sample.take() {
-            self.count.record(sample.admitted.elapsed(), sample.outcome);
-        }
-    }
-}
-
-/// An adaptive limit's sample of one request: since when, how it ended as far as is known
-/// (`Dropped` until the response head), and where it ends.
-pub(crate) struct Sample {
-    admitted: Instant,
-    outcome: Outcome,
-    at: SampleAt,
-}
-
-impl Sample {
-    #[inline]
-    pub(crate) fn start(at: Option<SampleAt>) -> Option<Self> {
-        at.map(|at| Sample {
-            admitted: Instant::now(),
-            outcome: Outcome::Dropped,
-            at,
-        })
-    }
-}
-
-impl<K, H> AdmissionPermit<K, H> {
-    #[inline]
-    fn new(
-        count: CountPermit,
-        keyed: Option<KeyedPermit<K, H>>,
-        charge: Option<RequestCharge>,
-        late: Option<LateRefusal<K, H>>,
-        timer: Timer,
-        sample: Option<Sample>,
-    ) -> Self {
-        let held = if keyed.is_some() || charge.is_some() || sample.is_some() {
-            Held::Rest(Box::new(Rest {
-                count,
-                _keyed: keyed,
-                charge,
-                late: late.map(Box::new),
-                sample,
-            }))
-        } else {
-            Held::Count { _permit: count }
-        };
-        Self {
-            held,
-            _timer: timer,
-        }
-    }
-
-    /// If the request's body was refused while it streamed (and the layer answers such
-    /// refusals): the refusal, and what answering it takes. The caller drops the
-    /// handler's answer, then this permit, then answers.
-    #[inline]
-    pub(crate) fn take_late_refusal(&mut self) -> Option<(Refused, Box<LateRefusal<K, H>>)> {
-        let Held::Rest(rest) = &mut self.held else {
-            return None;
-        };
-        let refused = rest.charge.as_ref().and_then(RequestCharge::refused)?;
-        let late = rest.late.take()?;
-        // Refused by the layer itself, mid-request: not the service's latency.
-        rest.sample = None;
-        Some((refused, late))
-    }
-
-    /// The response head is here: its outcome, and its sample if sampled at the head.
-    #[inline]
-    pub(crate) fn head<B>(&mut self, response: &Response<B>) {
-        if let Held::Rest(rest) = &mut self.held {
-            if let Some(sample) = &mut rest.sample {
-                sample.outcome = outcome(response);
-                if sample.at == SampleAt::Head {
-                    rest.record();
-                }
-            }
-        }
-    }
-
-    /// The request's body charge, if it has one.
-    #[inline]
-    pub(crate) fn charge(&self) -> Option<&RequestCharge> {
-        match &self.held {
-            Held::Rest(rest) => rest.charge.as_ref(),
-            _ => None,
-        }
-    }
-
-    /// The service failed the request: an overload.
-    pub(crate) fn failed(&mut self) {
-        if let Held::Rest(rest) = &mut self.held {
-            if let Some(sample) = &mut rest.sample {
-                sample.outcome = Outcome::Overload;
-            }
-        }
-    }
-}
-
-const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
-
-/// How a response head reports the request, for the adaptive limit: a 5xx, or a gRPC
-/// status of overload (`RESOURCE_EXHAUSTED`, `UNAVAILABLE`, `DEADLINE_EXCEEDED`) in a
-/// trailers-only response, is an overload.
-fn outcome<B>(response: &Response<B>) -> Outcome {
-    let grpc_overload = || {
-        response
-            .headers()
-            .get(&GRPC_STATUS)
-            .is_some_and(|status| matches!(status.as_bytes(), b"4" | b"8" | b"14"))
-    };
-    if response.status().is_server_error() || grpc_overload() {
-        Outcome::Overload
-    } else {
-        Outcome::Success
-    }
-}
+use crate::drain::{self, Drain, Plan};
+use crate::future::{LateRefusal, ResponseFuture};
+use crate::permit::{AdmissionPermit, Sample};
+use crate::shared::Shared;
+use crate::{AdmissionSnapshot, ResponseBody};
 
 /// Admission control in front of a service `S`; made by [`AdmissionLayer`].
 ///
@@ -253,14 +67,14 @@ fn outcome<B>(response: &Response<B>) -> Outcome {
 /// The error is then tower's `Overloaded`; with axum, `HandleErrorLayer` turns it into a
 /// 503.
 ///
-/// [`AdmissionLayer`]: super::AdmissionLayer
-pub struct Admission<S, K = Key, H = RandomState> {
+/// [`AdmissionLayer`]: crate::AdmissionLayer
+pub struct Admission<S> {
     inner: S,
-    shared: Arc<Shared<K, H>>,
+    shared: Arc<Shared>,
 }
 
-impl<S, K, H> Admission<S, K, H> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared<K, H>>) -> Self {
+impl<S> Admission<S> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared>) -> Self {
         Self { inner, shared }
     }
 
@@ -320,7 +134,7 @@ impl<S, K, H> Admission<S, K, H> {
     /// assert_eq!(service.gate().count().capacity(), 5);
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
-    pub fn gate(&self) -> &Gate<K, H> {
+    pub fn gate(&self) -> &Gate {
         &self.shared.gate
     }
 
@@ -340,7 +154,7 @@ impl<S, K, H> Admission<S, K, H> {
     }
 }
 
-impl<S: Clone, K, H> Clone for Admission<S, K, H> {
+impl<S: Clone> Clone for Admission<S> {
     fn clone(&self) -> Self {
         Self {
             inner: self.inner.clone(),
@@ -349,18 +163,16 @@ impl<S: Clone, K, H> Clone for Admission<S, K, H> {
     }
 }
 
-impl<S, K, H, ReqBody, ResBody> Service<Request<ReqBody>> for Admission<S, K, H>
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Admission<S>
 where
     S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
     ReqBody: Body + Send + Unpin + 'static,
     ResBody: Body,
     ResBody::Data: From<Bytes>,
-    K: Hash + Eq + Clone,
-    H: BuildHasher,
 {
-    type Response = Response<ResponseBody<ResBody, K, H>>;
+    type Response = Response<ResponseBody<ResBody>>;
     type Error = S::Error;
-    type Future = ResponseFuture<S::Future, ReqBody, K, H>;
+    type Future = ResponseFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -397,19 +209,17 @@ where
     }
 }
 
-impl<S, K, H> Admission<S, K, H> {
+impl<S> Admission<S> {
     /// Admission that reads the head: a bypass, a key, a declared length, a dry run.
     /// Out of line, so that `call` stays small for the paths that read nothing.
     #[inline(never)]
     fn call_with_head<ReqBody, ResBody>(
         &mut self,
         request: Request<ReqBody>,
-    ) -> ResponseFuture<S::Future, ReqBody, K, H>
+    ) -> ResponseFuture<S::Future>
     where
         S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
         ReqBody: Body + Send + Unpin + 'static,
-        K: Hash + Eq + Clone,
-        H: BuildHasher,
     {
         let shared = &*self.shared;
         let (parts, body) = request.into_parts();
@@ -473,10 +283,10 @@ impl<S, K, H> Admission<S, K, H> {
         body: ReqBody,
         rejection: Rejection,
         priority: Option<Priority>,
-    ) -> ResponseFuture<S::Future, ReqBody, K, H>
+    ) -> ResponseFuture<S::Future>
     where
         S: Service<Request<MeteredBody<ReqBody>>>,
-        ReqBody: Body,
+        ReqBody: Body + Send + 'static,
     {
         let shared = &*self.shared;
         shared.refused(&parts, rejection, priority);
@@ -509,7 +319,7 @@ fn may_outgrow<B: Body>(body: &B, charged: u64) -> bool {
     !body.is_end_stream() && body.size_hint().upper().is_none_or(|upper| upper > charged)
 }
 
-impl<S: fmt::Debug, K, H> fmt::Debug for Admission<S, K, H> {
+impl<S: fmt::Debug> fmt::Debug for Admission<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Admission")
             .field("inner", &self.inner)

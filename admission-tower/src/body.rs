@@ -1,44 +1,42 @@
-//! The response body of [`Admission`](super::Admission).
+//! The response body of [`Admission`](crate::Admission).
 
-use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use admission_core::Key;
 use admission_http::PermitBody;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
-use super::service::AdmissionPermit;
+use crate::permit::AdmissionPermit;
 
 pin_project! {
-    /// The response body of [`Admission`](super::Admission): the inner body holding the
+    /// The response body of [`Admission`](crate::Admission): the inner body holding the
     /// request's permits until it ends, the inner body of a bypassed request, or a
     /// refusal's small body.
-    pub struct ResponseBody<B, K = Key, H = RandomState> {
+    pub struct ResponseBody<B> {
         #[pin]
-        kind: Kind<B, K, H>,
+        kind: Kind<B>,
     }
 }
 
 pin_project! {
     #[project = KindProj]
-    enum Kind<B, K, H> {
+    enum Kind<B> {
         // Holding nothing (a bypassed or uncounted request): the body as it is.
         Passed { #[pin] body: B },
         // Holding the request's permits until the body ends.
-        Held { #[pin] body: PermitBody<B, AdmissionPermit<K, H>> },
+        Held { #[pin] body: PermitBody<B, AdmissionPermit> },
         // Empty once sent (and for a refusal without a body).
         Refused { bytes: Bytes },
     }
 }
 
-impl<B, K, H> ResponseBody<B, K, H> {
+impl<B> ResponseBody<B> {
     /// The service's body, holding `permit` (if any) until it ends.
     #[inline]
-    pub(crate) fn new(body: B, permit: Option<AdmissionPermit<K, H>>) -> Self {
+    pub(crate) fn new(body: B, permit: Option<AdmissionPermit>) -> Self {
         let kind = match permit {
             Some(permit) => Kind::Held {
                 body: PermitBody::new(body, permit),
@@ -116,7 +114,7 @@ impl<B, K, H> ResponseBody<B, K, H> {
     }
 }
 
-impl<B, K, H> Body for ResponseBody<B, K, H>
+impl<B> Body for ResponseBody<B>
 where
     B: Body,
     B::Data: From<Bytes>,
@@ -168,7 +166,7 @@ where
     }
 }
 
-impl<B, K, H> fmt::Debug for ResponseBody<B, K, H> {
+impl<B> fmt::Debug for ResponseBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let kind = match (&self.kind, self.holds_permit()) {
             (Kind::Refused { .. }, _) => "refused",

@@ -1,0 +1,97 @@
+//! `BuildError`: why a builder could not make a layer.
+
+use std::fmt;
+
+use admission_core::adaptive::AdaptiveError;
+use admission_core::CapacityError;
+
+/// Why [`AdmissionBuilder::build`](crate::AdmissionBuilder::build) could not make a layer.
+///
+/// Each variant names the mistake; where another error lies beneath (a ledger's range,
+/// the adaptive limit's bounds), `Display` says what was being built and
+/// [`source`](std::error::Error::source) gives the cause, so an error reporter that walks
+/// the chain prints each once.
+///
+/// ```
+/// use std::error::Error;
+/// use admission_tower::{AdmissionLayer, BuildError};
+///
+/// let error = AdmissionLayer::builder().count(usize::MAX).build().unwrap_err();
+/// assert!(matches!(error, BuildError::Capacity(_)));
+/// let cause = error.source().unwrap().to_string();
+/// assert!(!error.to_string().contains(&cause), "said once, by the source");
+/// # Ok::<(), BuildError>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// A limit is beyond what its ledger represents.
+    Capacity(CapacityError),
+    /// A limit of 0 was set (`count`, `bytes`, `max_request_bytes`, a per-key cap or
+    /// `max_keys`; named here). It would refuse every request: to set no limit, leave the
+    /// setter out, or pass `None`.
+    ZeroLimit(&'static str),
+    /// A per-key cap or `max_keys` was set for a layer over a shared gate, whose limits
+    /// are the gate's: use [`PerKey::gate_cap`](crate::PerKey::gate_cap).
+    LimitsOnSharedGate,
+    /// [`PerKey::gate_cap`](crate::PerKey::gate_cap) on a layer with a gate of its own,
+    /// which has no per-key cap to take: give the cap with
+    /// [`PerKey::new`](crate::PerKey::new).
+    NoKeyCap,
+    /// A key extractor for a shared gate without a per-key dimension: no request would
+    /// ever be capped by its key.
+    NoKeyedLedger,
+    /// Both a fixed count and an adaptive limit: the adaptive limit sets the count.
+    CountAndAdaptive,
+    /// The adaptive limit's bounds are invalid, or its count ledger (a shared gate's) is
+    /// driven by another adaptive limit already.
+    Adaptive(AdaptiveError),
+}
+
+impl From<AdaptiveError> for BuildError {
+    fn from(error: AdaptiveError) -> Self {
+        BuildError::Adaptive(error)
+    }
+}
+
+impl From<CapacityError> for BuildError {
+    fn from(error: CapacityError) -> Self {
+        BuildError::Capacity(error)
+    }
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::Capacity(_) => f.write_str("a limit is out of range"),
+            BuildError::ZeroLimit(what) => write!(
+                f,
+                "`{what}` of 0 would refuse every request; for no limit, leave it out or pass `None`"
+            ),
+            BuildError::LimitsOnSharedGate => f.write_str(
+                "a per-key cap or `max_keys` was set on a layer over a shared gate; \
+                 set them on the gate and use `PerKey::gate_cap`",
+            ),
+            BuildError::NoKeyCap => f.write_str(
+                "`PerKey::gate_cap` on a layer with a gate of its own; give a cap with `PerKey::new`",
+            ),
+            BuildError::NoKeyedLedger => {
+                f.write_str("a key extractor for a shared gate without a per-key limit")
+            }
+            BuildError::CountAndAdaptive => {
+                f.write_str("both `count` and `adaptive` were set; the adaptive limit sets the count")
+            }
+            BuildError::Adaptive(_) => f.write_str("invalid adaptive limit"),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BuildError::Capacity(error) => Some(error),
+            BuildError::Adaptive(error) => Some(error),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! `AdmissionLayer`: the layer, and what a running server does with it.
+
+use std::fmt;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+use admission_core::{AdaptiveLimit, Classes, Drain, Gate};
+use admission_http::Refusals;
+use tower_layer::Layer;
+
+use crate::builder::{NewGate, SharedGate};
+use crate::drain::DrainLimits;
+use crate::observe::Observer;
+use crate::shared::Shared;
+#[cfg(feature = "tokio")]
+use crate::Connections;
+use crate::{Admission, AdmissionBuilder, AdmissionSnapshot, SlowClients};
+#[cfg(feature = "axum")]
+use crate::{Guarded, GuardedIo};
+
+/// Applies admission control to a service: sheds what is over the limits, never queues.
+///
+/// Every clone of the layer, and every service it makes, shares one gate: a limit per
+/// clone would enforce nothing, since frameworks clone services per connection or per
+/// request. Build it with [`AdmissionLayer::builder`], or over a [`Gate`] shared with
+/// other layers and interceptors with [`AdmissionLayer::from_gate`].
+///
+/// Its type is the same whichever limits are set, so a layer can be installed
+/// unconditionally ([`off`](Self::off) when admission is turned off). See the [crate
+/// docs](crate) for a complete axum example.
+pub struct AdmissionLayer {
+    pub(crate) shared: Arc<Shared>,
+}
+
+impl Clone for AdmissionLayer {
+    fn clone(&self) -> Self {
+        Self {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl AdmissionLayer {
+    /// A builder with no limit set: what it builds counts requests in flight (for
+    /// [`drain`](Self::drain) and snapshots) and refuses nothing until given a limit.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder().count(64).build()?;
+    /// assert_eq!(layer.gate().count().capacity(), 64);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn builder() -> AdmissionBuilder {
+        AdmissionBuilder::new(NewGate::default())
+    }
+
+    /// A builder over an existing gate: its limits are the gate's, shared with every
+    /// other layer or interceptor built from a clone of it (one limit for an HTTP and a
+    /// gRPC server in one process, say). The builder has no limit setters; give the key
+    /// extractor with [`PerKey::gate_cap`](crate::PerKey::gate_cap).
+    ///
+    /// ```
+    /// use admission_tower::{key, AdmissionLayer, Gate, Key, PerKey};
+    ///
+    /// let gate: Gate = Gate::builder().count(512).per_key(8).build()?;
+    /// let http = AdmissionLayer::from_gate(gate.clone())
+    ///     .per_key(PerKey::gate_cap(key::header(http::HeaderName::from_static("x-api-key"))))
+    ///     .build()?;
+    /// let other = AdmissionLayer::from_gate(gate.clone()).build()?;
+    /// let _held = gate.try_admit(Some(&Key::from("k")), 0)?;
+    /// assert_eq!(http.snapshot().gate.count.in_flight, 1, "one gate, one count");
+    /// assert_eq!(other.snapshot().gate.count.in_flight, 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_gate(gate: Gate) -> AdmissionBuilder<SharedGate> {
+        AdmissionBuilder::new(SharedGate(gate))
+    }
+
+    /// A layer that is off: no limit, nothing counted, no metrics; a request costs about
+    /// what the bare service does. For admission turned off by configuration, with the
+    /// layer's type unchanged. It still refuses new requests once
+    /// [closed](Self::close), but having counted nothing, its [`drain`](Self::drain)
+    /// completes at once (a server's own graceful shutdown, which waits for open
+    /// connections, still cuts nothing off); a limit set at run time counts only the
+    /// requests admitted after it. A layer from [`builder`](Self::builder) with no limit
+    /// counts, and its drain waits.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let enabled = false; // from the configuration
+    /// let layer = if enabled { AdmissionLayer::builder().count(512).build()? } else { AdmissionLayer::off() };
+    /// assert_eq!(layer.snapshot().gate.count.capacity, 0);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn off() -> Self {
+        let gate = Gate::builder()
+            .build()
+            .expect("a gate without limits is in range");
+        Self::from_shared(Shared {
+            keys: None,
+            bypass: None,
+            classes: None,
+            refusals: Refusals::new(),
+            hook: None,
+            dry_run: false,
+            drain: DrainLimits::default(),
+            observer: Observer::default(),
+            would_shed: AtomicU64::new(0),
+            adaptive: None,
+            sample_at: None,
+            slow: SlowClients::off(),
+            too_slow: AtomicU64::new(0),
+            #[cfg(feature = "tokio")]
+            connections: Connections::new(SlowClients::off()),
+            count_only: true,
+            untracked: true,
+            gate,
+        })
+    }
+
+    pub(crate) fn from_shared(shared: Shared) -> Self {
+        Self {
+            shared: Arc::new(shared),
+        }
+    }
+
+    /// The gate: its ledgers, to read or to change limits at run time.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder().count(8).build()?;
+    /// layer.gate().count().set_capacity(16)?;
+    /// assert_eq!(layer.snapshot().gate.count.capacity, 16);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn gate(&self) -> &Gate {
+        &self.shared.gate
+    }
+
+    /// A cheap reading of the gate and the dry-run count.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder().count(3).build()?;
+    /// let snap = layer.snapshot();
+    /// assert_eq!((snap.gate.count.capacity, snap.would_shed), (3, 0));
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn snapshot(&self) -> AdmissionSnapshot {
+        self.shared.snapshot()
+    }
+
+    /// Sets the layer's gauges from its ledgers (feature `metrics`): requests, bytes
+    /// and keys in flight, their high-water marks, the limits in force, and whether the
+    /// layer is closed. Call it where the exporter renders (the `/metrics` handler), so
+    /// the gauges are the ledgers' values at that moment: see the [module
+    /// docs](crate#metrics) for the whole setup and why gauges are read, not
+    /// pushed.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder().count(8).build()?;
+    /// layer.record_gauges(); // then render
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn record_gauges(&self) {
+        self.shared.observer.record_gauges(&self.shared.gate);
+    }
+
+    /// The layer's priority classes, if it has any ([`AdmissionBuilder::priority`]).
+    ///
+    /// ```
+    /// use admission_tower::{AdmissionLayer, Classes, Priority};
+    ///
+    /// let layer = AdmissionLayer::builder()
+    ///     .count(64)
+    ///     .priority(Classes::standard(), |_, _| Priority::DEFAULT)
+    ///     .build()?;
+    /// assert_eq!(layer.classes().unwrap().len(), 3);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn classes(&self) -> Option<&Classes> {
+        self.shared.classes()
+    }
+
+    /// How many requests of each class the count limit has refused, most important class
+    /// first; empty for a layer without classes. (The same figures as the snapshot's
+    /// `gate.refused_by_class`, with the names.)
+    ///
+    /// ```
+    /// use admission_tower::{AdmissionLayer, Classes, Priority};
+    ///
+    /// let layer = AdmissionLayer::builder()
+    ///     .count(64)
+    ///     .priority(Classes::standard(), |_, _| Priority::DEFAULT)
+    ///     .build()?;
+    /// assert_eq!(layer.shed_by_class(), [("critical", 0), ("default", 0), ("sheddable", 0)]);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn shed_by_class(&self) -> Vec<(&str, u64)> {
+        let refused = self.shared.gate.count().refused_by_class();
+        self.classes()
+            .into_iter()
+            .flat_map(Classes::iter)
+            .map(|(name, priority)| (name, refused[priority.index()]))
+            .collect()
+    }
+
+    /// Graceful drain, for shutdown: from now on every new request is refused (503 +
+    /// `Retry-After` and, over HTTP/1.x, `connection: close`, so keep-alive clients
+    /// reconnect, to another instance behind a load balancer; gRPC `UNAVAILABLE`), while
+    /// every admitted request runs to the end of its response body. The returned
+    /// [`Drain`] is a future, for any runtime, that completes when the last admitted
+    /// request is done (or [`Drain::wait`] blocks a thread until then). Bypassed routes
+    /// are still served.
+    ///
+    /// Stop the server's accept loop after the drain completes, or together with it (a
+    /// graceful shutdown that waits for open connections): either way nothing admitted
+    /// is cut off. [`reopen`](Self::reopen) undoes it.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    /// use axum::{routing::get, Router};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let admission = AdmissionLayer::builder().count(512).build()?;
+    /// let app: Router = Router::new().route("/", get(|| async { "ok" })).layer(admission.clone());
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    /// let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+    ///     // On SIGTERM, say: refuse new work, let admitted requests finish, then stop.
+    ///     admission.drain().await;
+    /// });
+    /// server.await?; // returns once the drain is done and open connections are closed
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn drain(&self) -> Drain {
+        self.shared.gate.drain()
+    }
+
+    /// Refuses every new request until [`reopen`](Self::reopen), as
+    /// [`drain`](Self::drain) does, without waiting for anything; limits changed
+    /// meanwhile (by hand or by a controller) do not reopen it.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder().build()?;
+    /// layer.close();
+    /// assert!(layer.snapshot().gate.closed);
+    /// layer.reopen();
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn close(&self) {
+        self.shared.gate.close();
+    }
+
+    /// Admits again after [`close`](Self::close) or [`drain`](Self::drain).
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder().build()?;
+    /// let _ = layer.drain();
+    /// layer.reopen();
+    /// assert!(!layer.snapshot().gate.closed);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn reopen(&self) {
+        self.shared.gate.reopen();
+    }
+
+    /// The adaptive limit setting the count limit, if the layer has one
+    /// ([`AdmissionBuilder::adaptive`]): to fix the limit by hand and hand it back.
+    pub fn adaptive(&self) -> Option<&AdaptiveLimit> {
+        self.shared.adaptive.as_ref()
+    }
+
+    /// The connection bounds of the layer's [`SlowClients`] policy, shared by every
+    /// listener it guards (`guard`, feature `axum`): the cap, and the connections open now.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder().count(8).build()?;
+    /// assert_eq!(layer.connections().open(), 0);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    #[cfg(feature = "tokio")]
+    pub fn connections(&self) -> &Connections {
+        &self.shared.connections
+    }
+
+    /// Bounds the connections `listener` accepts for `axum::serve`, by the layer's
+    /// [`SlowClients`] policy: a cap on open connections (closed at once above it), a
+    /// time to the first byte (30 s by default), and a minimum rate at which a client
+    /// takes what the server writes (240 B/s after 5 s), so a client that stops reading
+    /// a streamed response is cut and releases its permits. `ConnectInfo` keeps working
+    /// (the listener is a `TapIo`, which axum's `ConnectInfo<SocketAddr>` accepts).
+    ///
+    /// What a listener cannot do: it sees bytes, not requests, so it cannot bound the
+    /// time to a complete request head, or idle time between requests. For those, serve
+    /// with hyper-util's builder and its `header_read_timeout` (with a timer), which
+    /// composes with [`Connections::admit`] in its accept loop.
+    ///
+    /// ```no_run
+    /// use std::net::SocketAddr;
+    /// use admission_tower::AdmissionLayer;
+    /// use axum::{extract::ConnectInfo, routing::get, Router};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let admission = AdmissionLayer::builder().count(512).build()?;
+    /// let app = Router::new()
+    ///     .route("/", get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move { peer.to_string() }))
+    ///     .layer(admission.clone());
+    /// let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+    /// axum::serve(admission.guard(listener), app.into_make_service_with_connect_info::<SocketAddr>())
+    ///     .await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "axum")]
+    pub fn guard<L>(&self, listener: L) -> GuardedListener<L>
+    where
+        L: axum::serve::Listener,
+    {
+        use axum::serve::ListenerExt;
+        let keep: fn(&mut GuardedIo<L::Io>) = |_| {};
+        Guarded::new(listener, self.shared.connections.clone()).tap_io(keep)
+    }
+
+    /// The layer's policy for slow clients ([`AdmissionBuilder::slow_clients`]).
+    ///
+    /// ```
+    /// use admission_tower::{AdmissionLayer, SlowClients};
+    ///
+    /// let layer = AdmissionLayer::builder().count(8).build()?;
+    /// assert_eq!(layer.slow_clients(), SlowClients::default());
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn slow_clients(&self) -> SlowClients {
+        self.shared.slow
+    }
+}
+
+impl<S> Layer<S> for AdmissionLayer {
+    type Service = Admission<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Admission::new(inner, self.shared.clone())
+    }
+}
+
+impl fmt::Debug for AdmissionLayer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AdmissionLayer")
+            .field("snapshot", &self.snapshot())
+            .field("dry_run", &self.shared.dry_run)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The listener `AdmissionLayer::guard` makes: a [`Guarded`] listener, as a `TapIo` so
+/// that axum's `ConnectInfo<SocketAddr>` accepts it.
+#[cfg(feature = "axum")]
+pub type GuardedListener<L> =
+    axum::serve::TapIo<Guarded<L>, fn(&mut GuardedIo<<L as axum::serve::Listener>::Io>)>;

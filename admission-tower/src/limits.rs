@@ -1,0 +1,200 @@
+//! Where a layer's gate comes from, the limit setters of a gate of its own, and `build`.
+
+use std::sync::atomic::AtomicU64;
+
+use admission_core::Gate;
+
+use crate::drain::DrainLimits;
+use crate::observe::Observer;
+use crate::shared::Shared;
+use crate::{AdmissionBuilder, AdmissionLayer, BuildError, PerKey};
+
+/// Where a builder's gate comes from: built from its own limits
+/// ([`AdmissionLayer::builder`]). Only such a builder has the limit setters.
+#[derive(Debug, Default)]
+pub struct NewGate {
+    count: Option<usize>,
+    bytes: Option<u64>,
+    max_request_bytes: Option<u64>,
+}
+
+/// Where a builder's gate comes from: a gate shared with other layers and interceptors
+/// ([`AdmissionLayer::from_gate`]), whose limits are its own.
+#[derive(Debug)]
+pub struct SharedGate(pub(crate) Gate);
+
+impl AdmissionBuilder<NewGate> {
+    /// At most `limit` requests in flight (from the call until the response body ends);
+    /// 503 + `Retry-After` above. `None` for no count limit (the default; requests are
+    /// still counted, for [`drain`](AdmissionLayer::drain) and snapshots).
+    ///
+    /// How to choose it: against the resource the requests contend for (a pool of
+    /// database connections, the workers of a CPU-bound handler), times what bursts need.
+    /// A limit equal to the workers refuses a burst that the workers would have cleared in
+    /// a few milliseconds: with 10 workers of 10 ms and bursts of 100 requests every 50 ms,
+    /// a limit of 10 served 22% of capacity and a limit of 40 served 89%. Start at a few
+    /// times the workers, watch the latency at the limit, and lower it until the latency
+    /// is what clients accept. Where the right number moves (other tenants, autoscaled
+    /// dependencies), let an [`adaptive`](Self::adaptive) limit find it instead.
+    ///
+    /// ```
+    /// use admission_tower::{AdmissionLayer, BuildError};
+    ///
+    /// let layer = AdmissionLayer::builder().count(100).build()?;
+    /// assert_eq!(layer.gate().count().capacity(), 100);
+    /// let from_config: Option<usize> = None; // "no limit" in the configuration
+    /// assert!(AdmissionLayer::builder().count(from_config).build().is_ok());
+    /// assert_eq!(AdmissionLayer::builder().count(0).build().unwrap_err(), BuildError::ZeroLimit("count"));
+    /// # Ok::<(), BuildError>(())
+    /// ```
+    pub fn count(mut self, limit: impl Into<Option<usize>>) -> Self {
+        self.gate.count = limit.into();
+        self
+    }
+
+    /// At most `budget` bytes of request bodies in flight (503 + `Retry-After` above): a
+    /// declared `Content-Length` is charged at the head, a body without one as it arrives;
+    /// the charge is held until the response body ends. `None` for no budget (the
+    /// default). This bounds request bytes the server is handed, not what handlers
+    /// allocate.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder().bytes(1 << 20).build()?;
+    /// assert_eq!(layer.gate().bytes().unwrap().budget(), 1 << 20);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn bytes(mut self, budget: impl Into<Option<u64>>) -> Self {
+        self.gate.bytes = budget.into();
+        self
+    }
+
+    /// Refuse a request whose body is above `max` bytes with 413, before reading it (or
+    /// as soon as a body without a length passes it). `None` for no maximum (the default).
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder().max_request_bytes(1 << 16).build()?;
+    /// assert_eq!(layer.gate().bytes().unwrap().max_charge(), 1 << 16);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn max_request_bytes(mut self, max: impl Into<Option<u64>>) -> Self {
+        self.gate.max_request_bytes = max.into();
+        self
+    }
+
+    /// The layer.
+    ///
+    /// # Errors
+    ///
+    /// A [`BuildError`] that names what is wrong: a limit of 0 or beyond its ledger's
+    /// range, both a count and an adaptive limit, invalid adaptive bounds.
+    pub fn build(self) -> Result<AdmissionLayer, BuildError> {
+        let (
+            NewGate {
+                count,
+                bytes,
+                max_request_bytes,
+            },
+            this,
+        ) = self.swap(());
+        for (what, limit) in [
+            ("count", count.map(|n| n as u64)),
+            ("bytes", bytes),
+            ("max_request_bytes", max_request_bytes),
+        ] {
+            if limit == Some(0) {
+                return Err(BuildError::ZeroLimit(what));
+            }
+        }
+        if count.is_some() && this.adaptive.is_some() {
+            return Err(BuildError::CountAndAdaptive);
+        }
+        let mut gate = Gate::builder()
+            .count(count.unwrap_or(0))
+            .bytes(bytes.unwrap_or(0))
+            .max_request_bytes(max_request_bytes.unwrap_or(0));
+        if let Some(per_key) = &this.per_key {
+            let cap = per_key.cap.ok_or(BuildError::NoKeyCap)?;
+            if cap == 0 {
+                return Err(BuildError::ZeroLimit("per-key cap"));
+            }
+            if per_key.max_keys == Some(0) {
+                return Err(BuildError::ZeroLimit("max_keys"));
+            }
+            gate = gate.per_key(cap).max_keys(per_key.max_keys.unwrap_or(0));
+            if per_key.cap_by.is_some() {
+                gate = gate.track_keys();
+            }
+        }
+        this.swap(gate.build()?).1.finish()
+    }
+}
+
+impl AdmissionBuilder<SharedGate> {
+    /// The layer, over the shared gate.
+    ///
+    /// # Errors
+    ///
+    /// A [`BuildError`] that names what is wrong: a per-key cap or `max_keys` set here
+    /// (they are the gate's), a key extractor for a gate without a per-key dimension,
+    /// invalid adaptive bounds or a count already driven by another adaptive limit.
+    pub fn build(self) -> Result<AdmissionLayer, BuildError> {
+        let (SharedGate(gate), this) = self.swap(());
+        if let Some(per_key) = &this.per_key {
+            if per_key.cap.is_some() || per_key.max_keys.is_some() {
+                return Err(BuildError::LimitsOnSharedGate);
+            }
+            if gate.keyed().is_none() {
+                return Err(BuildError::NoKeyedLedger);
+            }
+        }
+        this.swap(gate).1.finish()
+    }
+}
+
+impl AdmissionBuilder<Gate> {
+    /// The layer over `self.gate`, the configuration checked.
+    fn finish(self) -> Result<AdmissionLayer, BuildError> {
+        let gate = self.gate;
+        let (adaptive, sample_at) = match self.adaptive {
+            Some(adaptive) => (
+                Some(adaptive.limit.build(gate.count())?),
+                Some(adaptive.sample_at),
+            ),
+            None => (None, None),
+        };
+        let keys = self.per_key.map(PerKey::into_policy);
+        let count_only = gate.bytes().is_none()
+            && keys.is_none()
+            && self.bypass.is_none()
+            && self.classes.is_none();
+        let observer = Observer::new(
+            &self.report,
+            &gate,
+            self.classes.as_ref().map(|(classes, _)| classes),
+        );
+        Ok(AdmissionLayer::from_shared(Shared {
+            drain: DrainLimits::from(&self.refusals),
+            keys,
+            bypass: self.bypass,
+            classes: self.classes,
+            refusals: self.refusals,
+            hook: self.hook,
+            dry_run: self.dry_run,
+            observer,
+            would_shed: AtomicU64::new(0),
+            sample_at,
+            slow: self.slow,
+            too_slow: AtomicU64::new(0),
+            #[cfg(feature = "tokio")]
+            connections: crate::Connections::new(self.slow),
+            adaptive,
+            count_only,
+            untracked: false,
+            gate,
+        }))
+    }
+}

@@ -1,0 +1,205 @@
+//! `PerKey`: each client's share, as one value.
+
+use std::fmt;
+
+use admission_core::Key;
+use http::request::Parts;
+
+type KeyFn = Box<dyn Fn(&Parts) -> Option<Key> + Send + Sync>;
+type CapFn = Box<dyn Fn(&Parts, &Key) -> Option<u64> + Send + Sync>;
+
+/// A cap on each client's requests in flight (429 + `Retry-After` above it), and how
+/// clients are told apart: for [`AdmissionBuilder::per_key`](crate::AdmissionBuilder::per_key).
+///
+/// The key comes from the request's head: a header ([`key::header`](crate::key::header)),
+/// the peer address ([`key::peer_ip`](crate::key::peer_ip)), or an extension that an
+/// authentication layer running before this one set. Keys are [`Key`]s: any identifier
+/// becomes one without allocating (`Key::from` a string, bytes, a `u64` or an address).
+///
+/// ```
+/// use admission_tower::{key, AdmissionLayer, PerKey};
+/// use http::HeaderName;
+///
+/// let tenant = key::header(HeaderName::from_static("x-tenant"));
+/// let layer = AdmissionLayer::builder()
+///     .count(512)
+///     .per_key(PerKey::new(16, tenant).max_keys(10_000))
+///     .build()?;
+/// assert_eq!(layer.gate().keyed().unwrap().cap(), 16);
+/// # Ok::<(), admission_tower::BuildError>(())
+/// ```
+pub struct PerKey {
+    pub(crate) key: KeyFn,
+    /// The cap of every key the lookup gives none; `None` on a value for a shared gate.
+    pub(crate) cap: Option<usize>,
+    pub(crate) cap_by: Option<CapFn>,
+    pub(crate) max_keys: Option<usize>,
+    pub(crate) unkeyed: Unkeyed,
+}
+
+/// What becomes of a request from which the key extractor gets no key (no such header;
+/// no peer address in the request's extensions).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Unkeyed {
+    /// They are one client: every request without a key shares [`Key::MISSING`] and its
+    /// cap (the default). Leaving a header out is then no way around the cap, and an
+    /// extractor that never finds its key (a peer address from a server that does not
+    /// record one) shows at once as a cap on everything rather than as no cap at all.
+    #[default]
+    Share,
+    /// They pass the per-key dimension (the count and byte limits still apply): for a key
+    /// only some callers have, where the others are bounded elsewhere.
+    Exempt,
+}
+
+impl PerKey {
+    /// At most `cap` requests in flight per key, told apart by `key`. A `cap` of 0 is a
+    /// [`BuildError::ZeroLimit`](crate::BuildError::ZeroLimit): it would refuse every
+    /// request with a key.
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use admission_tower::{key, PerKey};
+    /// use axum::extract::ConnectInfo;
+    ///
+    /// // By client address (serve with `into_make_service_with_connect_info`):
+    /// let by_peer = PerKey::new(32, key::peer_ip(|info: &ConnectInfo<SocketAddr>| info.0.ip()));
+    /// # drop(by_peer);
+    /// ```
+    pub fn new<F>(cap: usize, key: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<Key> + Send + Sync + 'static,
+    {
+        Self {
+            key: Box::new(key),
+            cap: Some(cap),
+            cap_by: None,
+            max_keys: None,
+            unkeyed: Unkeyed::default(),
+        }
+    }
+
+    /// The key extractor alone, for a layer over a shared gate
+    /// ([`AdmissionLayer::from_gate`](crate::AdmissionLayer::from_gate)), whose per-key
+    /// cap and key table are the gate's.
+    ///
+    /// ```
+    /// use admission_tower::{key, AdmissionLayer, Gate, PerKey};
+    ///
+    /// let gate: Gate = Gate::builder().count(64).per_key(4).build()?;
+    /// let layer = AdmissionLayer::from_gate(gate)
+    ///     .per_key(PerKey::gate_cap(key::header(http::HeaderName::from_static("x-api-key"))))
+    ///     .build()?;
+    /// assert_eq!(layer.gate().keyed().unwrap().cap(), 4);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn gate_cap<F>(key: F) -> Self
+    where
+        F: Fn(&Parts) -> Option<Key> + Send + Sync + 'static,
+    {
+        Self {
+            cap: None,
+            ..Self::new(0, key)
+        }
+    }
+
+    /// A cap chosen per key: tenant tiers. For each request, `cap_by` looks at the head
+    /// and the key and returns that key's cap (a paying tenant 32), or `None` for the
+    /// value's own cap. `Some(0)` refuses the key everything (429), `Some(u64::MAX)` gives
+    /// it no cap. Keep it cheap (a map read, or a claim already parsed into the request's
+    /// extensions): it runs on every request with a key.
+    ///
+    /// ```
+    /// use admission_tower::{key, AdmissionLayer, Key, PerKey};
+    ///
+    /// let paying = [Key::from("acme")];
+    /// let tiers = PerKey::new(4, key::header(http::HeaderName::from_static("x-tenant")))
+    ///     .cap_by(move |_req, tenant| paying.contains(tenant).then_some(32));
+    /// let layer = AdmissionLayer::builder().per_key(tiers).build()?;
+    /// assert_eq!(layer.gate().keyed().unwrap().cap(), 4);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn cap_by<F>(mut self, cap_by: F) -> Self
+    where
+        F: Fn(&Parts, &Key) -> Option<u64> + Send + Sync + 'static,
+    {
+        self.cap_by = Some(Box::new(cap_by));
+        self
+    }
+
+    /// At most `max_keys` distinct keys with requests in flight: past it, a request with
+    /// a new key is refused 503 (a client spraying new keys cannot grow the table without
+    /// bound). No bound by default; 0 is a
+    /// [`BuildError::ZeroLimit`](crate::BuildError::ZeroLimit).
+    ///
+    /// ```
+    /// use admission_tower::{AdmissionLayer, Key, PerKey};
+    ///
+    /// let per_path = PerKey::new(8, |req| Some(Key::from(req.uri.path()))).max_keys(1_000);
+    /// let layer = AdmissionLayer::builder().per_key(per_path).build()?;
+    /// assert_eq!(layer.gate().keyed().unwrap().max_keys(), 1_000);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = Some(max_keys);
+        self
+    }
+
+    /// What becomes of requests without a key (default: [`Unkeyed::Share`], one client).
+    ///
+    /// ```
+    /// use admission_tower::{key, PerKey, Unkeyed};
+    ///
+    /// let optional = PerKey::new(8, key::header(http::HeaderName::from_static("x-api-key")))
+    ///     .unkeyed(Unkeyed::Exempt);
+    /// # drop(optional);
+    /// ```
+    pub fn unkeyed(mut self, unkeyed: Unkeyed) -> Self {
+        self.unkeyed = unkeyed;
+        self
+    }
+
+    pub(crate) fn into_policy(self) -> KeyPolicy {
+        KeyPolicy {
+            key: self.key,
+            cap_by: self.cap_by,
+            unkeyed: self.unkeyed,
+        }
+    }
+}
+
+impl fmt::Debug for PerKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PerKey")
+            .field("cap", &self.cap)
+            .field("cap_by", &self.cap_by.is_some())
+            .field("max_keys", &self.max_keys)
+            .field("unkeyed", &self.unkeyed)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a built layer keeps of a [`PerKey`]: how to read a request's key and its cap.
+pub(crate) struct KeyPolicy {
+    key: KeyFn,
+    cap_by: Option<CapFn>,
+    unkeyed: Unkeyed,
+}
+
+impl KeyPolicy {
+    /// The request's key: its own, [`Key::MISSING`] for one without, or none at all.
+    #[inline]
+    pub(crate) fn key(&self, parts: &Parts) -> Option<Key> {
+        match (self.key)(parts) {
+            Some(key) => Some(key),
+            None => (self.unkeyed == Unkeyed::Share).then_some(Key::MISSING),
+        }
+    }
+
+    /// The key's own cap, where caps are chosen per key.
+    #[inline]
+    pub(crate) fn cap_for(&self, parts: &Parts, key: &Key) -> Option<u64> {
+        self.cap_by.as_ref().and_then(|cap_by| cap_by(parts, key))
+    }
+}

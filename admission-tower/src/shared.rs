@@ -1,0 +1,163 @@
+//! The state every clone of a layer and its services shares, and admission itself.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use admission_core::adaptive::AdaptiveSnapshot;
+use admission_core::{AdaptiveLimit, Claim, Classes, Gate, GatePermit, GateSnapshot, Priority};
+use admission_core::{Key, Refused};
+use admission_http::{content_length, MinDataRate, Refusals, Rejection};
+use http::request::Parts;
+
+use crate::drain::DrainLimits;
+use crate::observe::Observer;
+use crate::per_key::KeyPolicy;
+use crate::{SampleAt, SlowClients};
+
+pub(crate) type BypassFn = Box<dyn Fn(&Parts) -> bool + Send + Sync>;
+pub(crate) type ClassifyFn = Box<dyn Fn(&Parts, &Classes) -> Priority + Send + Sync>;
+pub(crate) type HookFn = Box<dyn Fn(&RefusalEvent<'_>) + Send + Sync>;
+
+/// What the refusal hook sees: the refused request's head and why it was refused.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct RefusalEvent<'a> {
+    /// The request's method, URI, headers and extensions.
+    pub request: &'a Parts,
+    /// Why it was refused.
+    pub rejection: Rejection,
+    /// The request's priority class, on a layer with classes
+    /// ([`AdmissionBuilder::priority`](crate::AdmissionBuilder::priority)).
+    pub priority: Option<Priority>,
+    /// The name of that class in the layer's table.
+    pub class: Option<&'a str>,
+    /// True in dry-run mode: the request is admitted all the same.
+    pub dry_run: bool,
+}
+
+/// A reading of the layer: its gate's ledgers, and what the layer itself counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct AdmissionSnapshot {
+    /// Every configured ledger: in flight, limit, high-water mark, refusals.
+    pub gate: GateSnapshot,
+    /// Requests refused in dry-run mode and admitted anyway.
+    pub would_shed: u64,
+    /// Request bodies cut for arriving slower than the minimum rate
+    /// ([`SlowClients`]).
+    pub too_slow: u64,
+    /// With an adaptive limit: the limit it has set (also `gate.count.capacity`), whether
+    /// an operator fixed it, and its last window.
+    pub adaptive: Option<AdaptiveSnapshot>,
+}
+
+/// The configuration every clone of the layer and its services shares.
+pub(crate) struct Shared {
+    pub(crate) gate: Gate,
+    pub(crate) keys: Option<KeyPolicy>,
+    pub(crate) bypass: Option<BypassFn>,
+    pub(crate) classes: Option<(Classes, ClassifyFn)>,
+    pub(crate) refusals: Refusals,
+    pub(crate) hook: Option<HookFn>,
+    pub(crate) dry_run: bool,
+    pub(crate) drain: DrainLimits,
+    pub(crate) observer: Observer,
+    pub(crate) would_shed: AtomicU64,
+    /// The adaptive limit driving the count, if any.
+    pub(crate) adaptive: Option<AdaptiveLimit>,
+    /// Where requests are sampled for it (`None` without one).
+    pub(crate) sample_at: Option<SampleAt>,
+    pub(crate) slow: SlowClients,
+    /// Request bodies cut for arriving slower than the minimum rate.
+    pub(crate) too_slow: AtomicU64,
+    /// The connection bounds of `slow`, for listeners this layer guards.
+    #[cfg(feature = "tokio")]
+    pub(crate) connections: crate::Connections,
+    /// Nothing to read from the head: no byte or key dimension, no bypass, no classes.
+    /// The count alone decides, before the request is taken apart. (A dry run may take
+    /// this path too: its refusal, which admits the request, reads only the head.)
+    pub(crate) count_only: bool,
+    /// Made by `AdmissionLayer::off`: while the count ledger admits everything, requests
+    /// pass through uncounted.
+    pub(crate) untracked: bool,
+}
+
+impl Shared {
+    pub(crate) fn bypasses(&self, parts: &Parts) -> bool {
+        self.bypass.as_ref().is_some_and(|bypass| bypass(parts))
+    }
+
+    /// The request's class, on a layer with classes.
+    #[inline]
+    pub(crate) fn classify(&self, parts: &Parts) -> Option<Priority> {
+        let (classes, classify) = self.classes.as_ref()?;
+        Some(classify(parts, classes))
+    }
+
+    /// Admits the request (of class `priority`) on every configured dimension, or says
+    /// why not; with the permit, the body's declared length (0 without a byte dimension).
+    /// Reads only the head: the body is untouched either way. A body held to `rate` is
+    /// charged at first only the grace period's worth of its declared length.
+    pub(crate) fn admit(
+        &self,
+        parts: &Parts,
+        priority: Option<Priority>,
+        rate: Option<MinDataRate>,
+    ) -> Result<(GatePermit, u64), Rejection> {
+        let declared = match self.gate.bytes() {
+            Some(_) => content_length(&parts.headers)?.unwrap_or(0),
+            None => 0,
+        };
+        let now = rate.map_or(declared, |rate| declared.min(rate.grace_bytes()));
+        let keys = self.keys.as_ref();
+        let key: Option<Key> = keys.and_then(|keys| keys.key(parts));
+        let mut claim = Claim::new().bytes(now).total(declared);
+        if let (Some(keys), Some(key)) = (keys, &key) {
+            claim = claim.key(key);
+            if let Some(cap) = keys.cap_for(parts, key) {
+                claim = claim.key_cap(cap);
+            }
+        }
+        if let Some(priority) = priority {
+            claim = claim.priority(priority);
+        }
+        Ok((self.gate.try_claim(claim)?, declared))
+    }
+
+    /// The cold path of a refusal: the hook, and the dry-run count.
+    #[cold]
+    pub(crate) fn refused(&self, parts: &Parts, rejection: Rejection, priority: Option<Priority>) {
+        if self.dry_run {
+            self.would_shed.fetch_add(1, Ordering::Relaxed);
+        }
+        if rejection == Rejection::Refused(Refused::TooSlow) {
+            self.too_slow.fetch_add(1, Ordering::Relaxed);
+        }
+        let class = priority
+            .zip(self.classes())
+            .and_then(|(priority, classes)| classes.name(priority));
+        self.observer
+            .refused(&self.gate, rejection, priority, class, self.dry_run);
+        if let Some(hook) = &self.hook {
+            hook(&RefusalEvent {
+                request: parts,
+                rejection,
+                priority,
+                class,
+                dry_run: self.dry_run,
+            });
+        }
+    }
+
+    pub(crate) fn classes(&self) -> Option<&Classes> {
+        self.classes.as_ref().map(|(classes, _)| classes)
+    }
+
+    pub(crate) fn snapshot(&self) -> AdmissionSnapshot {
+        AdmissionSnapshot {
+            gate: self.gate.snapshot(),
+            would_shed: self.would_shed.load(Ordering::Relaxed),
+            too_slow: self.too_slow.load(Ordering::Relaxed),
+            adaptive: self.adaptive.as_ref().map(AdaptiveLimit::snapshot),
+        }
+    }
+}

@@ -1,0 +1,192 @@
+//! What the builder rules out: every setting that used to be silently ignored, undone or
+//! surprising is now a build error that names it, or a behaviour tested here. (What the
+//! types rule out is in `AdmissionBuilder`'s `compile_fail` examples.)
+
+use std::convert::Infallible;
+use std::error::Error as _;
+
+use admission_tower::adaptive::{AdaptiveLimit, Gradient};
+use admission_tower::{
+    key, AdmissionLayer, BuildError, Gate, Key, MeteredBody, PerKey, Refusals, Unkeyed,
+};
+use bytes::Bytes;
+use http::{HeaderName, Request, Response, StatusCode};
+use http_body_util::Full;
+use tower::{Layer, Service, ServiceExt};
+
+type In = MeteredBody<Full<Bytes>>;
+
+fn ok() -> impl Service<Request<In>, Response = Response<Full<Bytes>>, Error = Infallible> + Clone {
+    tower::service_fn(|_: Request<In>| async {
+        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"ok"))))
+    })
+}
+
+fn tenant() -> impl Fn(&http::request::Parts) -> Option<Key> + Send + Sync + 'static {
+    key::header(HeaderName::from_static("x-tenant"))
+}
+
+/// The statuses of `n` requests sent one after another, every response held.
+async fn statuses(layer: &AdmissionLayer, tenant: Option<&str>, n: usize) -> Vec<StatusCode> {
+    let service = layer.layer(ok());
+    let mut held = Vec::new();
+    for _ in 0..n {
+        let mut request = Request::get("/");
+        if let Some(tenant) = tenant {
+            request = request.header("x-tenant", tenant);
+        }
+        let request = request.body(Full::default()).unwrap();
+        held.push(service.clone().oneshot(request).await.unwrap());
+    }
+    held.iter().map(Response::status).collect()
+}
+
+#[test]
+fn a_limit_of_zero_is_an_error_that_names_it_and_none_is_no_limit() {
+    let zero = |built: Result<AdmissionLayer, BuildError>| built.unwrap_err();
+    assert_eq!(
+        zero(AdmissionLayer::builder().count(0).build()),
+        BuildError::ZeroLimit("count")
+    );
+    assert_eq!(
+        zero(AdmissionLayer::builder().bytes(0).build()),
+        BuildError::ZeroLimit("bytes")
+    );
+    assert_eq!(
+        zero(AdmissionLayer::builder().max_request_bytes(0).build()),
+        BuildError::ZeroLimit("max_request_bytes")
+    );
+    assert_eq!(
+        zero(
+            AdmissionLayer::builder()
+                .per_key(PerKey::new(0, tenant()))
+                .build()
+        ),
+        BuildError::ZeroLimit("per-key cap")
+    );
+    assert_eq!(
+        zero(
+            AdmissionLayer::builder()
+                .per_key(PerKey::new(1, tenant()).max_keys(0))
+                .build()
+        ),
+        BuildError::ZeroLimit("max_keys")
+    );
+    assert!(BuildError::ZeroLimit("count")
+        .to_string()
+        .contains("`count`"));
+    let unlimited = AdmissionLayer::builder()
+        .count(None)
+        .bytes(None)
+        .max_request_bytes(None)
+        .build()
+        .unwrap();
+    let gate = unlimited.gate();
+    assert!(gate.count().admits_all() && gate.bytes().is_none());
+}
+
+#[test]
+fn a_fixed_count_beside_an_adaptive_limit_is_an_error() {
+    let built = AdmissionLayer::builder()
+        .count(64)
+        .adaptive(AdaptiveLimit::builder(Gradient::default()))
+        .build();
+    assert_eq!(built.unwrap_err(), BuildError::CountAndAdaptive);
+}
+
+#[test]
+fn a_per_key_value_must_fit_where_the_gate_comes_from() {
+    let shared: Gate = Gate::builder().count(4).per_key(2).build().unwrap();
+    let built = AdmissionLayer::from_gate(shared.clone())
+        .per_key(PerKey::new(1, tenant()))
+        .build();
+    assert_eq!(built.unwrap_err(), BuildError::LimitsOnSharedGate);
+    let built = AdmissionLayer::from_gate(shared.clone())
+        .per_key(PerKey::gate_cap(tenant()).max_keys(8))
+        .build();
+    assert_eq!(built.unwrap_err(), BuildError::LimitsOnSharedGate);
+    let built = AdmissionLayer::builder()
+        .per_key(PerKey::gate_cap(tenant()))
+        .build();
+    assert_eq!(built.unwrap_err(), BuildError::NoKeyCap);
+    let unkeyed: Gate = Gate::builder().count(4).build().unwrap();
+    let built = AdmissionLayer::from_gate(unkeyed)
+        .per_key(PerKey::gate_cap(tenant()))
+        .build();
+    assert_eq!(built.unwrap_err(), BuildError::NoKeyedLedger);
+    // What fits: the extractor alone, the limits the gate's.
+    let layer = AdmissionLayer::from_gate(shared)
+        .per_key(PerKey::gate_cap(tenant()))
+        .build()
+        .unwrap();
+    assert_eq!(layer.gate().keyed().unwrap().cap(), 2);
+    for error in [
+        BuildError::LimitsOnSharedGate,
+        BuildError::NoKeyCap,
+        BuildError::NoKeyedLedger,
+        BuildError::CountAndAdaptive,
+    ] {
+        assert!(error.source().is_none() && !error.to_string().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn requests_without_a_key_share_one_cap_unless_exempt() {
+    let shared = AdmissionLayer::builder()
+        .per_key(PerKey::new(2, tenant()))
+        .build()
+        .unwrap();
+    assert_eq!(
+        statuses(&shared, None, 3).await,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ],
+        "leaving the header out is no way around the cap"
+    );
+    assert_eq!(shared.gate().keyed().unwrap().cap(), 2);
+
+    let exempt = AdmissionLayer::builder()
+        .per_key(PerKey::new(2, tenant()).unkeyed(Unkeyed::Exempt))
+        .build()
+        .unwrap();
+    assert_eq!(statuses(&exempt, None, 3).await, [StatusCode::OK; 3]);
+    // A request with a key is capped either way.
+    assert_eq!(
+        statuses(&exempt, Some("acme"), 3).await,
+        [
+            StatusCode::OK,
+            StatusCode::OK,
+            StatusCode::TOO_MANY_REQUESTS
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_refusal_has_one_shape_the_last_one_set() {
+    let grpc_like = |_: &admission_tower::RefusalContext<'_>| {
+        let mut response = Response::new(Bytes::new());
+        response.headers_mut().insert("grpc-status", 8.into());
+        response
+    };
+    let text = |_: &admission_tower::RefusalContext<'_>| admission_tower::RefusalBody::text("busy");
+    for (refusals, grpc) in [
+        (Refusals::new().response(grpc_like).body(text), false),
+        (Refusals::new().body(text).response(grpc_like), true),
+    ] {
+        let layer = AdmissionLayer::builder()
+            .count(1)
+            .refusals(refusals)
+            .build()
+            .unwrap();
+        let service = layer.layer(ok());
+        let _held = service.clone().oneshot(Request::new(Full::default())).await;
+        let refused = service
+            .oneshot(Request::new(Full::default()))
+            .await
+            .unwrap();
+        assert_eq!(refused.headers().contains_key("grpc-status"), grpc);
+        assert_eq!(refused.status() == StatusCode::SERVICE_UNAVAILABLE, !grpc);
+    }
+}
