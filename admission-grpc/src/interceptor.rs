@@ -1,8 +1,6 @@
 //! Admission as a tonic `Interceptor`.
 
-use std::collections::hash_map::RandomState;
 use std::fmt;
-use std::hash::{BuildHasher, Hash};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +12,7 @@ use tonic::{Request, Status};
 
 use crate::status::{refused_status_with, RefusalCode};
 
-type KeyFn<K> = Arc<dyn Fn(&MetadataMap) -> Option<K> + Send + Sync>;
+type KeyFn = Arc<dyn Fn(&MetadataMap) -> Option<Key> + Send + Sync>;
 type ClassifyFn = Arc<dyn Fn(&MetadataMap) -> Priority + Send + Sync>;
 
 /// Count and per-key admission for servers that can only add interceptors.
@@ -49,16 +47,16 @@ type ClassifyFn = Arc<dyn Fn(&MetadataMap) -> Priority + Send + Sync>;
 /// drop(admitted); // the handler is done with the request: the permit is released
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct AdmissionInterceptor<K = Key, H = RandomState> {
-    gate: Gate<K, H>,
-    key: Option<KeyFn<K>>,
+pub struct AdmissionInterceptor {
+    gate: Gate,
+    key: Option<KeyFn>,
     classify: Option<ClassifyFn>,
     retry_after: Duration,
     retry_jitter: Duration,
     code: RefusalCode,
 }
 
-impl<K, H> Clone for AdmissionInterceptor<K, H> {
+impl Clone for AdmissionInterceptor {
     fn clone(&self) -> Self {
         Self {
             gate: self.gate.clone(),
@@ -71,18 +69,13 @@ impl<K, H> Clone for AdmissionInterceptor<K, H> {
     }
 }
 
-impl<K, H> AdmissionInterceptor<K, H>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    H: BuildHasher + Send + Sync + 'static,
-{
+impl AdmissionInterceptor {
     /// Admits calls through `gate` (its count and per-key dimensions; a byte budget is
     /// charged 0 here). Refusals carry `RetryInfo` of 1 s until
     /// [`retry_after`](Self::retry_after) says otherwise.
     ///
     /// The gate may be shared: a clone of the one an HTTP or gRPC layer was built from
-    /// (`AdmissionLayer::from_gate`) puts both under one limit. Its key type and hasher
-    /// are the interceptor's.
+    /// (`AdmissionLayer::from_gate`) puts both under one limit.
     ///
     /// ```
     /// use admission_core::Gate;
@@ -93,7 +86,7 @@ where
     /// # use admission_core::Key;
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
-    pub fn new(gate: Gate<K, H>) -> Self {
+    pub fn new(gate: Gate) -> Self {
         Self {
             gate,
             key: None,
@@ -122,7 +115,7 @@ where
     /// ```
     pub fn key<F>(mut self, key: F) -> Self
     where
-        F: Fn(&MetadataMap) -> Option<K> + Send + Sync + 'static,
+        F: Fn(&MetadataMap) -> Option<Key> + Send + Sync + 'static,
     {
         self.key = Some(Arc::new(key));
         self
@@ -244,16 +237,12 @@ where
     /// assert_eq!(interceptor.gate().count().in_flight(), 0);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn gate(&self) -> &Gate<K, H> {
+    pub fn gate(&self) -> &Gate {
         &self.gate
     }
 }
 
-impl<K, H> Interceptor for AdmissionInterceptor<K, H>
-where
-    K: Hash + Eq + Clone + Send + Sync + 'static,
-    H: BuildHasher + Send + Sync + 'static,
-{
+impl Interceptor for AdmissionInterceptor {
     fn call(&mut self, mut request: Request<()>) -> Result<Request<()>, Status> {
         let key = self.key.as_ref().and_then(|key| key(request.metadata()));
         let mut claim = Claim::new();
@@ -278,7 +267,7 @@ where
     }
 }
 
-impl<K, H> fmt::Debug for AdmissionInterceptor<K, H> {
+impl fmt::Debug for AdmissionInterceptor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdmissionInterceptor")
             .field("snapshot", &self.gate.snapshot())
@@ -291,11 +280,11 @@ impl<K, H> fmt::Debug for AdmissionInterceptor<K, H> {
 
 /// The permit an [`AdmissionInterceptor`] puts in a request's extensions; released when
 /// the last clone of it (the request's extensions) is dropped.
-pub struct HandlerPermit<K = Key, H = RandomState> {
-    _permit: Arc<GatePermit<K, H>>,
+pub struct HandlerPermit {
+    _permit: Arc<GatePermit>,
 }
 
-impl<K, H> Clone for HandlerPermit<K, H> {
+impl Clone for HandlerPermit {
     fn clone(&self) -> Self {
         Self {
             _permit: self._permit.clone(),
@@ -303,7 +292,7 @@ impl<K, H> Clone for HandlerPermit<K, H> {
     }
 }
 
-impl<K, H> fmt::Debug for HandlerPermit<K, H> {
+impl fmt::Debug for HandlerPermit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HandlerPermit").finish_non_exhaustive()
     }

@@ -25,69 +25,6 @@
 //!
 //! Choosing the count limit is in [`AdmissionBuilder::count`].
 //!
-//! # How a request goes through
-//!
-//! [`AdmissionLayer`] wraps a service in [`Admission`], which for every request:
-//!
-//! 1. lets the routes you chose to [`bypass`](AdmissionBuilder::bypass) (liveness
-//!    probes, say) straight through, holding nothing; none are bypassed unless you say so;
-//! 2. reads the head: the key (a header, or an extension set by an authentication
-//!    layer that runs before this one) and its cap if caps are chosen per key, the
-//!    priority class if the layer has classes, and the declared `Content-Length`;
-//! 3. admits the request through the gate (count, per-key, bytes; all or nothing) or
-//!    refuses it at once: 503 + `Retry-After` for overload (a priority class at its
-//!    share of the count limit included) or a closed (draining) layer, 429 +
-//!    `Retry-After` for one key over its cap, 413 for a body above the
-//!    maximum (checked first: never a retryable answer to a request that can never
-//!    fit), 400 for a malformed `Content-Length`. The inner service is never called and
-//!    the refused body is never handed to it. Nothing waits for capacity: there is no
-//!    queue;
-//! 4. charges a body that has no `Content-Length` (chunked uploads, gRPC) as it arrives.
-//!    If the byte budget refuses it before the service has answered, the request is
-//!    answered as refused (503 + `Retry-After`, or 413 past the maximum), in place of
-//!    whatever the service made of the body error it read (axum's extractors answer 400);
-//!    no setup is needed. A service that has already sent its response head sees the
-//!    body error (a [`BodyRefused`]) and ends as it sees fit;
-//! 5. holds the permits in the response future and then in the response body, until the
-//!    body ends, fails or is dropped. A streaming response (server-sent events, a gRPC
-//!    server stream, a download) counts for as long as it streams.
-//!
-//! Over HTTP/1.1, a refused request's unread body stands between the refusal and the
-//! connection's next request. Small bodies (64 KiB within 1 s by default) are drained
-//! before the refusal is sent and the connection stays open; any other refusal of a
-//! request with an unread body says `connection: close`, so a pooled client does not send
-//! its next request on a connection that is about to close
-//! ([`Refusals::drain_refused`]). Over HTTP/2 small bodies are drained too (a
-//! stream answered early is reset, which curl reports in place of the refusal), and no
-//! refusal carries a connection header.
-//!
-//! A request body that arrives slower than a minimum rate (240 bytes per second after a
-//! 5 s grace period, counted only while the handler waits on it) is cut and answered 408,
-//! and a slow body holds of the byte budget only what it has sent plus what its own rate
-//! earns: see [`SlowClients`] for the rule and what it costs.
-//!
-//! A client that hangs up (or resets) before its request body is finished releases what
-//! it holds as soon as the server reads the end of the connection, whatever the handler
-//! did with the body: what the handler dropped unread is read on (and discarded) while
-//! the response lasts, so the hang-up is seen even while the response has nothing to
-//! send, and the response then ends. (This needs the request to hold a body charge: a
-//! byte budget, or the default [`SlowClients`] policy.)
-//!
-//! Connections are the accept loop's, which a layer does not see. Serve through
-//! `AdmissionLayer::guard` (feature `axum`) or guard each accepted connection with
-//! [`Connections::admit`] (hyper-util) to bound them by the same [`SlowClients`] policy: a
-//! cap on open connections, 30 s to the first byte, and a client that stops reading a
-//! streamed response (a socket that takes less than 240 B/s for 5 s while the server
-//! has bytes for it) is cut, its permits released. Without that, such a client holds
-//! its permits for as long as it keeps the connection open: the response body is simply
-//! not polled.
-//!
-//! What it does not bound: the time to a complete request head, or idle time between
-//! requests (a listener sees bytes, not requests: use hyper-util's
-//! `http1::Builder::header_read_timeout`), how long a request takes (compose
-//! `tower::timeout`), memory a handler allocates beyond the request body (charge it to a
-//! `ByteLedger` yourself), or anything across processes.
-//!
 //! # Example
 //!
 //! ```
@@ -173,6 +110,70 @@
 //! and serve it through `hyper_util::service::TowerToHyperService`; with tonic,
 //! `tonic::transport::Server::builder().layer(..)` (and see `admission-grpc` for
 //! gRPC-shaped refusals).
+//!
+//! # How a request goes through
+//!
+//! [`AdmissionLayer`] wraps a service in [`Admission`], which for every request:
+//!
+//! 1. lets the routes you chose to [`bypass`](AdmissionBuilder::bypass) (liveness
+//!    probes, say) straight through, holding nothing; none are bypassed unless you say so;
+//! 2. reads the head: the key (a header, or an extension set by an authentication
+//!    layer that runs before this one; requests without one count as one client, unless
+//!    [`Unkeyed::Exempt`]) and its cap if caps are chosen per key, the priority class if
+//!    the layer has classes, and the declared `Content-Length`;
+//! 3. admits the request through the gate (count, per-key, bytes; all or nothing) or
+//!    refuses it at once: 503 + `Retry-After` for overload (a priority class at its
+//!    share of the count limit included) or a closed (draining) layer, 429 +
+//!    `Retry-After` for one key over its cap, 413 for a body above the
+//!    maximum (checked first: never a retryable answer to a request that can never
+//!    fit), 400 for a malformed `Content-Length`. The inner service is never called and
+//!    the refused body is never handed to it. Nothing waits for capacity: there is no
+//!    queue;
+//! 4. charges a body that has no `Content-Length` (chunked uploads, gRPC) as it arrives.
+//!    If the byte budget refuses it before the service has answered, the request is
+//!    answered as refused (503 + `Retry-After`, or 413 past the maximum), in place of
+//!    whatever the service made of the body error it read (axum's extractors answer 400);
+//!    no setup is needed. A service that has already sent its response head sees the
+//!    body error (a [`BodyRefused`]) and ends as it sees fit;
+//! 5. holds the permits in the response future and then in the response body, until the
+//!    body ends, fails or is dropped. A streaming response (server-sent events, a gRPC
+//!    server stream, a download) counts for as long as it streams.
+//!
+//! Over HTTP/1.1, a refused request's unread body stands between the refusal and the
+//! connection's next request. Small bodies (64 KiB within 1 s by default) are drained
+//! before the refusal is sent and the connection stays open; any other refusal of a
+//! request with an unread body says `connection: close`, so a pooled client does not send
+//! its next request on a connection that is about to close
+//! ([`Refusals::drain_refused`]). Over HTTP/2 small bodies are drained too (a
+//! stream answered early is reset, which curl reports in place of the refusal), and no
+//! refusal carries a connection header.
+//!
+//! A request body that arrives slower than a minimum rate (240 bytes per second after a
+//! 5 s grace period, counted only while the handler waits on it) is cut and answered 408,
+//! and a slow body holds of the byte budget only what it has sent plus what its own rate
+//! earns: see [`SlowClients`] for the rule and what it costs.
+//!
+//! A client that hangs up (or resets) before its request body is finished releases what
+//! it holds as soon as the server reads the end of the connection, whatever the handler
+//! did with the body: what the handler dropped unread is read on (and discarded) while
+//! the response lasts, so the hang-up is seen even while the response has nothing to
+//! send, and the response then ends. (This needs the request to hold a body charge: a
+//! byte budget, or the default [`SlowClients`] policy.)
+//!
+//! Connections are the accept loop's, which a layer does not see. Serve through
+//! `AdmissionLayer::guard` (feature `axum`) or guard each accepted connection with
+//! [`Connections::admit`] (hyper-util) to bound them by the same [`SlowClients`] policy: a
+//! cap on open connections, 30 s to the first byte, and a client that stops reading a
+//! streamed response (a socket that takes less than 240 B/s for 5 s while the server
+//! has bytes for it) is cut, its permits released. Without that, such a client holds
+//! its permits for as long as it keeps the connection open: the response body is simply
+//! not polled.
+//!
+//! What it does not bound: the time to a complete request head, or idle time between
+//! requests (a listener sees bytes, not requests: use hyper-util's
+//! `http1::Builder::header_read_timeout`), how long a request takes (compose
+//! `tower::timeout`), memory a handler allocates beyond the request body (charge it to a
+//! `ByteLedger` yourself), or anything across processes.
 //!
 //! # Adaptive concurrency
 //!

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use admission_tower::{AdmissionLayer, Connections, MinDataRate, PerKey, SlowClients};
+use admission_tower::{AdmissionLayer, Connections, MinDataRate, SlowClients};
 use bytes::Bytes;
 use http::StatusCode;
 use hyper_util::rt::TokioIo;
@@ -278,7 +278,7 @@ async fn axum_serve_through_the_guard_keeps_connect_info_for_a_peer_key() {
 
     let admission = AdmissionLayer::builder()
         .count(8)
-        .per_key(PerKey::new(
+        .per_key(admission_tower::PerKey::new(
             1,
             admission_http::key::peer_ip(|info: &axum::extract::ConnectInfo<SocketAddr>| {
                 info.0.ip()
