@@ -92,6 +92,34 @@ fn a_fixed_count_beside_an_adaptive_limit_is_an_error() {
         .adaptive(AdaptiveLimit::builder(Gradient::default()))
         .build();
     assert_eq!(built.unwrap_err(), BuildError::CountAndAdaptive);
+    // Invalid bounds: named here, the cause given once, by `source`.
+    let error = AdmissionLayer::builder()
+        .adaptive(AdaptiveLimit::builder(Gradient::default()).bounds(10, 5))
+        .build()
+        .unwrap_err();
+    assert!(matches!(error, BuildError::Adaptive(_)), "{error:?}");
+    let cause = error
+        .source()
+        .expect("the adaptive error beneath")
+        .to_string();
+    assert!(!error.to_string().contains(&cause), "{error}: {cause}");
+}
+
+#[test]
+fn a_per_key_value_says_what_it_holds() {
+    let debug = format!(
+        "{:?}",
+        PerKey::new(2, tenant())
+            .max_keys(8)
+            .unkeyed(Unkeyed::Exempt)
+    );
+    assert!(
+        debug.starts_with("PerKey")
+            && debug.contains("cap: Some(2)")
+            && debug.contains("max_keys: Some(8)")
+            && debug.contains("unkeyed: Exempt"),
+        "{debug}"
+    );
 }
 
 #[test]
