@@ -104,9 +104,14 @@ use crate::count::CountLedger;
 use crate::sync::{AtomicU64, Mutex, Ordering};
 
 mod aimd;
+mod builder;
+mod driver;
 mod gradient;
 
 pub use aimd::Aimd;
+pub use builder::AdaptiveBuilder;
+use driver::{micros, nanos};
+pub(crate) use driver::{Control, Driver, Steered};
 pub use gradient::Gradient;
 
 /// How an admitted piece of work ended, as the limit learns it.
@@ -285,98 +290,6 @@ impl fmt::Display for AdaptiveError {
 
 impl std::error::Error for AdaptiveError {}
 
-/// Builds an [`AdaptiveLimit`]; from [`AdaptiveLimit::builder`].
-#[derive(Debug)]
-pub struct AdaptiveBuilder {
-    algorithm: Box<dyn Algorithm>,
-    min: u64,
-    max: u64,
-    initial: u64,
-    window: Duration,
-    min_samples: u64,
-    overload_latency: Option<Duration>,
-    epoch: Option<Instant>,
-}
-
-impl AdaptiveBuilder {
-    /// The bounds the limit stays within, whatever the algorithm says (defaults: 1 and
-    /// 10 000). The minimum is what a struggling server is still sent; the maximum, what
-    /// a fast one may be sent at most.
-    pub fn bounds(mut self, min: u64, max: u64) -> Self {
-        self.min = min;
-        self.max = max;
-        self
-    }
-
-    /// The limit to start from, clamped into the bounds (default 20).
-    pub fn initial(mut self, limit: u64) -> Self {
-        self.initial = limit;
-        self
-    }
-
-    /// The shortest window (default 100 ms): a window closes at the first sample after it
-    /// has lasted this long and holds at least [`min_samples`](Self::min_samples).
-    pub fn window(mut self, window: Duration) -> Self {
-        self.window = window;
-        self
-    }
-
-    /// The fewest samples a window closes with (default 50): fewer make a noisy mean.
-    pub fn min_samples(mut self, samples: u64) -> Self {
-        self.min_samples = samples.max(1);
-        self
-    }
-
-    /// Counts a sample that took at least `latency` as [`Outcome::Overload`] (default:
-    /// none). For outcome-only algorithms such as [`Aimd`], whose only signal otherwise
-    /// is failure: a fraction of the clients' deadline is a good value.
-    pub fn overload_latency(mut self, latency: Duration) -> Self {
-        self.overload_latency = Some(latency);
-        self
-    }
-
-    /// The instant the limit's clock starts from (default: when it is built). A
-    /// simulation passes its virtual clock's origin, and then the instants it records at.
-    pub fn epoch(mut self, epoch: Instant) -> Self {
-        self.epoch = Some(epoch);
-        self
-    }
-
-    /// Puts `ledger`'s capacity in the limit's hands, starting at the initial limit.
-    ///
-    /// # Errors
-    ///
-    /// [`AdaptiveError::Bounds`] for invalid bounds, [`AdaptiveError::AlreadyDriven`] if
-    /// another adaptive limit drives the ledger.
-    pub fn build(self, ledger: &CountLedger) -> Result<AdaptiveLimit, AdaptiveError> {
-        let (min, max) = (self.min, self.max);
-        if min == 0 || min > max || max > CountLedger::MAX_CAPACITY as u64 {
-            return Err(AdaptiveError::Bounds { min, max });
-        }
-        let initial = self.initial.clamp(min, max);
-        let epoch = self.epoch.unwrap_or_else(Instant::now);
-        let control = Control {
-            algorithm: self.algorithm,
-            pending: Window::default(),
-            opened: 0,
-            window: nanos(self.window),
-            min_samples: self.min_samples,
-            bounds: (min, max),
-            windows: 0,
-            last: None,
-        };
-        let overload_after = self.overload_latency.map_or(u64::MAX, micros);
-        if !ledger.drive(initial, epoch, control, overload_after) {
-            return Err(AdaptiveError::AlreadyDriven);
-        }
-        Ok(AdaptiveLimit {
-            guard: std::sync::Arc::new(Guard {
-                ledger: ledger.clone(),
-            }),
-        })
-    }
-}
-
 /// A count limit that an [`Algorithm`] moves, window by window, from the latency and
 /// outcome of the work admitted under it (see the [module docs](self)).
 ///
@@ -439,108 +352,6 @@ impl Drop for Guard {
         // controller may drive it.
         self.ledger.hand_back(true);
     }
-}
-
-/// What a driven ledger keeps for its controller, reachable from its permits (so that a
-/// permit can record a sample with no reference-count traffic): the shards samples are
-/// added to, and the controller itself. Made by the first controller of the ledger and
-/// kept for later ones.
-pub(crate) struct Driver {
-    /// The clock's origin (the first controller's epoch).
-    epoch: Instant,
-    shards: Box<[CachePadded<Shard>]>,
-    /// Nanoseconds since `epoch` at which the open window may close.
-    deadline: AtomicU64,
-    /// Microseconds from which a success counts as an overload (`u64::MAX`: never).
-    overload_after: AtomicU64,
-    /// The controller; `None` once its last handle is gone.
-    control: Mutex<Option<Control>>,
-}
-
-/// What a window accumulates on one shard.
-struct Shard {
-    /// Samples (low `COUNT_BITS`) and their latencies in microseconds (the rest).
-    packed: AtomicU64,
-    overloaded: AtomicU64,
-    dropped: AtomicU64,
-    max_in_flight: AtomicU64,
-}
-
-/// The sample-count field of a shard's packed word.
-const COUNT_BITS: u32 = 24;
-const COUNT: u64 = (1 << COUNT_BITS) - 1;
-/// The largest latency one sample adds (about three days): the field cannot be overrun by
-/// one sample.
-const MAX_MICROS: u64 = (1 << (64 - COUNT_BITS - 2)) - 1;
-/// A shard whose fields reach half their room hands its samples to the open window early.
-const COUNT_FULL: u64 = 1 << (COUNT_BITS - 1);
-const MICROS_FULL: u64 = 1 << (64 - COUNT_BITS - 1);
-// One sample cannot overrun the latency field, even from just below the mark.
-const _: () = assert!(MAX_MICROS < MICROS_FULL);
-
-impl Shard {
-    fn new() -> Self {
-        Self {
-            packed: AtomicU64::new(0),
-            overloaded: AtomicU64::new(0),
-            dropped: AtomicU64::new(0),
-            max_in_flight: AtomicU64::new(0),
-        }
-    }
-
-    /// Adds one sample; whether the shard is filling up. `in_flight` is read for every
-    /// eighth sample of the shard's window (the first included): the ledger's word is
-    /// the line every admission and release writes, and a maximum over a window of
-    /// dozens of samples needs no more.
-    #[inline]
-    fn add(&self, micros: u64, outcome: Outcome, in_flight: impl FnOnce() -> u64) -> bool {
-        // Relaxed throughout: statistics, read whole by the window's `take`; every add is
-        // a read-modify-write, so each sample is in exactly one window.
-        let before = self
-            .packed
-            .fetch_add(1 | (micros << COUNT_BITS), Ordering::Relaxed);
-        match outcome {
-            Outcome::Success => {}
-            Outcome::Overload => {
-                self.overloaded.fetch_add(1, Ordering::Relaxed);
-            }
-            Outcome::Dropped => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        if before & 7 == 0 {
-            let in_flight = in_flight();
-            if in_flight > self.max_in_flight.load(Ordering::Relaxed) {
-                self.max_in_flight.fetch_max(in_flight, Ordering::Relaxed);
-            }
-        }
-        before & COUNT >= COUNT_FULL || before >> COUNT_BITS >= MICROS_FULL
-    }
-
-    /// Moves the shard's samples into `window`.
-    fn take(&self, window: &mut Window) {
-        let packed = self.packed.swap(0, Ordering::Relaxed);
-        window.samples += packed & COUNT;
-        window.latency_total += Duration::from_micros(packed >> COUNT_BITS);
-        window.overloaded += self.overloaded.swap(0, Ordering::Relaxed);
-        window.dropped += self.dropped.swap(0, Ordering::Relaxed);
-        let in_flight = self.max_in_flight.swap(0, Ordering::Relaxed);
-        window.max_in_flight = window.max_in_flight.max(in_flight);
-    }
-}
-
-/// The state the window's closer works on.
-pub(crate) struct Control {
-    algorithm: Box<dyn Algorithm>,
-    /// The open window's samples, gathered from the shards so far.
-    pending: Window,
-    /// When the open window opened, in nanoseconds since the epoch.
-    opened: u64,
-    window: u64,
-    min_samples: u64,
-    bounds: (u64, u64),
-    windows: u64,
-    last: Option<Window>,
 }
 
 /// A reading of an [`AdaptiveLimit`].
@@ -662,115 +473,6 @@ impl AdaptiveLimit {
     }
 }
 
-/// What the driver needs of the ledger it drives.
-pub(crate) trait Steered {
-    fn in_flight(&self) -> u64;
-    /// The capacity in force (0 for unlimited).
-    fn capacity(&self) -> u64;
-    fn is_fixed(&self) -> bool;
-    fn steer(&self, capacity: u64);
-}
-
-impl Driver {
-    pub(crate) fn new(epoch: Instant) -> Self {
-        Self {
-            epoch,
-            shards: (0..shard_count())
-                .map(|_| CachePadded::new(Shard::new()))
-                .collect(),
-            deadline: AtomicU64::new(u64::MAX),
-            overload_after: AtomicU64::new(u64::MAX),
-            control: Mutex::new(None),
-        }
-    }
-
-    /// Installs a controller whose clock starts at `epoch`.
-    pub(crate) fn install(&self, control: Control, epoch: Instant, overload_after: u64) {
-        let mut slot = self.control.lock();
-        // Samples left from an earlier controller are not this one's.
-        let mut stale = Window::default();
-        for shard in self.shards.iter() {
-            shard.take(&mut stale);
-        }
-        let now = nanos(epoch.saturating_duration_since(self.epoch));
-        let control = slot.insert(control);
-        control.opened = now;
-        // Relaxed: settings read as hints on the recording path.
-        self.overload_after.store(overload_after, Ordering::Relaxed);
-        self.deadline
-            .store(now.saturating_add(control.window), Ordering::Relaxed);
-    }
-
-    /// Removes the controller: samples are then dropped as they are gathered.
-    pub(crate) fn uninstall(&self) {
-        *self.control.lock() = None;
-    }
-
-    #[inline]
-    pub(crate) fn record(
-        &self,
-        ledger: &impl Steered,
-        now: Instant,
-        latency: Duration,
-        outcome: Outcome,
-    ) {
-        let micros = micros(latency);
-        // Relaxed: a setting.
-        let outcome = match outcome {
-            Outcome::Success if micros >= self.overload_after.load(Ordering::Relaxed) => {
-                Outcome::Overload
-            }
-            outcome => outcome,
-        };
-        let shard = &self.shards[shard_index() & (self.shards.len() - 1)];
-        let full = shard.add(micros, outcome, || ledger.in_flight());
-        let now = nanos(now.saturating_duration_since(self.epoch));
-        // Relaxed: a hint; the closer checks again under the lock.
-        if full || now >= self.deadline.load(Ordering::Relaxed) {
-            self.close_window(ledger, now);
-        }
-    }
-
-    /// Gathers the shards and, if the window has lasted long enough with enough samples,
-    /// closes it: the algorithm's answer becomes the ledger's capacity.
-    #[cold]
-    fn close_window(&self, ledger: &impl Steered, now: u64) {
-        // Never wait: another thread is closing this window.
-        let Some(mut control) = self.control.try_lock() else {
-            return;
-        };
-        let Some(control) = control.as_mut() else {
-            let mut stale = Window::default();
-            for shard in self.shards.iter() {
-                shard.take(&mut stale);
-            }
-            return;
-        };
-        for shard in self.shards.iter() {
-            shard.take(&mut control.pending);
-        }
-        let elapsed = now.saturating_sub(control.opened);
-        if elapsed < control.window || control.pending.samples < control.min_samples {
-            // Relaxed: a hint (see `record`). Look again after a slice of a window.
-            let next = now.max(control.opened + control.window) + control.window / 8;
-            self.deadline.store(next, Ordering::Relaxed);
-            return;
-        }
-        let mut window = std::mem::take(&mut control.pending);
-        window.limit = ledger.capacity();
-        window.elapsed = Duration::from_nanos(elapsed);
-        if !ledger.is_fixed() {
-            let (min, max) = control.bounds;
-            ledger.steer(control.algorithm.update(&window).clamp(min, max));
-        }
-        control.windows += 1;
-        control.last = Some(window);
-        control.opened = now;
-        self.deadline
-            .store(now.saturating_add(control.window), Ordering::Relaxed);
-    }
-}
-
 impl fmt::Debug for AdaptiveLimit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let snapshot = self.snapshot();
@@ -782,60 +484,11 @@ impl fmt::Debug for AdaptiveLimit {
     }
 }
 
-/// A latency in whole microseconds, capped so one sample cannot overrun its field. (In
-/// 64-bit arithmetic: `Duration::as_micros` divides a 128-bit number, a cost on every
-/// sample.)
-#[inline]
-fn micros(latency: Duration) -> u64 {
-    latency
-        .as_secs()
-        .saturating_mul(1_000_000)
-        .saturating_add(u64::from(latency.subsec_micros()))
-        .min(MAX_MICROS)
-}
-
-#[inline]
-fn nanos(duration: Duration) -> u64 {
-    duration
-        .as_secs()
-        .saturating_mul(1_000_000_000)
-        .saturating_add(u64::from(duration.subsec_nanos()))
-}
-
-/// Shards: four per core, rounded up to a power of two (at most 256), so that threads
-/// numbered in turn rarely share one.
-fn shard_count() -> usize {
-    if cfg!(admission_loom) {
-        return 2;
-    }
-    std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .saturating_mul(4)
-        .min(256)
-        .next_power_of_two()
-}
-
-/// This thread's shard, before masking: threads are numbered as they first record.
-#[inline]
-fn shard_index() -> usize {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
-    }
-    INDEX.with(|index| match index.get() {
-        usize::MAX => {
-            // Relaxed: a spreading hint, not a protocol.
-            let next = NEXT.fetch_add(1, Ordering::Relaxed) % 1024;
-            index.set(next);
-            next
-        }
-        known => known,
-    })
-}
-
 #[cfg(all(test, not(admission_loom)))]
 mod tests;
+
+#[cfg(all(test, not(admission_loom)))]
+mod algorithm_tests;
 
 #[cfg(all(test, admission_loom))]
 mod loom_tests;

@@ -1,0 +1,271 @@
+//! The driver: where a driven ledger's permits add their samples, and the window's close.
+
+use super::*;
+
+/// What a driven ledger keeps for its controller, reachable from its permits (so that a
+/// permit can record a sample with no reference-count traffic): the shards samples are
+/// added to, and the controller itself. Made by the first controller of the ledger and
+/// kept for later ones.
+pub(crate) struct Driver {
+    /// The clock's origin (the first controller's epoch).
+    pub(super) epoch: Instant,
+    pub(super) shards: Box<[CachePadded<Shard>]>,
+    /// Nanoseconds since `epoch` at which the open window may close.
+    pub(super) deadline: AtomicU64,
+    /// Microseconds from which a success counts as an overload (`u64::MAX`: never).
+    pub(super) overload_after: AtomicU64,
+    /// The controller; `None` once its last handle is gone.
+    pub(super) control: Mutex<Option<Control>>,
+}
+
+/// What a window accumulates on one shard.
+pub(super) struct Shard {
+    /// Samples (low `COUNT_BITS`) and their latencies in microseconds (the rest).
+    pub(super) packed: AtomicU64,
+    pub(super) overloaded: AtomicU64,
+    pub(super) dropped: AtomicU64,
+    pub(super) max_in_flight: AtomicU64,
+}
+
+/// The sample-count field of a shard's packed word.
+pub(super) const COUNT_BITS: u32 = 24;
+
+pub(super) const COUNT: u64 = (1 << COUNT_BITS) - 1;
+
+/// The largest latency one sample adds (about three days): the field cannot be overrun by
+/// one sample.
+pub(super) const MAX_MICROS: u64 = (1 << (64 - COUNT_BITS - 2)) - 1;
+
+/// A shard whose fields reach half their room hands its samples to the open window early.
+pub(super) const COUNT_FULL: u64 = 1 << (COUNT_BITS - 1);
+
+pub(super) const MICROS_FULL: u64 = 1 << (64 - COUNT_BITS - 1);
+
+// One sample cannot overrun the latency field, even from just below the mark.
+const _: () = assert!(MAX_MICROS < MICROS_FULL);
+
+impl Shard {
+    pub(super) fn new() -> Self {
+        Self {
+            packed: AtomicU64::new(0),
+            overloaded: AtomicU64::new(0),
+            dropped: AtomicU64::new(0),
+            max_in_flight: AtomicU64::new(0),
+        }
+    }
+
+    /// Adds one sample; whether the shard is filling up. `in_flight` is read for every
+    /// eighth sample of the shard's window (the first included): the ledger's word is
+    /// the line every admission and release writes, and a maximum over a window of
+    /// dozens of samples needs no more.
+    #[inline]
+    pub(super) fn add(&self, micros: u64, outcome: Outcome, in_flight: impl FnOnce() -> u64) -> bool {
+        // Relaxed throughout: statistics, read whole by the window's `take`; every add is
+        // a read-modify-write, so each sample is in exactly one window.
+        let before = self
+            .packed
+            .fetch_add(1 | (micros << COUNT_BITS), Ordering::Relaxed);
+        match outcome {
+            Outcome::Success => {}
+            Outcome::Overload => {
+                self.overloaded.fetch_add(1, Ordering::Relaxed);
+            }
+            Outcome::Dropped => {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if before & 7 == 0 {
+            let in_flight = in_flight();
+            if in_flight > self.max_in_flight.load(Ordering::Relaxed) {
+                self.max_in_flight.fetch_max(in_flight, Ordering::Relaxed);
+            }
+        }
+        before & COUNT >= COUNT_FULL || before >> COUNT_BITS >= MICROS_FULL
+    }
+
+    /// Moves the shard's samples into `window`.
+    pub(super) fn take(&self, window: &mut Window) {
+        let packed = self.packed.swap(0, Ordering::Relaxed);
+        window.samples += packed & COUNT;
+        window.latency_total += Duration::from_micros(packed >> COUNT_BITS);
+        window.overloaded += self.overloaded.swap(0, Ordering::Relaxed);
+        window.dropped += self.dropped.swap(0, Ordering::Relaxed);
+        let in_flight = self.max_in_flight.swap(0, Ordering::Relaxed);
+        window.max_in_flight = window.max_in_flight.max(in_flight);
+    }
+}
+
+/// The state the window's closer works on.
+pub(crate) struct Control {
+    pub(super) algorithm: Box<dyn Algorithm>,
+    /// The open window's samples, gathered from the shards so far.
+    pub(super) pending: Window,
+    /// When the open window opened, in nanoseconds since the epoch.
+    pub(super) opened: u64,
+    pub(super) window: u64,
+    pub(super) min_samples: u64,
+    pub(super) bounds: (u64, u64),
+    pub(super) windows: u64,
+    pub(super) last: Option<Window>,
+}
+
+/// What the driver needs of the ledger it drives.
+pub(crate) trait Steered {
+    fn in_flight(&self) -> u64;
+    /// The capacity in force (0 for unlimited).
+    fn capacity(&self) -> u64;
+    fn is_fixed(&self) -> bool;
+    fn steer(&self, capacity: u64);
+}
+
+impl Driver {
+    pub(crate) fn new(epoch: Instant) -> Self {
+        Self {
+            epoch,
+            shards: (0..shard_count())
+                .map(|_| CachePadded::new(Shard::new()))
+                .collect(),
+            deadline: AtomicU64::new(u64::MAX),
+            overload_after: AtomicU64::new(u64::MAX),
+            control: Mutex::new(None),
+        }
+    }
+
+    /// Installs a controller whose clock starts at `epoch`.
+    pub(crate) fn install(&self, control: Control, epoch: Instant, overload_after: u64) {
+        let mut slot = self.control.lock();
+        // Samples left from an earlier controller are not this one's.
+        let mut stale = Window::default();
+        for shard in self.shards.iter() {
+            shard.take(&mut stale);
+        }
+        let now = nanos(epoch.saturating_duration_since(self.epoch));
+        let control = slot.insert(control);
+        control.opened = now;
+        // Relaxed: settings read as hints on the recording path.
+        self.overload_after.store(overload_after, Ordering::Relaxed);
+        self.deadline
+            .store(now.saturating_add(control.window), Ordering::Relaxed);
+    }
+
+    /// Removes the controller: samples are then dropped as they are gathered.
+    pub(crate) fn uninstall(&self) {
+        *self.control.lock() = None;
+    }
+
+    #[inline]
+    pub(crate) fn record(
+        &self,
+        ledger: &impl Steered,
+        now: Instant,
+        latency: Duration,
+        outcome: Outcome,
+    ) {
+        let micros = micros(latency);
+        // Relaxed: a setting.
+        let outcome = match outcome {
+            Outcome::Success if micros >= self.overload_after.load(Ordering::Relaxed) => {
+                Outcome::Overload
+            }
+            outcome => outcome,
+        };
+        let shard = &self.shards[shard_index() & (self.shards.len() - 1)];
+        let full = shard.add(micros, outcome, || ledger.in_flight());
+        let now = nanos(now.saturating_duration_since(self.epoch));
+        // Relaxed: a hint; the closer checks again under the lock.
+        if full || now >= self.deadline.load(Ordering::Relaxed) {
+            self.close_window(ledger, now);
+        }
+    }
+
+    /// Gathers the shards and, if the window has lasted long enough with enough samples,
+    /// closes it: the algorithm's answer becomes the ledger's capacity.
+    #[cold]
+    pub(super) fn close_window(&self, ledger: &impl Steered, now: u64) {
+        // Never wait: another thread is closing this window.
+        let Some(mut control) = self.control.try_lock() else {
+            return;
+        };
+        let Some(control) = control.as_mut() else {
+            let mut stale = Window::default();
+            for shard in self.shards.iter() {
+                shard.take(&mut stale);
+            }
+            return;
+        };
+        for shard in self.shards.iter() {
+            shard.take(&mut control.pending);
+        }
+        let elapsed = now.saturating_sub(control.opened);
+        if elapsed < control.window || control.pending.samples < control.min_samples {
+            // Relaxed: a hint (see `record`). Look again after a slice of a window.
+            let next = now.max(control.opened + control.window) + control.window / 8;
+            self.deadline.store(next, Ordering::Relaxed);
+            return;
+        }
+        let mut window = std::mem::take(&mut control.pending);
+        window.limit = ledger.capacity();
+        window.elapsed = Duration::from_nanos(elapsed);
+        if !ledger.is_fixed() {
+            let (min, max) = control.bounds;
+            ledger.steer(control.algorithm.update(&window).clamp(min, max));
+        }
+        control.windows += 1;
+        control.last = Some(window);
+        control.opened = now;
+        self.deadline
+            .store(now.saturating_add(control.window), Ordering::Relaxed);
+    }
+}
+
+/// A latency in whole microseconds, capped so one sample cannot overrun its field. (In
+/// 64-bit arithmetic: `Duration::as_micros` divides a 128-bit number, a cost on every
+/// sample.)
+#[inline]
+pub(super) fn micros(latency: Duration) -> u64 {
+    latency
+        .as_secs()
+        .saturating_mul(1_000_000)
+        .saturating_add(u64::from(latency.subsec_micros()))
+        .min(MAX_MICROS)
+}
+
+#[inline]
+pub(super) fn nanos(duration: Duration) -> u64 {
+    duration
+        .as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(duration.subsec_nanos()))
+}
+
+/// Shards: four per core, rounded up to a power of two (at most 256), so that threads
+/// numbered in turn rarely share one.
+pub(super) fn shard_count() -> usize {
+    if cfg!(admission_loom) {
+        return 2;
+    }
+    std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .saturating_mul(4)
+        .min(256)
+        .next_power_of_two()
+}
+
+/// This thread's shard, before masking: threads are numbered as they first record.
+#[inline]
+pub(super) fn shard_index() -> usize {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static INDEX: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    INDEX.with(|index| match index.get() {
+        usize::MAX => {
+            // Relaxed: a spreading hint, not a protocol.
+            let next = NEXT.fetch_add(1, Ordering::Relaxed) % 1024;
+            index.set(next);
+            next
+        }
+        known => known,
+    })
+}

@@ -1,0 +1,182 @@
+//! The count ledger's loom models (`cargo xtask loom`).
+
+use super::*;
+
+/// Three threads contend for two permits: never more than two held, zero at the end,
+/// and the ledger is freed (loom fails the model on a leak).
+#[test]
+fn count_acquire_release_never_exceeds_capacity() {
+    const CAPACITY: usize = 2;
+    loom::model(|| {
+        let ledger = CountLedger::new(CAPACITY).unwrap();
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let ledger = ledger.clone();
+                loom::thread::spawn(move || {
+                    let permit = ledger.try_acquire();
+                    assert!(ledger.in_flight() <= CAPACITY as u64);
+                    drop(permit);
+                })
+            })
+            .collect();
+        let main = ledger.try_acquire();
+        assert!(ledger.in_flight() <= CAPACITY as u64);
+        drop(main);
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(ledger.in_flight(), 0);
+    });
+}
+
+/// A permit dropped on another thread after the last handle frees the ledger once.
+#[test]
+fn count_permit_dropped_after_last_handle_frees_once() {
+    loom::model(|| {
+        let ledger = CountLedger::new(2).unwrap();
+        let a = ledger.try_acquire().unwrap();
+        let b = ledger.try_acquire().unwrap();
+        let t = loom::thread::spawn(move || drop(a));
+        drop(ledger);
+        drop(b);
+        t.join().unwrap();
+    });
+}
+
+/// Wakes a model thread parked in `block_on`.
+struct Unpark(loom::thread::Thread);
+
+impl std::task::Wake for Unpark {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
+/// Polls `drain` to completion, parking the model thread between polls (a lost
+/// wake-up is a deadlock, which loom reports).
+fn block_on(mut drain: Drain) {
+    let waker = Waker::from(std::sync::Arc::new(Unpark(loom::thread::current())));
+    while Pin::new(&mut drain)
+        .poll(&mut Context::from_waker(&waker))
+        .is_pending()
+    {
+        loom::thread::park();
+    }
+}
+
+fn poll_once(drain: &mut Drain) -> Poll<()> {
+    Pin::new(drain).poll(&mut Context::from_waker(Waker::noop()))
+}
+
+/// A drain waiting on one thread, the last permit released on another: the drain
+/// completes (it is woken, or sees zero), what was done under the permit happens
+/// before it completes, and whichever of the releasing thread and the handles goes
+/// last frees the ledger once, after every use.
+#[test]
+fn drain_woken_by_the_last_release_on_another_thread() {
+    loom::model(|| {
+        let ledger = CountLedger::new(2).unwrap();
+        let permit = ledger.try_acquire().unwrap();
+        let work = std::sync::Arc::new(loom::cell::UnsafeCell::new(0_u32));
+        let drain = ledger.drain();
+        let t = {
+            let work = work.clone();
+            loom::thread::spawn(move || {
+                // SAFETY: the only access until the permit is released.
+                work.with_mut(|w| unsafe { *w = 1 });
+                drop(permit);
+            })
+        };
+        block_on(drain);
+        // SAFETY: the drain completed: the writer's release happened before.
+        assert_eq!(work.with(|w| unsafe { *w }), 1);
+        assert_eq!(ledger.in_flight(), 0);
+        drop(ledger);
+        t.join().unwrap();
+    });
+}
+
+/// The race the `WATCH` share exists for: a drain that has registered is dropped,
+/// with the last handle, while the last permit is released on another thread. The
+/// release may inherit the share and wake under the lock after every handle is gone;
+/// the ledger must be freed exactly once, after that.
+#[test]
+fn drain_cancelled_while_the_last_permit_drops() {
+    loom::model(|| {
+        let ledger = CountLedger::new(2).unwrap();
+        let permit = ledger.try_acquire().unwrap();
+        let mut drain = ledger.drain();
+        assert!(poll_once(&mut drain).is_pending());
+        drop(ledger);
+        let t = loom::thread::spawn(move || drop(permit));
+        drop(drain);
+        t.join().unwrap();
+    });
+}
+
+/// A reopening racing the last release under a waiting drain: the drain completes
+/// either way, and once the release is done the ledger admits to its capacity.
+#[test]
+fn reopen_racing_the_last_release_under_a_drain() {
+    loom::model(|| {
+        let ledger = CountLedger::new(1).unwrap();
+        let permit = ledger.try_acquire().unwrap();
+        let mut drain = ledger.drain();
+        assert!(poll_once(&mut drain).is_pending());
+        let t = loom::thread::spawn(move || drop(permit));
+        ledger.reopen();
+        assert!(
+            poll_once(&mut drain).is_ready(),
+            "reopened: no longer draining"
+        );
+        t.join().unwrap();
+        let again = ledger.try_acquire().expect("open, nothing in flight");
+        assert!(ledger.try_acquire().is_err(), "capacity 1");
+        drop((again, drain));
+    });
+}
+
+/// A close racing a capacity change (an operator, or a controller): whichever runs
+/// last, the ledger ends closed, and a reopening then applies the new capacity. The
+/// threshold is written from both settings under one lock, so no interleaving
+/// leaves the new capacity in force while closed.
+#[test]
+fn close_racing_set_capacity_stays_closed() {
+    loom::model(|| {
+        let ledger = CountLedger::new(1).unwrap();
+        let setter = {
+            let ledger = ledger.clone();
+            loom::thread::spawn(move || ledger.set_capacity(3).unwrap())
+        };
+        ledger.close();
+        setter.join().unwrap();
+        assert_eq!(ledger.try_acquire().unwrap_err(), Refused::Closed);
+        ledger.reopen();
+        let held: Vec<_> = (0..3).map(|_| ledger.try_acquire().unwrap()).collect();
+        assert_eq!(ledger.try_acquire().unwrap_err(), Refused::Count);
+        drop(held);
+    });
+}
+
+/// `set_capacity` racing an acquisition: the new permit never makes the count exceed
+/// the larger of the two capacities, and a held permit is never revoked.
+#[test]
+fn set_capacity_racing_acquisitions() {
+    loom::model(|| {
+        let ledger = CountLedger::new(2).unwrap();
+        let held = ledger.try_acquire().unwrap();
+        let setter = {
+            let ledger = ledger.clone();
+            loom::thread::spawn(move || ledger.set_capacity(1).unwrap())
+        };
+        let second = ledger.try_acquire();
+        setter.join().unwrap();
+        // Once the lowering is visible, `held` alone fills capacity 1.
+        assert!(ledger.try_acquire().is_err());
+        assert!(ledger.in_flight() <= 2);
+        drop(second);
+        drop(held);
+        assert_eq!(ledger.in_flight(), 0);
+        assert!(ledger.try_acquire().is_ok());
+    });
+}

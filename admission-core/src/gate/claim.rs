@@ -1,0 +1,97 @@
+//! `Claim`: what one admission asks of a gate.
+
+use super::*;
+
+/// What one request asks of a [`Gate`] ([`Gate::try_claim`]): a key, a byte charge, a
+/// priority class and a cap for its key, each optional. Built by chaining; `Copy`.
+///
+/// ```
+/// use admission_core::{Claim, Priority};
+///
+/// let tenant = 42_u64;
+/// let claim = Claim::new().key(&tenant).bytes(4096).priority(Priority::DEFAULT).key_cap(8);
+/// # let _ = claim;
+/// ```
+#[derive(Debug)]
+pub struct Claim<'a, K> {
+    pub(super) key: Option<&'a K>,
+    pub(super) bytes: u64,
+    pub(super) total: u64,
+    pub(super) priority: Option<Priority>,
+    pub(super) key_cap: Option<u64>,
+}
+
+impl<K> Clone for Claim<'_, K> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K> Copy for Claim<'_, K> {}
+
+impl<K> Default for Claim<'_, K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<'a, K> Claim<'a, K> {
+    /// A claim of one request: no key, no bytes, no class (the whole capacity), the
+    /// gate's per-key cap.
+    pub const fn new() -> Self {
+        Self {
+            key: None,
+            bytes: 0,
+            total: 0,
+            priority: None,
+            key_cap: None,
+        }
+    }
+
+    /// The request's key, for the per-key dimension (ignored by a gate without one).
+    pub const fn key(mut self, key: &'a K) -> Self {
+        self.key = Some(key);
+        self
+    }
+
+    /// The bytes to charge now (ignored by a gate without a byte dimension).
+    pub const fn bytes(mut self, bytes: u64) -> Self {
+        self.bytes = bytes;
+        self
+    }
+
+    /// The request's whole size, when only part of it is charged now ([`bytes`](Self::bytes))
+    /// and the rest as it arrives: a total above the maximum single charge is refused as
+    /// [`Refused::TooLarge`] at once, whatever is charged now.
+    ///
+    /// ```
+    /// use admission_core::{Claim, Gate, Refused};
+    ///
+    /// let gate = Gate::<()>::builder().bytes(1 << 20).max_request_bytes(64 << 10).build()?;
+    /// let too_large = Claim::new().bytes(1_000).total(100 << 10);
+    /// assert_eq!(gate.try_claim(too_large).unwrap_err(), Refused::TooLarge);
+    /// let permit = gate.try_claim(Claim::new().bytes(1_000).total(48 << 10))?;
+    /// assert_eq!(permit.bytes().unwrap().charged(), 1_000, "the rest is charged as it comes");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub const fn total(mut self, bytes: u64) -> Self {
+        self.total = bytes;
+        self
+    }
+
+    /// The request's class: the count dimension admits it only below the class's share
+    /// of the capacity in force (see [`Priority`]).
+    pub const fn priority(mut self, priority: Priority) -> Self {
+        self.priority = Some(priority);
+        self
+    }
+
+    /// The cap of this request's key, in place of the gate's per-key cap (see
+    /// [`KeyedLedger::try_acquire_with_cap`]: 0 admits nothing, `u64::MAX` is no cap).
+    /// Needs a key dimension ([`GateBuilder::per_key`], or
+    /// [`GateBuilder::track_keys`] for keys with no default cap).
+    pub const fn key_cap(mut self, cap: u64) -> Self {
+        self.key_cap = Some(cap);
+        self
+    }
+}

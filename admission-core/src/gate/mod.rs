@@ -1,0 +1,419 @@
+//! The gate: any combination of the three ledgers, admitted all-or-nothing.
+
+use std::collections::hash_map::RandomState;
+use std::hash::{BuildHasher, Hash};
+
+use crate::priority::MAX_CLASSES;
+use crate::{
+    ByteLedger, BytePermit, CapacityError, CountLedger, CountPermit, Drain, Key, KeyedLedger,
+    KeyedPermit, KeyedSnapshot, Priority, Refused, Snapshot,
+};
+
+/// Count, byte and per-key limits admitted together, all or nothing.
+///
+/// [`try_admit`](Self::try_admit) either returns one [`GatePermit`] holding a permit of
+/// every configured dimension, or refuses and releases whatever it had taken before it
+/// returns, so a refused call leaves every ledger as it found it. The refusal names the
+/// dimension.
+///
+/// Order of the checks, which decides the reason a refusal names when several
+/// dimensions would refuse: a charge above the maximum single request
+/// ([`Refused::TooLarge`], whenever the gate has a byte dimension: the one answer that
+/// retrying cannot change), then count, then bytes (global overload), then the key (one
+/// client over its share). Count first keeps shedding under overload cheap: a saturated
+/// server refuses after one load, before any lock or charge is taken.
+///
+/// No collateral refusals: the count and byte dimensions are checked by a load before
+/// anything is taken, and only then is the key taken, the count acquired and the bytes
+/// charged. So a request refused by one dimension holds nothing in another, even for a
+/// moment, and cannot make a different request be refused; the one exception is a real
+/// race at a real limit (a check that passed and a compare-exchange that then lost to a
+/// concurrent admission), after which what was taken is given back before `try_admit`
+/// returns. Statistics follow the same rule: a refusal moves only the refusing
+/// dimension's refusal counter, and a request records its high-water marks only once
+/// every dimension has admitted it. (In that same real race, a winner's mark can include
+/// the loser's momentary reservation: the level did exist, for an instant.)
+///
+/// Every gate counts its requests in flight, with or without a count limit: that count is
+/// what [`drain`](Self::drain) waits on and what [`close`](Self::close) shuts. The byte
+/// and key dimensions exist only when configured.
+///
+/// Build with [`Gate::builder`] (0 sets no limit: the count is then unlimited, the byte
+/// and key dimensions left out) or from existing ledgers with
+/// [`Gate::from_ledgers`] (to share a ledger between gates). Cloning shares the ledgers:
+/// an HTTP layer and a gRPC interceptor built from clones of one gate share one limit.
+///
+/// # Examples
+///
+/// ```
+/// use admission_core::{Gate, Refused};
+///
+/// let gate = Gate::<String>::builder()
+///     .count(100)
+///     .bytes(64 << 20)
+///     .max_request_bytes(8 << 20)
+///     .per_key(2)
+///     .build()?;
+///
+/// let alice = "alice".to_string();
+/// let a = gate.try_admit(Some(&alice), 1024)?;
+/// let b = gate.try_admit(Some(&alice), 1024)?;
+/// assert_eq!(gate.try_admit(Some(&alice), 1024).unwrap_err(), Refused::Key);
+/// assert_eq!(gate.try_admit(None, 9 << 20).unwrap_err(), Refused::TooLarge);
+///
+/// // The refusals left nothing behind.
+/// let snap = gate.snapshot();
+/// assert_eq!(snap.count.in_flight, 2);
+/// assert_eq!(snap.bytes.unwrap().in_flight, 2048);
+/// drop((a, b));
+/// assert_eq!(gate.snapshot().count.in_flight, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct Gate<K = Key, S = RandomState> {
+    count: CountLedger,
+    bytes: Option<ByteLedger>,
+    keyed: Option<KeyedLedger<K, S>>,
+}
+
+impl<K, S> Clone for Gate<K, S> {
+    fn clone(&self) -> Self {
+        Self {
+            count: self.count.clone(),
+            bytes: self.bytes.clone(),
+            keyed: self.keyed.clone(),
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone> Gate<K, RandomState> {
+    /// A builder with every limit disabled: the gate it builds counts requests in
+    /// flight and refuses nothing (until closed, or given a limit at run time).
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    ///
+    /// let gate = Gate::<()>::builder().build()?;
+    /// let _permit = gate.try_admit(None, 0)?;
+    /// assert_eq!(gate.count().in_flight(), 1);
+    /// assert_eq!(gate.count().capacity(), 0, "unlimited");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn builder() -> GateBuilder<K, RandomState> {
+        GateBuilder {
+            limits: Limits::default(),
+            hasher: RandomState::new(),
+            _key: std::marker::PhantomData,
+        }
+    }
+}
+
+impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
+    /// A gate over existing ledgers (shared with whoever else holds them); `None`
+    /// disables the byte or key dimension. (For no count limit, a `CountLedger::new(0)`.)
+    ///
+    /// ```
+    /// use admission_core::{ByteLedger, CountLedger, Gate};
+    ///
+    /// let bytes = ByteLedger::new(1 << 20)?;
+    /// let gate = Gate::<()>::from_ledgers(CountLedger::new(4)?, Some(bytes.clone()), None);
+    /// let _held = gate.try_admit(None, 100)?;
+    /// assert_eq!(bytes.in_flight(), 100);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_ledgers(
+        count: CountLedger,
+        bytes: Option<ByteLedger>,
+        keyed: Option<KeyedLedger<K, S>>,
+    ) -> Self {
+        Self {
+            count,
+            bytes,
+            keyed,
+        }
+    }
+
+    /// Admits one request carrying `bytes` for `key` on every configured dimension, or
+    /// refuses and leaves every ledger unchanged.
+    ///
+    /// `key` is checked only when a per-key limit is configured; `None` (a request with
+    /// no key, say unauthenticated) passes the key dimension. `bytes` is charged only
+    /// when a byte ledger is configured; 0 gives a byte permit that can grow later.
+    ///
+    /// # Errors
+    ///
+    /// The [`Refused`] of the first dimension that refused ([`Refused::Closed`] while
+    /// the gate is closed).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use admission_core::{Gate, Refused};
+    ///
+    /// let gate = Gate::<u32>::builder().count(1).per_key(1).build()?;
+    /// let held = gate.try_admit(Some(&1), 0)?;
+    /// assert_eq!(gate.try_admit(Some(&2), 0).unwrap_err(), Refused::Count);
+    /// assert_eq!(gate.keyed().unwrap().keys(), 1, "key 2 left no entry behind");
+    /// drop(held);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_admit(&self, key: Option<&K>, bytes: u64) -> Result<GatePermit<K, S>, Refused> {
+        let claim = Claim {
+            key,
+            bytes,
+            total: 0,
+            priority: None,
+            key_cap: None,
+        };
+        self.admit(claim)
+    }
+
+    /// Admits a [`Claim`]: a request with a key, a byte charge, a priority class and a
+    /// per-key cap of its own, each optional. [`try_admit`](Self::try_admit) is the claim
+    /// with a key and bytes only.
+    ///
+    /// The priority class bounds the count dimension at the class's share of the
+    /// capacity in force; the key's cap replaces the gate's per-key cap for this claim.
+    /// Everything else is as `try_admit`: all or nothing, no collateral refusals.
+    ///
+    /// # Errors
+    ///
+    /// The [`Refused`] of the first dimension that refused.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use admission_core::{Claim, Gate, Priority, Refused};
+    ///
+    /// let gate = Gate::<&str>::builder().count(10).per_key(2).build()?;
+    /// let held: Vec<_> = (0..7).map(|_| gate.try_claim(Claim::new().priority(Priority::SHEDDABLE))).collect::<Result<_, _>>()?;
+    /// let shed = gate.try_claim(Claim::new().priority(Priority::SHEDDABLE)).unwrap_err();
+    /// assert_eq!(shed, Refused::Count);
+    /// let paying = Claim::new().key(&"tenant-a").key_cap(3).priority(Priority::CRITICAL);
+    /// let _a = gate.try_claim(paying)?;
+    /// assert_eq!(gate.snapshot().refused_by_class[Priority::SHEDDABLE.index()], 1);
+    /// # drop(held);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn try_claim(&self, claim: Claim<'_, K>) -> Result<GatePermit<K, S>, Refused> {
+        self.admit(claim)
+    }
+
+    #[inline(always)]
+    fn admit(&self, claim: Claim<'_, K>) -> Result<GatePermit<K, S>, Refused> {
+        let Claim {
+            key,
+            bytes,
+            total,
+            priority,
+            key_cap,
+        } = claim;
+        let keyed = self.keyed.as_ref().zip(key);
+        if keyed.is_none() && self.bytes.is_none() {
+            // Count alone: one compare-exchange, nothing to check ahead.
+            let (count, level) = self.count.try_acquire_unobserved(priority)?;
+            self.count.observe(level);
+            return Ok(GatePermit {
+                count,
+                bytes: None,
+                keyed: None,
+            });
+        }
+        // Checks first, by loads: the reason a refusal names, before anything is taken.
+        if let Some(ledger) = &self.bytes {
+            ledger.check_size(bytes.max(total))?;
+        }
+        self.count.check(priority)?;
+        if let Some(ledger) = &self.bytes {
+            ledger.check_room(bytes)?;
+        }
+        // Then take. Each `?` drops the permits taken so far: that is the all-or-nothing.
+        let keyed = keyed
+            .map(|(ledger, key)| ledger.try_acquire_unobserved(key, key_cap))
+            .transpose()?;
+        let (count, level) = self.count.try_acquire_unobserved(priority)?;
+        let charged = self
+            .bytes
+            .as_ref()
+            .map(|ledger| ledger.try_charge_unobserved(bytes))
+            .transpose()?;
+        // Every dimension admitted: only now do the high-water marks see it.
+        let keyed = keyed.map(|(permit, keys)| {
+            if let (Some(ledger), Some(keys)) = (&self.keyed, keys) {
+                ledger.observe(keys);
+            }
+            permit
+        });
+        self.count.observe(level);
+        let bytes = charged.map(|(permit, level)| {
+            if let Some(ledger) = &self.bytes {
+                ledger.observe(level);
+            }
+            permit
+        });
+        Ok(GatePermit {
+            count,
+            bytes,
+            keyed,
+        })
+    }
+}
+
+impl<K, S> Gate<K, S> {
+    /// The count ledger: every gate has one (unlimited when no count limit is set).
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    ///
+    /// let gate = Gate::<()>::builder().count(3).build()?;
+    /// assert_eq!(gate.count().capacity(), 3);
+    /// gate.count().set_capacity(5)?; // at run time
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn count(&self) -> &CountLedger {
+        &self.count
+    }
+
+    /// Refuses every new request with [`Refused::Closed`] until
+    /// [`reopen`](Self::reopen), whatever limits are set meanwhile; admitted requests
+    /// are untouched. See [`CountLedger::close`].
+    ///
+    /// ```
+    /// use admission_core::{Gate, Refused};
+    ///
+    /// let gate = Gate::<()>::builder().count(8).build()?;
+    /// gate.close();
+    /// assert_eq!(gate.try_admit(None, 0).unwrap_err(), Refused::Closed);
+    /// gate.reopen();
+    /// assert!(gate.try_admit(None, 0).is_ok());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn close(&self) {
+        self.count.close();
+    }
+
+    /// Admits again after [`close`](Self::close) or [`drain`](Self::drain).
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    ///
+    /// let gate = Gate::<()>::builder().build()?;
+    /// gate.close();
+    /// gate.reopen();
+    /// assert!(!gate.is_closed());
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn reopen(&self) {
+        self.count.reopen();
+    }
+
+    /// Whether the gate is closed.
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    ///
+    /// let gate = Gate::<()>::builder().build()?;
+    /// assert!(!gate.is_closed());
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn is_closed(&self) -> bool {
+        self.count.is_closed()
+    }
+
+    /// Closes the gate and returns a [`Drain`] that completes once no admitted request
+    /// is in flight: a future for any runtime, or [`Drain::wait`] to block a thread.
+    ///
+    /// ```
+    /// use admission_core::{Gate, Refused};
+    ///
+    /// let gate = Gate::<()>::builder().count(64).build()?;
+    /// let admitted = gate.try_admit(None, 0)?;
+    /// let drain = gate.drain();
+    /// assert_eq!(gate.try_admit(None, 0).unwrap_err(), Refused::Closed);
+    /// drop(admitted);
+    /// drain.wait();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn drain(&self) -> Drain {
+        self.count.drain()
+    }
+
+    /// The byte ledger, if configured.
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    ///
+    /// let gate = Gate::<()>::builder().bytes(1024).build()?;
+    /// assert_eq!(gate.bytes().unwrap().budget(), 1024);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn bytes(&self) -> Option<&ByteLedger> {
+        self.bytes.as_ref()
+    }
+
+    /// The keyed ledger, if configured.
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    ///
+    /// let gate = Gate::<u8>::builder().per_key(2).build()?;
+    /// assert_eq!(gate.keyed().unwrap().cap(), 2);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn keyed(&self) -> Option<&KeyedLedger<K, S>> {
+        self.keyed.as_ref()
+    }
+
+    /// A reading of every configured dimension.
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    ///
+    /// let gate = Gate::<()>::builder().count(1).build()?;
+    /// let snap = gate.snapshot();
+    /// assert_eq!(snap.count.capacity, 1);
+    /// assert!(snap.bytes.is_none() && snap.keyed.is_none() && !snap.closed);
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn snapshot(&self) -> GateSnapshot {
+        GateSnapshot {
+            count: self.count.snapshot(),
+            refused_by_class: self.count.refused_by_class(),
+            closed: self.count.is_closed(),
+            bytes: self.bytes.as_ref().map(ByteLedger::snapshot),
+            keyed: self.keyed.as_ref().map(KeyedLedger::snapshot),
+        }
+    }
+}
+
+/// Readings of a [`Gate`]'s dimensions; `None` where a dimension is not configured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct GateSnapshot {
+    /// The count ledger (capacity 0: no count limit).
+    pub count: Snapshot,
+    /// Count refusals of claims with a priority class, by [`Priority::index`]: which
+    /// class was shed (see [`CountLedger::refused_by_class`]).
+    pub refused_by_class: [u64; MAX_CLASSES],
+    /// Whether the gate is closed (or draining).
+    pub closed: bool,
+    /// The byte ledger.
+    pub bytes: Option<Snapshot>,
+    /// The keyed ledger.
+    pub keyed: Option<KeyedSnapshot>,
+}
+
+mod builder;
+mod claim;
+mod permit;
+
+pub use builder::GateBuilder;
+use builder::Limits;
+pub use claim::Claim;
+pub use permit::GatePermit;
+
+#[cfg(all(test, not(admission_loom)))]
+mod tests;
+
+#[cfg(all(test, admission_loom))]
+mod loom_models;
