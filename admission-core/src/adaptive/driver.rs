@@ -59,7 +59,12 @@ impl Shard {
     /// the line every admission and release writes, and a maximum over a window of
     /// dozens of samples needs no more.
     #[inline]
-    pub(super) fn add(&self, micros: u64, outcome: Outcome, in_flight: impl FnOnce() -> u64) -> bool {
+    pub(super) fn add(
+        &self,
+        micros: u64,
+        outcome: Outcome,
+        in_flight: impl FnOnce() -> u64,
+    ) -> bool {
         // Relaxed throughout: statistics, read whole by the window's `take`; every add is
         // a read-modify-write, so each sample is in exactly one window.
         let before = self

@@ -203,3 +203,11 @@ unsafe impl Send for BytePermit {}
 
 // SAFETY: `&BytePermit` only reads the permit's own `charged`.
 unsafe impl Sync for BytePermit {}
+
+// What the two impls above rest on, checked by the compiler: the ledger's state is
+// `Send + Sync` of its own accord. (Not under loom, whose use-tracker is neither.)
+#[cfg(not(admission_loom))]
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    shared::<ByteInner>();
+};

@@ -96,3 +96,11 @@ unsafe impl Send for CountPermit {}
 // SAFETY: `&CountPermit` offers only `record`, which touches the ledger's shared state
 // through atomics and mutexes (`Sync`), correct from any thread.
 unsafe impl Sync for CountPermit {}
+
+// What the two impls above rest on, checked by the compiler: the ledger's state is
+// `Send + Sync` of its own accord. (Not under loom, whose use-tracker is neither.)
+#[cfg(not(admission_loom))]
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    shared::<CountInner>();
+};

@@ -72,10 +72,11 @@ impl<K> Entry<K> {
     /// one of its permits (a count in `held`), or holds the shard lock meanwhile and the
     /// entry's last release takes the lock (an overflow entry, or one away from home).
     pub(super) unsafe fn key(&self) -> &K {
-        // SAFETY: the key is initialised while `held > 0` and written only when
-        // `held == 0` under the lock; the caller keeps `held > 0` for `'a`, and that
-        // this read sees the initialised key is ordered by the lock or by the acquire
-        // that took the caller's count (see the module docs).
+        // SAFETY: the key is initialised while `held > 0`, and written only by the holder
+        // of `BUSY` (which needs `held == 0`) or, for an overflow entry, under the lock;
+        // the caller keeps `held > 0` for as long as the returned borrow lives, and that
+        // this read sees the initialised key is ordered by the lock or by the acquire that
+        // took the caller's count (see the module docs).
         self.key.with(|key| unsafe { (*key).assume_init_ref() })
     }
 

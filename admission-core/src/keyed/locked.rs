@@ -125,13 +125,10 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
         let home = &slots[start];
         loop {
             let table = shard.table.lock();
-            // This look counts in the home's `AWAY`: no key is given an entry in the home
-            // without the lock until it ends, so what it finds stays true until this
-            // thread unlocks. A home with 2^16 - 1 keys away (which a fair hash never comes
-            // near) has no room for the look's one, but its `AWAY` is above zero all the
-            // same: the look goes on without it, and a new key can then only be made in
-            // the home. The one goes back when `away` drops (a panic in the key's `Eq` or
-            // `Clone` included), before the unlock.
+            // The look's one in the home's `AWAY` keeps lock-free claims of the home out
+            // until it ends (invariant 1); it goes back when `away` drops, a panic in `Eq`
+            // or `Clone` included. (A home with 2^16 - 1 keys away has no room for it, but
+            // its `AWAY` is above zero all the same: then only the home will do.)
             let away = LookAway::raise(home);
             let done = match self.find(&table, key, hash) {
                 Found::Absent => return self.create(table, key, hash, away),

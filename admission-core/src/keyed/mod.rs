@@ -92,8 +92,9 @@ const SLOTS: usize = 2;
 #[cfg(admission_loom)]
 const WINDOW: usize = 2;
 
-/// The largest per-key cap.
-const MAX_CAP: usize = usize::MAX >> 2;
+/// The largest per-key cap: what a key's `held` field holds, less the one count a look
+/// under the lock may add (see `look`), 2^32 - 2.
+const MAX_CAP: usize = (HELD - 1) as usize;
 
 /// The `held` field of an entry's state: a key's permits in flight. A key holds at most
 /// `HELD - 1` at once whatever its cap (2^32 - 2; the last one is room for the count a
@@ -357,8 +358,9 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
     /// the ledger's [`cap`](Self::cap); else refuses at once. The same table, the same
     /// reclaim guarantees, the same `max_keys`.
     ///
-    /// `cap` is the cap itself: 0 admits nothing for this key (a blocked tenant), and
-    /// `u64::MAX` is no cap. Each acquisition checks the cap it is given: after a key's
+    /// `cap` is the cap itself: 0 admits nothing for this key (a blocked tenant), and a
+    /// cap above [`MAX_CAP`](Self::MAX_CAP) (`u64::MAX`, say) is no cap beyond what one
+    /// key can hold at once, `MAX_CAP`. Each acquisition checks the cap it is given: after a key's
     /// tier changes, its permits in flight are kept and count against the new cap.
     ///
     /// # Errors

@@ -125,15 +125,10 @@ impl<K, S> KeyedPermit<K, S> {
         // reads the key, and every earlier read is ordered before this one (the acquire
         // above). Nobody else moves it out: the key is moved out exactly once.
         let key = e.key.with_mut(|key| unsafe { (*key).assume_init_read() });
-        // An entry with a share gives it up before the slot stops being busy: an acquire
-        // of the same key waits for the slot under the lock (see `look`), so it never
-        // counts the key twice nor refuses it for `max_keys` on its own account. Then
-        // another thread may bring the word to zero, but its free waits for the slot to
-        // stop being busy (`quiesce`). Release: so that the free's quiesce, after its
-        // acquire load of the word, sees this slot busy (or empty again), never as it was
-        // before this release. An entry without a share (made without the lock while
-        // `max_keys` was unbounded) has none to give up: the ledger's last handle, which
-        // keeps the ledger alive for it, waits for the slot too before it goes (`close`).
+        // The share goes while the slot is still busy, so an acquire of the key waits for
+        // it and never counts the key twice (invariant 5). Release: pairs with the free's
+        // acquire load of the word, whose `quiesce` then waits out this busy slot. An entry
+        // without a share has none to give up (the last handle's `close` waits for it).
         let word = if empty & COUNTED != 0 {
             inner_ref.state.fetch_sub(1, Ordering::Release)
         } else {
@@ -208,13 +203,11 @@ impl<K, S> KeyedPermit<K, S> {
                 }
             }
         };
-        // The key's last permit: empty the entry in the same critical section, so no
-        // acquirer under the lock ever sees a key with two entries or an entry on its way
-        // out.
+        // The key's last permit: the entry is emptied in this critical section, so no one
+        // under the lock sees a key with two entries or an entry on its way out.
         // SAFETY: `held` is zero, and `BUSY` ours for a slot (an overflow entry is reached
-        // only under the lock): no permit holder or lock-free acquire reads the key, and
-        // every earlier read is ordered before this one (above). The key is moved out
-        // exactly once.
+        // only under the lock): no one else reads the key, every earlier read is ordered
+        // before this one (above), and it is moved out exactly once.
         let key = e.key.with_mut(|key| unsafe { (*key).assume_init_read() });
         if boxed {
             match table.find_entry(hash, |p| p.0 == entry) {
@@ -235,13 +228,9 @@ impl<K, S> KeyedPermit<K, S> {
         }
         // The key's entry is gone, so it is no longer away from home.
         change_away(&slots[start], false);
-        // And it leaves the entries field now, in the same critical section: an acquire of
-        // the same key that follows this unlock must not count it. This gives up the
-        // entry's share of the word, so another thread may now bring the word to zero and
-        // free the ledger, but not before this thread unlocks: whoever frees it takes every
-        // shard lock first (`quiesce`). Relaxed: that lock orders everything this thread
-        // did before its unlock (and, through the decrement of `held` above, every other
-        // holder's use of this entry) before the free.
+        // The share goes in the same critical section, so an acquire of the key after this
+        // unlock does not count it. Relaxed: a free that follows takes every shard lock
+        // first (`quiesce`), which orders all of this before it.
         debug_assert_ne!(empty & COUNTED, 0, "an entry away from home has a share");
         let word = inner_ref.state.fetch_sub(1, Ordering::Relaxed);
         // The last use of the ledger's memory but the unlock: under loom, a free that does
@@ -285,3 +274,14 @@ unsafe impl<K: Send + Sync, S: Send + Sync> Send for KeyedPermit<K, S> {}
 
 // SAFETY: `&KeyedPermit` gives out only `&K`.
 unsafe impl<K: Send + Sync, S: Send + Sync> Sync for KeyedPermit<K, S> {}
+
+// What the impls above rest on, checked by the compiler: the ledger's state is
+// `Send + Sync` for every key and hasher that are (by `KeyedInner`'s impls, whose
+// argument is beside them).
+#[cfg(not(admission_loom))]
+const fn shared<T: Send + Sync>() {}
+#[cfg(not(admission_loom))]
+#[allow(dead_code)] // Type-checked, never called: the check is that it compiles.
+const fn inner_is_shared<K: Send + Sync, S: Send + Sync>() {
+    shared::<KeyedInner<K, S>>();
+}

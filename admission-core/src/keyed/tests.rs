@@ -163,12 +163,16 @@ fn limits_the_ledger_cannot_represent_are_errors() {
 }
 
 #[test]
-fn limits_reaching_the_reference_bit_cannot_be_represented() {
+fn limits_beyond_what_a_key_or_the_word_holds_cannot_be_represented() {
+    // A cap is what one key's `held` field holds (less the look's one): 2^32 - 2.
+    assert_eq!(KeyedLedger::<u8>::MAX_CAP, (1 << 32) - 2);
+    assert!(KeyedLedger::<u8>::new(KeyedLedger::<u8>::MAX_CAP).is_ok());
+    assert!(KeyedLedger::<u8>::new(KeyedLedger::<u8>::MAX_CAP + 1).is_err());
     assert!(KeyedLedger::<u8>::new(usize::MAX >> 1).is_err());
-    assert!(KeyedLedger::<u8>::new((1 << 62) - 1).is_ok());
     let ledger = KeyedLedger::<u8>::new(1).unwrap();
     assert!(ledger.set_max_keys(1 << 62).is_err());
-    assert!(ledger.set_cap(usize::MAX >> 1).is_err());
+    assert!(ledger.set_cap(KeyedLedger::<u8>::MAX_CAP + 1).is_err());
+    assert_eq!(ledger.cap(), 1, "unchanged by the refused setting");
 }
 
 #[test]
