@@ -583,6 +583,50 @@ fn fixed() -> std::hash::BuildHasherDefault<std::collections::hash_map::DefaultH
 }
 
 #[cfg(all(test, not(admission_loom)))]
+use test_hashers::Placed;
+
+/// Hashers that place keys where a test wants them.
+#[cfg(all(test, not(admission_loom)))]
+mod test_hashers {
+    use std::hash::{BuildHasher, Hasher};
+
+    /// A hasher that gives every key the value it writes, so a test places keys: `home` in
+    /// bits 16.., the shard in bits 32.. (see `home` and `shard_index`); `same` gives every key
+    /// one hash, so that all share a home and every key after the first takes the lock.
+    #[derive(Clone, Copy, Default)]
+    pub(super) struct Placed {
+        pub(super) same: bool,
+    }
+
+    pub(super) struct PlacedHasher(u64, bool);
+
+    impl Hasher for PlacedHasher {
+        fn finish(&self) -> u64 {
+            if self.1 {
+                7 << 16
+            } else {
+                self.0
+            }
+        }
+        fn write(&mut self, bytes: &[u8]) {
+            for &b in bytes {
+                self.0 = self.0 << 8 | u64::from(b);
+            }
+        }
+        fn write_u64(&mut self, n: u64) {
+            self.0 = n;
+        }
+    }
+
+    impl BuildHasher for Placed {
+        type Hasher = PlacedHasher;
+        fn build_hasher(&self) -> PlacedHasher {
+            PlacedHasher(0, self.same)
+        }
+    }
+}
+
+#[cfg(all(test, not(admission_loom)))]
 mod tests;
 
 #[cfg(all(test, not(admission_loom)))]

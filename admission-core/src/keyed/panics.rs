@@ -7,7 +7,7 @@
 //! key are freed when the last handle and permit go.
 
 use std::cell::Cell;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::{Hash, Hasher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use super::*;
@@ -87,39 +87,6 @@ impl Drop for Touchy {
 
 fn live_keys() -> i64 {
     LIVE.with(Cell::get)
-}
-
-/// A hasher that gives every key the value it writes, so a test places keys: `home` in
-/// bits 16.., the shard in bits 32.. (see `home` and `shard_index`); `same` gives every key
-/// one hash, so that all share a home and every key after the first takes the lock.
-#[derive(Clone, Copy, Default)]
-struct Placed {
-    same: bool,
-}
-
-struct PlacedHasher(u64, bool);
-
-impl Hasher for PlacedHasher {
-    fn finish(&self) -> u64 {
-        if self.1 {
-            7 << 16
-        } else {
-            self.0
-        }
-    }
-    fn write(&mut self, _: &[u8]) {
-        unreachable!("keys here write a u64")
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-impl BuildHasher for Placed {
-    type Hasher = PlacedHasher;
-    fn build_hasher(&self) -> PlacedHasher {
-        PlacedHasher(0, self.same)
-    }
 }
 
 /// A key whose home is slot `home` of shard 0.

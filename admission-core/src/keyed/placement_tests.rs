@@ -557,3 +557,26 @@ fn concurrent_threads_never_exceed_a_keys_cap() {
     });
     assert_eq!(ledger.keys(), 0);
 }
+
+/// A window that runs past its shard's last slot goes on at the first: a key made away
+/// from a home in the last slot, in the first slot, is found there without the lock.
+#[test]
+fn a_window_that_wraps_past_the_last_slot_is_searched_without_the_lock() {
+    let ledger = KeyedLedger::with_hasher(2, Placed::default()).unwrap();
+    let last = (SLOTS as u64 - 1) << 16;
+    let _at_home = ledger.try_acquire(&(last | 1)).unwrap();
+    let away = ledger.try_acquire(&(last | 2)).unwrap();
+    assert_eq!(
+        ledger.inner().shards[0].away.load(Ordering::Relaxed),
+        1,
+        "in slot 0"
+    );
+    let before = lock_count::so_far();
+    let again = ledger.try_acquire(&(last | 2)).unwrap();
+    assert_eq!(
+        lock_count::so_far(),
+        before,
+        "the wrapped window was searched"
+    );
+    drop((away, again));
+}
