@@ -80,32 +80,43 @@ impl<K> Entry<K> {
         self.key.with(|key| unsafe { (*key).assume_init_ref() })
     }
 
-    /// Fills the empty slot the caller claimed (`BUSY`) with `key` and one permit: the next
-    /// generation, `AWAY` less `away` (a look under the lock that ends here gives its one
-    /// back), `counted` (`COUNTED` or 0), `BUSY` ended.
+    /// Fills the empty slot the caller claimed (`BUSY`, from `seen`) with `key` and one
+    /// permit: the next generation, `AWAY` less `away` (a look under the lock that ends
+    /// here gives its one back), `counted` (`COUNTED` or 0), `BUSY` ended.
+    ///
+    /// A store: nobody else changes the slot's state while it is filled. A lock-free fill
+    /// claimed the slot with `AWAY` zero, and no one adds to a busy slot's `AWAY`
+    /// (`raise_away`), so no one takes from it either; a fill under the lock holds the lock
+    /// that every change of `AWAY` takes.
     ///
     /// # Safety
     ///
-    /// The caller set `BUSY` on the slot, empty and without `COUNTED`.
-    pub(super) unsafe fn fill(&self, key: K, hash: u64, away: u64, counted: u64) {
+    /// The caller set `BUSY` on the slot, empty and without `COUNTED`, from `seen`.
+    pub(super) unsafe fn fill(&self, key: K, hash: u64, seen: u64, away: u64, counted: u64) {
+        debug_assert_eq!(seen & (HELD | BUSY | COUNTED), 0);
         // SAFETY: `BUSY` is the caller's: no permit holder reads the key, no releaser moves
-        // one out (the last did so before the `and` that ended `BUSY`, which the caller's
-        // claim read with acquire), and no lock-free acquire counts on the entry before
-        // the addition below.
+        // one out (the last did so before it ended `BUSY`, which the caller's claim read
+        // with acquire), and no lock-free acquire counts on the entry before the store
+        // below.
         self.key.with_mut(|slot| unsafe { (*slot).write(key) });
         self.hash.store(hash, Ordering::Relaxed);
-        // One addition: the generation's one (wrapping off the top of the word), `BUSY`
-        // off, `away` off `AWAY`, `counted` and one permit on. An addition, not a store,
-        // so that a change of `AWAY` made meanwhile under the lock is kept. Release: pairs
-        // with a lock-free acquire's load of the state, which then sees the hash (and,
-        // once it counts on the entry, the key).
-        let fill = GENERATION
-            .wrapping_sub(BUSY)
-            .wrapping_sub(away)
-            .wrapping_add(counted | 1);
-        let before = self.state.fetch_add(fill, Ordering::Release);
-        debug_assert_eq!(before & (HELD | BUSY | COUNTED), BUSY);
-        debug_assert!(before & AWAY >= away);
+        // The next generation (wrapping in its field), the slot's `BOUNDED` and `AWAY`, one
+        // permit. Release: pairs with a lock-free acquire's load of the state, which then
+        // sees the hash (and, once it counts on the entry, the key).
+        // The fields are disjoint and `seen`'s `held` and `COUNTED` are zero, so one sum
+        // does it (the generation's carry falls off the top of the word).
+        let state = seen
+            .wrapping_add(GENERATION)
+            .wrapping_add(counted | 1)
+            .wrapping_sub(away);
+        debug_assert_eq!(
+            state,
+            ((seen & !(AWAY | HELD)).wrapping_add(GENERATION))
+                | ((seen & AWAY) - away)
+                | counted
+                | 1
+        );
+        self.state.store(state, Ordering::Release);
     }
 
     /// Fills a new overflow entry, not yet shared, with `key`, one permit and a share of
@@ -163,26 +174,50 @@ pub(super) fn home(hash: u64) -> usize {
     (hash >> 16) as usize & (SLOTS - 1)
 }
 
-/// Adds one to `home`'s `AWAY` (`up`), or takes one away. `false` if it is at its maximum
-/// (`up` only). Under the shard lock, where every change of `AWAY` is made, so it never
-/// goes below zero. Never waits for a busy slot: its fill or emptying keeps the change (see
-/// `BUSY`). Relaxed: what a change orders is ordered by the lock, or by the slot's own
-/// state (a fill's release, a look's acquire load); being a read-modify-write of the state
-/// is what keeps a claim of the slot (which expects `AWAY` zero) from passing it.
-pub(super) fn change_away<K>(home: &Entry<K>, up: bool) -> bool {
-    let change = |state: u64| {
-        if !up {
-            debug_assert_ne!(state & AWAY, 0);
-            Some(state - AWAY_ONE)
-        } else if state & AWAY == AWAY {
-            None
-        } else {
-            Some(state + AWAY_ONE)
+/// What `raise_away` did.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Raise {
+    /// One was added.
+    Raised,
+    /// `AWAY` is at its maximum: nothing was added.
+    Full,
+    /// The slot is being filled or emptied: nothing was added. The caller lets go of the
+    /// lock, waits for the slot, and starts over.
+    Busy,
+}
+
+/// Adds one to `home`'s `AWAY`, under the shard lock (where every change of `AWAY` is
+/// made), unless the slot is busy: a fill ends with a store, which must not meet a change.
+/// Relaxed: being a read-modify-write of the state is what orders it with a claim of the
+/// slot (which expects `AWAY` zero); the rest is ordered by the lock.
+pub(super) fn raise_away<K>(home: &Entry<K>) -> Raise {
+    let mut state = home.state.load(Ordering::Relaxed);
+    loop {
+        if state & BUSY != 0 {
+            return Raise::Busy;
         }
-    };
-    (home.state)
-        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, change)
-        .is_ok()
+        if state & AWAY == AWAY {
+            return Raise::Full;
+        }
+        match home.state.compare_exchange_weak(
+            state,
+            state + AWAY_ONE,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        ) {
+            Ok(_) => return Raise::Raised,
+            Err(actual) => state = actual,
+        }
+    }
+}
+
+/// Takes one from `home`'s `AWAY`, under the shard lock. The slot is not busy: it has a
+/// key away (this one), so no fill starts in it without the lock, and its own key's last
+/// release takes the lock (see `KeyedPermit::release`). Relaxed: as `raise_away`.
+pub(super) fn lower_away<K>(home: &Entry<K>) {
+    let before = home.state.fetch_sub(AWAY_ONE, Ordering::Relaxed);
+    debug_assert_ne!(before & AWAY, 0);
+    debug_assert_eq!(before & BUSY, 0);
 }
 
 /// A look's one in its key's home `AWAY` (see `acquire_locked`), given back when this is
@@ -196,11 +231,14 @@ pub(super) struct LookAway<'a, K> {
 }
 
 impl<'a, K> LookAway<'a, K> {
-    pub(super) fn raise(home: &'a Entry<K>) -> Self {
-        Self {
-            home,
-            counted: change_away(home, true),
-        }
+    /// The look's one, or `None` if the home is busy (see `Raise::Busy`).
+    pub(super) fn raise(home: &'a Entry<K>) -> Option<Self> {
+        let counted = match raise_away(home) {
+            Raise::Raised => true,
+            Raise::Full => false,
+            Raise::Busy => return None,
+        };
+        Some(Self { home, counted })
     }
 
     /// The one stays: for an entry made away from home, or given back by a fill at home.
@@ -212,7 +250,7 @@ impl<'a, K> LookAway<'a, K> {
 impl<K> Drop for LookAway<'_, K> {
     fn drop(&mut self) {
         if self.counted {
-            change_away(self.home, false);
+            lower_away(self.home);
         }
     }
 }

@@ -30,6 +30,29 @@ enum Look<K, S> {
     Busy,
 }
 
+/// A count a look under the lock took on a home slot to compare its key: given back with
+/// the lock held (`give_back_locked`) when dropped, by the code or by a panic in the key's
+/// `Eq`, unless kept as the key's permit.
+struct LookCount<K, S>(Option<KeyedPermit<K, S>>);
+
+impl<K, S> LookCount<K, S> {
+    fn key(&self) -> &K {
+        self.0.as_ref().expect("a count until kept").key()
+    }
+
+    fn keep(mut self) -> KeyedPermit<K, S> {
+        self.0.take().expect("kept once")
+    }
+}
+
+impl<K, S> Drop for LookCount<K, S> {
+    fn drop(&mut self) {
+        if let Some(permit) = self.0.take() {
+            permit.give_back_locked();
+        }
+    }
+}
+
 impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
     /// `key`'s entry, under the lock whose guard `table` is, the caller's one in the
     /// home's `AWAY` keeping any key from being given an entry in the home without the lock
@@ -46,10 +69,11 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
             Look::Empty | Look::Other => {}
             Look::Busy => return Found::Busy,
             Look::Counted(permit, held) => {
-                if permit.key() == key {
-                    return Found::Home(permit, held);
+                // Given back under the lock if the key is another's, or if its `Eq` panics.
+                let count = LookCount(Some(permit));
+                if count.key() == key {
+                    return Found::Home(count.keep(), held);
                 }
-                give_back(permit);
             }
         }
         // Exact under the lock.
@@ -129,7 +153,13 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
             // until it ends (invariant 1); it goes back when `away` drops, a panic in `Eq`
             // or `Clone` included. (A home with 2^16 - 1 keys away has no room for it, but
             // its `AWAY` is above zero all the same: then only the home will do.)
-            let away = LookAway::raise(home);
+            let Some(away) = LookAway::raise(home) else {
+                // Waited for without the lock, so that the shard's other keys are served
+                // meanwhile; then the look starts over.
+                drop(table);
+                home.unbusy(Ordering::Relaxed);
+                continue;
+            };
             let done = match self.find(&table, key, hash) {
                 Found::Absent => return self.create(table, key, hash, away),
                 Found::Busy => {
@@ -144,7 +174,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
                 Found::Home(permit, _) => {
                     // At its cap: the count taken to compare the key goes back before
                     // unlock.
-                    give_back(permit);
+                    permit.give_back_locked();
                     Err(Refused::Key)
                 }
                 Found::Entry(found) => {
@@ -236,10 +266,10 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
                 // The look's one goes back with the fill: the key is at home.
                 let one = if away.counted { AWAY_ONE } else { 0 };
                 // SAFETY: `BUSY` is ours, set on the empty `seen`.
-                unsafe { slot.fill(key, hash, one, COUNTED) };
+                unsafe { slot.fill(key, hash, seen, one, COUNTED) };
             } else {
                 // SAFETY: as above.
-                unsafe { slot.fill(key, hash, 0, COUNTED) };
+                unsafe { slot.fill(key, hash, seen, 0, COUNTED) };
                 let mask = shard.away.load(Ordering::Relaxed);
                 shard.away.store(mask | 1 << place, Ordering::Relaxed);
             }

@@ -336,13 +336,13 @@ fn keyed_an_away_entrys_last_release_racing_a_lock_free_acquire_of_it() {
     });
 }
 
-/// A home's key releases its last permit (the slot busy while the key moves out) while
-/// the last permit of a key of the same home, made away from it, is released under the
-/// lock, taking one from the home's `AWAY` without waiting for the busy slot. The
-/// emptying ends with an `and` that keeps that change: a store would write back the
-/// `AWAY` it read, and the home would never take a key without the lock again.
+/// A home's key releases its last permit while the last permit of a key of the same home,
+/// made away from it, is released under the lock, taking one from the home's `AWAY`. The
+/// home's release takes the lock too while a key of it is away, so the two never meet on
+/// a busy slot: emptied without the lock, its store would write back the `AWAY` it read,
+/// and the home would never take a key without the lock again.
 #[test]
-fn keyed_an_away_keys_last_release_changes_its_busy_homes_away() {
+fn keyed_an_away_keys_last_release_and_its_homes_last_release() {
     let (at_home, away) = same_home();
     loom::model(move || {
         let ledger = KeyedLedger::with_hasher(1, fixed()).unwrap();
@@ -356,11 +356,10 @@ fn keyed_an_away_keys_last_release_changes_its_busy_homes_away() {
     });
 }
 
-/// A key is made at home without the lock (the slot busy while it is filled) while a
-/// key of the same home, at its cap, is looked for under the lock: the look adds one to
-/// the home's `AWAY` without waiting, meets the busy slot, gives the one back, lets go of
-/// the lock and waits, then looks again. The fill's addition keeps the look's changes;
-/// the look never counts on a half-made entry.
+/// A key is made at home without the lock (the slot busy while it is filled) while a key
+/// of the same home is made under the lock: the look does not add its one to a busy home's
+/// `AWAY` (the fill's store would overwrite it), lets go of the lock and waits, then looks
+/// again; it never counts on a half-made entry.
 #[test]
 fn keyed_a_look_under_the_lock_meets_a_home_being_filled() {
     let (first, second) = same_home();

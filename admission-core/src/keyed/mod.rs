@@ -31,12 +31,15 @@
 //!    generation catches a refill), then compares the key; another key's count is given
 //!    back as a release (`probe.rs`).
 //! 3. **The key is read only while `held > 0` or under `BUSY`**: a fill's writes are
-//!    published by its release addition, read by acquire loads; every release decrement is
+//!    published by its release store, read by acquire loads; every release decrement is
 //!    a release and the one to zero an acquire, so every holder's reads happen before the
 //!    key is moved out (`permit.rs`).
-//! 4. **No one waits on `BUSY` under a shard lock**: a look that meets a busy home lets go
-//!    of the lock and waits without it; a change of `AWAY` never waits, because a fill and
-//!    an emptying end with a read-modify-write that keeps it (`entry.rs`).
+//! 4. **No one waits on `BUSY` under a shard lock**: a look that meets a busy home (to add
+//!    its one to `AWAY`, or to read it) lets go of the lock and waits without it. Taking
+//!    one from `AWAY` never meets a busy slot: no fill starts at a home with keys away, and
+//!    such a home's last release takes the lock. So fills and emptyings end with a store,
+//!    as no one changes a busy slot's `AWAY` (`entry.rs`); a count a look takes is given
+//!    back under the lock it holds (`give_back_locked`).
 //! 5. **Memory follows the keys, and is freed once**: entries made under the lock take a
 //!    share of the word; those made without it take one only in a `BOUNDED` slot, so a new
 //!    key writes nothing shared while `max_keys` is unbounded (`keys()` reads every slot
@@ -101,13 +104,11 @@ const MAX_CAP: usize = (HELD - 1) as usize;
 /// look under the lock takes, see `look`).
 const HELD: u64 = (1 << 32) - 1;
 /// Set in a slot's state by the one thread that writes the slot's key: from the
-/// compare-exchange that claims an empty slot to the addition that fills it, and from the
-/// compare-exchange that takes its `held` to zero to the `and` that empties it. A
+/// compare-exchange that claims an empty slot to the store that fills it, and from the
+/// compare-exchange that takes its `held` to zero to the write that empties it. A
 /// lock-free acquire passes a busy slot by; a look under the lock lets go of the lock and
-/// waits for it without (`Look::Busy`), so a thread descheduled while it holds `BUSY`
-/// holds up only the keys of that home; `settle` and the free wait for it. A change of the
-/// slot's `AWAY` does not wait: the fill and the emptying end with a read-modify-write
-/// that keeps whatever `AWAY` became meanwhile.
+/// waits for it without (`Raise::Busy`, `Look::Busy`), so a thread descheduled while it
+/// holds `BUSY` holds up only the keys of that home; `settle` and the free wait for it.
 const BUSY: u64 = 1 << 32;
 /// Set in an entry's state while it holds a share of the ledger's word (see the module
 /// docs): always for an entry made under the lock, for one made without it only in a
@@ -466,7 +467,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
             let table = inner.shard(hash).table.lock();
             return match self.find(&table, key, hash) {
                 Found::Home(permit, held) => {
-                    give_back(permit);
+                    permit.give_back_locked();
                     held
                 }
                 Found::Entry(entry) => {
@@ -570,7 +571,7 @@ mod permit;
 mod probe;
 mod readings;
 
-use entry::{change_away, home, window_bits, Entry, EntryPtr, LookAway, Shard, BOXED};
+use entry::{home, lower_away, window_bits, Entry, EntryPtr, LookAway, Shard, BOXED};
 use locked::Found;
 pub use permit::KeyedPermit;
 use probe::Fast;

@@ -27,6 +27,8 @@ thread_local! {
     static FAULT: Cell<Option<(Fault, u32)>> = const { Cell::new(None) };
     /// Keys alive on this thread (made minus dropped).
     static LIVE: Cell<i64> = const { Cell::new(0) };
+    /// A permit that a firing `Eq` drops before it panics.
+    static STASH: std::cell::RefCell<Option<KeyedPermit<Touchy, Placed>>> = const { std::cell::RefCell::new(None) };
 }
 
 /// Whether `fault` fires at this call: then it is disarmed, and the caller panics.
@@ -64,7 +66,10 @@ impl Clone for Touchy {
 
 impl PartialEq for Touchy {
     fn eq(&self, other: &Self) -> bool {
-        assert!(!fires(Fault::Eq), "Eq panics");
+        if fires(Fault::Eq) {
+            drop(STASH.with(|stash| stash.borrow_mut().take()));
+            panic!("Eq panics");
+        }
         self.0 == other.0
     }
 }
@@ -272,6 +277,31 @@ fn a_panicking_eq_under_the_lock_leaves_no_away_raised() {
             "the count taken to compare went back"
         );
         assert_whole(ledger, vec![a]);
+    });
+}
+
+/// The count a look under the lock takes on the home to compare keys is that entry's last
+/// when its key's own permit goes meanwhile (here: dropped by the panicking `Eq` itself):
+/// given back on unwind, it empties the entry under the lock the look holds, without taking
+/// that lock again.
+#[test]
+fn a_panicking_eq_under_the_lock_gives_back_a_last_count_without_relocking() {
+    counted(|| {
+        let ledger = KeyedLedger::with_hasher(2, Placed { same: true }).unwrap();
+        let first = ledger.try_acquire(&Touchy::new(1)).unwrap();
+        let second = ledger.try_acquire(&Touchy::new(2)).unwrap();
+        STASH.with(|stash| *stash.borrow_mut() = Some(first));
+        assert!(panics_at(Fault::Eq, 2, || ledger.try_acquire(&Touchy::new(3))));
+        assert_settled(&ledger);
+        assert_eq!(ledger.keys(), 1, "the first key's entry emptied");
+        assert_eq!(ledger.in_flight(&Touchy::new(1)), 0);
+        drop(second);
+        assert_settled(&ledger);
+        drop(ledger);
+        assert_whole(
+            KeyedLedger::with_hasher(2, Placed::default()).unwrap(),
+            Vec::new(),
+        );
     });
 }
 

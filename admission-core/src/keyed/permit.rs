@@ -86,9 +86,13 @@ impl<K, S> KeyedPermit<K, S> {
                     Ok(_) => return,
                     Err(actual) => state = actual,
                 }
-            } else if usize::from(e.place) != home(e.hash.load(Ordering::Relaxed)) {
+            } else if usize::from(e.place) != home(e.hash.load(Ordering::Relaxed))
+                || state & AWAY != 0
+            {
                 // The last permit of an entry away from its home slot (an overflow entry's
-                // place is none): emptied under the lock.
+                // place is none), or of a home with keys away (whose `AWAY` may change
+                // meanwhile under the lock): emptied under the lock. (If `AWAY` changes
+                // before the compare-exchange below, that fails, and this is read again.)
                 return self.release_locked();
             } else {
                 // The last permit of an entry in its home slot: `held` to zero and `BUSY`
@@ -137,12 +141,12 @@ impl<K, S> KeyedPermit<K, S> {
         // The last use of the ledger's memory: under loom, a free that does not wait for
         // the store below races this.
         inner_ref.track.touch();
-        // Empty, not busy: the slot may be filled again. An `and`, not a store, so that a
-        // change of `AWAY` made meanwhile under the lock is kept. Release: pairs with the
-        // next claim's acquire load (the key moved out above happens before the next fill
+        // Empty, not busy: the slot may be filled again. Release: pairs with the next
+        // claim's acquire load (the key moved out above happens before the next fill
         // writes another) and with the free's acquire (this thread's every use of the
-        // ledger happens before it).
-        e.state.fetch_and(!(BUSY | COUNTED), Ordering::Release);
+        // ledger happens before it). A store: the home had no key away (else the release
+        // took the lock), and no one adds to a busy slot's `AWAY` (`raise_away`).
+        e.state.store(empty & !COUNTED, Ordering::Release);
         if word == 1 {
             // SAFETY: this decrement brought the word to zero; `inner` is not used after.
             unsafe { raw::free(inner) };
@@ -166,6 +170,8 @@ impl<K, S> KeyedPermit<K, S> {
         let hash = e.hash.load(Ordering::Relaxed);
         // Read now: once this thread unlocks, a slot may be freed with the ledger.
         let boxed = e.place == BOXED;
+        // A home's own entry comes here when keys of the home are away (see `release`).
+        let at_home = !boxed && usize::from(e.place) == home(hash);
         let (shard, slots, start) = inner_ref.window(hash);
         let mut table = shard.table.lock();
         // Perhaps the last: under the lock `held` cannot reach zero by anyone else's hand
@@ -221,18 +227,31 @@ impl<K, S> KeyedPermit<K, S> {
                 table.shrink_to(len * 2, |e| e.get().hash.load(Ordering::Relaxed));
             }
         } else {
-            let away = shard.away.load(Ordering::Relaxed);
-            shard.away.store(away & !(1 << e.place), Ordering::Relaxed);
-            // Release: as in `empty_home`, and an `and` likewise.
-            e.state.fetch_and(!(BUSY | COUNTED), Ordering::Release);
+            if !at_home {
+                let away = shard.away.load(Ordering::Relaxed);
+                shard.away.store(away & !(1 << e.place), Ordering::Relaxed);
+            }
+            // Release: as in `empty_home`. A store: every change of `AWAY` is made under
+            // the lock, which this thread holds.
+            e.state.store(empty & !COUNTED, Ordering::Release);
         }
-        // The key's entry is gone, so it is no longer away from home.
-        change_away(&slots[start], false);
+        if !at_home {
+            // The key's entry is gone, so it is no longer away from home.
+            lower_away(&slots[start]);
+        }
         // The share goes in the same critical section, so an acquire of the key after this
         // unlock does not count it. Relaxed: a free that follows takes every shard lock
-        // first (`quiesce`), which orders all of this before it.
-        debug_assert_ne!(empty & COUNTED, 0, "an entry away from home has a share");
-        let word = inner_ref.state.fetch_sub(1, Ordering::Relaxed);
+        // first (`quiesce`), which orders all of this before it. (A home's own entry made
+        // without the lock while `max_keys` was unbounded has none to give up.)
+        debug_assert!(
+            at_home || empty & COUNTED != 0,
+            "an entry away from home has a share"
+        );
+        let word = if empty & COUNTED != 0 {
+            inner_ref.state.fetch_sub(1, Ordering::Relaxed)
+        } else {
+            0
+        };
         // The last use of the ledger's memory but the unlock: under loom, a free that does
         // not wait for the unlock races this.
         inner_ref.track.touch();
@@ -250,6 +269,54 @@ impl<K, S> KeyedPermit<K, S> {
         }
         // The key is dropped last, outside the lock: a panic in its `Drop` comes after the
         // release is complete.
+        drop(key);
+    }
+}
+
+impl<K, S> KeyedPermit<K, S> {
+    /// Gives back a count that a look under the lock took on the key's home slot to
+    /// compare its key (see `look`), with the shard lock held by the caller: `release`
+    /// would take that lock for a home with keys away, which the look's own one makes
+    /// every home it looks at. If it was the entry's last count, the entry is emptied
+    /// here, as `release_locked` would. The word does not reach zero: the caller holds a
+    /// handle. Cold: the count is another key's (equal hashes), or a key at its cap.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn give_back_locked(self) {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: as in `release`; and the caller holds the shard lock, which every change
+        // of `AWAY` takes.
+        let e = unsafe { this.entry.as_ref() };
+        // SAFETY: as above; the caller's handle keeps the ledger alive.
+        let inner = unsafe { this.inner.as_ref() };
+        let mut state = e.state.load(Ordering::Relaxed);
+        let empty = loop {
+            let less = state - 1;
+            // Release for a decrement that is not the last, acquire for the last: as in
+            // `release_locked`.
+            let (next, ordering) = if state & HELD > 1 {
+                (less, Ordering::Release)
+            } else {
+                (less | BUSY, Ordering::Acquire)
+            };
+            match e
+                .state
+                .compare_exchange_weak(state, next, ordering, Ordering::Relaxed)
+            {
+                Ok(_) if next == less => return,
+                Ok(_) => break less,
+                Err(actual) => state = actual,
+            }
+        };
+        // SAFETY: `held` is zero and `BUSY` is ours: no one else reads the key, every earlier
+        // read is ordered before this one, and it is moved out exactly once.
+        let key = e.key.with_mut(|key| unsafe { (*key).assume_init_read() });
+        // Release: as in `empty_home`; a store, as every change of `AWAY` takes the lock.
+        e.state.store(empty & !COUNTED, Ordering::Release);
+        if empty & COUNTED != 0 {
+            // Relaxed: as in `release_locked`. Not the last share: the caller's handle.
+            inner.state.fetch_sub(1, Ordering::Relaxed);
+        }
         drop(key);
     }
 }

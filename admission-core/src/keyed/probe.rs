@@ -143,7 +143,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
             return None;
         }
         // SAFETY: `BUSY` is ours, set on the empty `seen`.
-        unsafe { home.fill(key, hash, 0, 0) };
+        unsafe { home.fill(key, hash, seen, 0, 0) };
         Some(self.permit_on(home))
     }
 
@@ -161,14 +161,14 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
             return None;
         }
         let Some(keys) = inner.count_new_key(inner.max_keys.load(Ordering::Relaxed)) else {
-            // Nothing was written: the slot is as it was, but for any change of its `AWAY`
-            // made meanwhile (see `BUSY`). Release: as a fill's.
-            home.state.fetch_and(!BUSY, Ordering::Release);
+            // Nothing was written: the slot is as it was (no one changes a busy slot's
+            // `AWAY` that was zero: see `raise_away`). Release: as a fill's.
+            home.state.store(seen, Ordering::Release);
             inner.refused_table.fetch_add(1, Ordering::Relaxed);
             return Some(Err(Refused::KeyTable));
         };
         // SAFETY: `BUSY` is ours, set on the empty `seen`.
-        unsafe { home.fill(key, hash, 0, COUNTED) };
+        unsafe { home.fill(key, hash, seen, 0, COUNTED) };
         Some(Ok((self.permit_on(home), Some(keys))))
     }
 
