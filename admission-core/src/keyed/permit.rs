@@ -191,22 +191,9 @@ impl<K, S> KeyedPermit<K, S> {
             }
             state
         } else {
-            let mut state = e.state.load(Ordering::Relaxed);
-            loop {
-                let less = state - 1;
-                let (next, ordering) = if state & HELD > 1 {
-                    (less, Ordering::Release)
-                } else {
-                    (less | BUSY, Ordering::Acquire)
-                };
-                match e
-                    .state
-                    .compare_exchange_weak(state, next, ordering, Ordering::Relaxed)
-                {
-                    Ok(_) if next == less => return,
-                    Ok(_) => break less,
-                    Err(actual) => state = actual,
-                }
+            match give_back_count(e) {
+                Some(empty) => empty,
+                None => return,
             }
         };
         // The key's last permit: the entry is emptied in this critical section, so no one
@@ -289,24 +276,8 @@ impl<K, S> KeyedPermit<K, S> {
         let e = unsafe { this.entry.as_ref() };
         // SAFETY: as above; the caller's handle keeps the ledger alive.
         let inner = unsafe { this.inner.as_ref() };
-        let mut state = e.state.load(Ordering::Relaxed);
-        let empty = loop {
-            let less = state - 1;
-            // Release for a decrement that is not the last, acquire for the last: as in
-            // `release_locked`.
-            let (next, ordering) = if state & HELD > 1 {
-                (less, Ordering::Release)
-            } else {
-                (less | BUSY, Ordering::Acquire)
-            };
-            match e
-                .state
-                .compare_exchange_weak(state, next, ordering, Ordering::Relaxed)
-            {
-                Ok(_) if next == less => return,
-                Ok(_) => break less,
-                Err(actual) => state = actual,
-            }
+        let Some(empty) = give_back_count(e) else {
+            return;
         };
         // SAFETY: `held` is zero and `BUSY` is ours: no one else reads the key, every earlier
         // read is ordered before this one, and it is moved out exactly once.
@@ -318,6 +289,31 @@ impl<K, S> KeyedPermit<K, S> {
             inner.state.fetch_sub(1, Ordering::Relaxed);
         }
         drop(key);
+    }
+}
+
+/// Gives back one count of a slot's entry under the shard lock: `None` if it was not the
+/// last, else the emptied state, with `BUSY` now the caller's (under the lock `held` cannot
+/// reach zero by anyone else's hand, but lock-free acquires and releases may move it).
+/// Release on a decrement that is not the last, acquire on the last: every other holder's
+/// release is then ordered before the caller moves the key out.
+fn give_back_count<K>(e: &Entry<K>) -> Option<u64> {
+    let mut state = e.state.load(Ordering::Relaxed);
+    loop {
+        let less = state - 1;
+        let (next, ordering) = if state & HELD > 1 {
+            (less, Ordering::Release)
+        } else {
+            (less | BUSY, Ordering::Acquire)
+        };
+        match e
+            .state
+            .compare_exchange_weak(state, next, ordering, Ordering::Relaxed)
+        {
+            Ok(_) if next == less => return None,
+            Ok(_) => return Some(less),
+            Err(actual) => state = actual,
+        }
     }
 }
 
