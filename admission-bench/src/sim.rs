@@ -1,16 +1,20 @@
 //! A deterministic, virtual-time simulation of a server behind a count limit: the
 //! evidence for `admission_core::adaptive` (the `adaptive` binary prints it).
 //!
-//! The model: a server of `C` workers (a count that may change mid-run) with exponential
-//! service times of mean `S`, first-come first-served; requests beyond `C` wait in the
-//! server's own queue. Open-loop Poisson arrivals pass the limiter (a real
-//! [`CountLedger`](admission_core::CountLedger), its capacity fixed or driven by an
-//! [`AdaptiveLimit`](admission_core::AdaptiveLimit) on the
-//! simulation's clock) or are shed, and shed requests are not retried. A client gives
-//! up at its deadline: the request is cancelled, in the queue or in service (as an async
-//! server drops a request's future when its client goes away), its permit released,
-//! and the limiter told `Dropped`. Goodput counts answers within the deadline (every
-//! answer, since late ones are cancelled), as a share of the capacity present.
+//! The model: a server of `C` workers (a count that may change mid-run), first-come
+//! first-served; requests beyond `C` wait in the server's own queue. Service times have
+//! mean `S` and a chosen distribution ([`Service`](crate::sim::Service): exponential, lognormal, Pareto, or a
+//! mixture of short and long requests), and may slow down in steps or drift (a
+//! dependency slowing). Open-loop Poisson arrivals, at a rate that may change in steps
+//! (bursts), pass the limiter (a real [`CountLedger`](admission_core::CountLedger), its
+//! capacity fixed or driven by an [`AdaptiveLimit`](admission_core::AdaptiveLimit) on
+//! the simulation's clock) or are shed, and shed requests are not retried. A client
+//! gives up at its deadline: the request is cancelled, in the queue or in service (as an
+//! async server drops a request's future when its client goes away), its permit
+//! released, and the limiter told `Dropped`. Goodput counts answers (every answer is
+//! within the deadline, since late ones are cancelled) as a share of what could have
+//! been answered: second by second, the arrivals or the capacity present, whichever is
+//! fewer.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -21,60 +25,160 @@ use admission_core::{CountLedger, CountPermit};
 use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
 
-/// A scenario: the load and how the server's capacity changes.
+/// The distribution of service times, each with the scenario's mean.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Service {
+    /// Exponential (coefficient of variation 1).
+    Exponential,
+    /// Lognormal with this coefficient of variation.
+    Lognormal {
+        /// Standard deviation over mean.
+        cv: f64,
+    },
+    /// Pareto with this shape (a tail that falls as `x^-shape`; above 2 for a variance).
+    Pareto {
+        /// The tail index.
+        shape: f64,
+    },
+    /// Two kinds of request, each exponential: a `share` of them `factor` times longer
+    /// than the rest.
+    Mixture {
+        /// The long ones' share of requests.
+        share: f64,
+        /// How many times longer they take.
+        factor: f64,
+    },
+}
+
+impl Service {
+    /// One service time of mean `mean`.
+    pub fn draw(self, rng: &mut Xoshiro256PlusPlus, mean: f64) -> f64 {
+        match self {
+            Self::Exponential => exponential(rng, mean),
+            Self::Lognormal { cv } => {
+                let sigma2 = (1.0 + cv * cv).ln();
+                let mu = mean.ln() - sigma2 / 2.0;
+                (mu + sigma2.sqrt() * normal(rng)).exp()
+            }
+            Self::Pareto { shape } => {
+                let scale = mean * (shape - 1.0) / shape;
+                scale / unit(rng).powf(1.0 / shape)
+            }
+            Self::Mixture { share, factor } => {
+                let short = mean / (1.0 - share + share * factor);
+                if unit(rng) <= share {
+                    exponential(rng, short * factor)
+                } else {
+                    exponential(rng, short)
+                }
+            }
+        }
+    }
+}
+
+/// A scenario: the server, its load, and how both change.
 #[derive(Debug, Clone)]
 pub struct Scenario {
-    /// Its name in the table.
-    pub name: &'static str,
-    /// Arrival rate as a multiple of the initial capacity (`C / S` per second).
-    pub load: f64,
-    /// Capacity changes: from each time on (seconds), this many workers.
+    /// Its name in the tables.
+    pub name: String,
+    /// Mean service time `S`, seconds.
+    pub service: f64,
+    /// The distribution of service times.
+    pub distribution: Service,
+    /// Arrival rate as a multiple of the initial capacity (`C / S` per second), from each
+    /// time on (seconds). The first entry is from 0.
+    pub load: Vec<(f64, f64)>,
+    /// Capacity changes: from each time on (seconds), this many workers. The first entry
+    /// is from 0.
     pub workers: Vec<(f64, u64)>,
     /// Service time changes: from each time on (seconds), service times this many times
-    /// the model's (a dependency slowing down). Empty: the model's throughout.
+    /// `S` (a dependency slowing down). Empty: `S` throughout.
     pub slowdown: Vec<(f64, f64)>,
+    /// A slow drift on top of the steps: from `.0` to `.1` seconds the service time
+    /// grows linearly to `.2` times, and stays there.
+    pub drift: Option<(f64, f64, f64)>,
+    /// The clients' deadline, seconds.
+    pub deadline: f64,
+    /// Seconds before measuring.
+    pub warmup: f64,
     /// How long it runs (seconds of virtual time).
     pub seconds: f64,
 }
 
 impl Scenario {
+    /// A steady scenario: `workers` workers with exponential service times of mean
+    /// `service`, at `load`, clients giving up at 100 service times, measured after 5 s
+    /// of a 15-s run. The other fields are to be set with struct update syntax.
+    pub fn steady(name: impl Into<String>, workers: u64, service: f64, load: f64) -> Self {
+        Self {
+            name: name.into(),
+            service,
+            distribution: Service::Exponential,
+            load: vec![(0.0, load)],
+            workers: vec![(0.0, workers)],
+            slowdown: Vec::new(),
+            drift: None,
+            deadline: 100.0 * service,
+            warmup: 5.0,
+            seconds: 15.0,
+        }
+    }
+
     /// The workers present at `t`.
     pub fn workers_at(&self, t: f64) -> u64 {
-        self.workers
-            .iter()
-            .rev()
-            .find(|(from, _)| t >= *from)
-            .map_or(self.workers[0].1, |(_, w)| *w)
+        step_at(&self.workers, t).unwrap_or(self.workers[0].1)
     }
 
-    /// How many times the model's service time it takes at `t`.
+    /// The load (a multiple of the initial capacity) at `t`.
+    pub fn load_at(&self, t: f64) -> f64 {
+        step_at(&self.load, t).unwrap_or(self.load[0].1)
+    }
+
+    /// How many times `S` service takes at `t`.
     pub fn slowdown_at(&self, t: f64) -> f64 {
-        self.slowdown
-            .iter()
-            .rev()
-            .find(|(from, _)| t >= *from)
-            .map_or(1.0, |(_, factor)| *factor)
+        let step = step_at(&self.slowdown, t).unwrap_or(1.0);
+        let drift = match self.drift {
+            Some((from, to, factor)) if t > from => {
+                let progress = ((t - from) / (to - from)).min(1.0);
+                1.0 + (factor - 1.0) * progress
+            }
+            _ => 1.0,
+        };
+        step * drift
     }
 
-    /// The times the capacity (workers or service time) changes after the start.
+    /// Whether the load never exceeds `at_most` times the capacity.
+    pub fn light(&self, at_most: f64) -> bool {
+        self.load.iter().all(|(_, load)| *load <= at_most)
+            && self.workers.iter().all(|(_, w)| *w >= self.workers[0].1)
+            && self.slowdown.is_empty()
+            && self.drift.is_none()
+    }
+
+    /// The times the capacity (workers or service time) changes after the start; a drift
+    /// changes it from its start.
     pub fn changes(&self) -> Vec<f64> {
         let workers = self.workers.iter().skip(1).map(|(t, _)| *t);
         let slowdown = self.slowdown.iter().map(|(t, _)| *t).filter(|t| *t > 0.0);
-        let mut changes: Vec<f64> = workers.chain(slowdown).collect();
+        let drift = self.drift.map(|(from, _, _)| from);
+        let mut changes: Vec<f64> = workers.chain(slowdown).chain(drift).collect();
         changes.sort_by(f64::total_cmp);
         changes
     }
+
+    /// The capacity present (requests a second) at `t`.
+    fn capacity_at(&self, t: f64) -> f64 {
+        self.workers_at(t) as f64 / (self.service * self.slowdown_at(t))
+    }
 }
 
-/// The model's fixed choices.
-#[derive(Debug, Clone, Copy)]
-pub struct Model {
-    /// Mean service time, seconds.
-    pub service: f64,
-    /// The clients' deadline, seconds.
-    pub deadline: f64,
-    /// Seconds before measuring.
-    pub warmup: f64,
+/// The value of the step function `steps` at `t`, if a step has begun.
+fn step_at<T: Copy>(steps: &[(f64, T)], t: f64) -> Option<T> {
+    steps
+        .iter()
+        .rev()
+        .find(|(from, _)| t >= *from)
+        .map(|(_, value)| *value)
 }
 
 /// What limits admission in a run.
@@ -91,7 +195,8 @@ pub enum Limiter {
 /// One run's figures, measured after the warm-up.
 #[derive(Debug, Clone, Default)]
 pub struct Outcomes {
-    /// Answers within the deadline, as a share of the capacity present.
+    /// Answers, as a share of what could have been answered (second by second, the
+    /// arrivals or the capacity present, whichever is fewer).
     pub goodput: f64,
     /// Shed, as a share of arrivals.
     pub shed: f64,
@@ -99,13 +204,13 @@ pub struct Outcomes {
     pub p50: f64,
     /// See `p50`.
     pub p99: f64,
-    /// Time admitted requests waited in the server's queue, p99, in seconds of the
-    /// model's service time: each wait is scaled by the slowdown in force when the
-    /// request arrived, so that it reads in multiples of the service time of its day.
+    /// Time admitted requests waited in the server's queue, p99, in multiples of `S`: each
+    /// wait is scaled by the slowdown in force when the request arrived, so that it reads
+    /// in multiples of the service time of its day.
     pub queued_p99: f64,
     /// The limit's average over each second of the run (for a static limit, itself).
     pub limit_by_second: Vec<f64>,
-    /// Goodput of each second of the run, as a share of the capacity present.
+    /// Goodput of each second of the run, as `goodput` counts it.
     pub goodput_by_second: Vec<f64>,
 }
 
@@ -126,11 +231,20 @@ struct Request {
     permit: Option<CountPermit>,
 }
 
+/// Uniform in (0, 1]: 53 random bits.
+fn unit(rng: &mut Xoshiro256PlusPlus) -> f64 {
+    ((rng.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64
+}
+
 /// Exponential with mean `mean`.
 fn exponential(rng: &mut Xoshiro256PlusPlus, mean: f64) -> f64 {
-    // 53 random bits in (0, 1].
-    let u = ((rng.next_u64() >> 11) + 1) as f64 / (1u64 << 53) as f64;
-    -u.ln() * mean
+    -unit(rng).ln() * mean
+}
+
+/// Standard normal (Box-Muller; one of the pair).
+fn normal(rng: &mut Xoshiro256PlusPlus) -> f64 {
+    let (u, v) = (unit(rng), unit(rng));
+    (-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()
 }
 
 fn percentile(values: &mut [f64], p: f64) -> f64 {
@@ -141,8 +255,35 @@ fn percentile(values: &mut [f64], p: f64) -> f64 {
     *values.select_nth_unstable_by(index, f64::total_cmp).1
 }
 
+/// The next arrival after `t` of a Poisson process whose rate follows the scenario's
+/// load steps (memoryless: a draw that crosses a step is drawn again from the step).
+fn next_arrival(rng: &mut Xoshiro256PlusPlus, scenario: &Scenario, base: f64, t: f64) -> f64 {
+    let mut t = t;
+    loop {
+        let rate = scenario.load_at(t) * base;
+        let next_step = scenario
+            .load
+            .iter()
+            .map(|(from, _)| *from)
+            .find(|from| *from > t)
+            .unwrap_or(f64::INFINITY);
+        if rate <= 0.0 {
+            if next_step.is_infinite() {
+                return f64::INFINITY;
+            }
+            t = next_step;
+            continue;
+        }
+        let next = t + exponential(rng, 1.0 / rate);
+        if next < next_step {
+            return next;
+        }
+        t = next_step;
+    }
+}
+
 /// Runs one scenario under one limiter with one seed.
-pub fn run(model: Model, scenario: &Scenario, limiter: Limiter, seed: u64) -> Outcomes {
+pub fn run(scenario: &Scenario, limiter: Limiter, seed: u64) -> Outcomes {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
     let epoch = Instant::now();
     let at = |t: f64| epoch + Duration::from_secs_f64(t);
@@ -162,7 +303,7 @@ pub fn run(model: Model, scenario: &Scenario, limiter: Limiter, seed: u64) -> Ou
                 .expect("bounds"),
         ),
     };
-    let rate = scenario.load * scenario.workers[0].1 as f64 / model.service;
+    let base = scenario.workers[0].1 as f64 / scenario.service;
     let seconds = scenario.seconds.ceil() as usize;
 
     let mut events: BinaryHeap<Reverse<(u64, Event)>> = BinaryHeap::new();
@@ -172,18 +313,20 @@ pub fn run(model: Model, scenario: &Scenario, limiter: Limiter, seed: u64) -> Ou
     let mut generation = 0u64;
     let mut queue: VecDeque<(usize, u64)> = VecDeque::new();
     let mut busy = 0u64;
-    events.push(Reverse((
-        key(exponential(&mut rng, 1.0 / rate)),
-        Event::Arrival,
-    )));
+    let first = next_arrival(&mut rng, scenario, base, 0.0);
+    if first.is_finite() {
+        events.push(Reverse((key(first), Event::Arrival)));
+    }
 
     let (mut arrivals, mut shed) = (0u64, 0u64);
+    let mut arrived_by_second = vec![0u64; seconds];
     let mut latencies = Vec::new();
     let mut queued = Vec::new();
     let mut answered_by_second = vec![0u64; seconds];
     let mut limit_area = vec![0f64; seconds];
     let (mut last_t, mut last_limit) = (0.0, ledger.capacity() as f64);
     let end = scenario.seconds;
+    let warmup = scenario.warmup;
 
     while let Some(Reverse((time, event))) = events.pop() {
         let t = time as f64 / 1e9;
@@ -199,7 +342,7 @@ pub fn run(model: Model, scenario: &Scenario, limiter: Limiter, seed: u64) -> Ou
             from = to;
         }
         last_t = t;
-        let measured = t >= model.warmup;
+        let measured = t >= warmup;
         let live = |requests: &[Request], id: usize, generation: u64| {
             let request = &requests[id];
             request.generation == generation && request.permit.is_some()
@@ -212,7 +355,7 @@ pub fn run(model: Model, scenario: &Scenario, limiter: Limiter, seed: u64) -> Ou
             }
             request.permit = None;
             free.push(id);
-            if request.arrived >= model.warmup {
+            if request.arrived >= warmup {
                 latencies.push(latency);
                 let waited = request.started.unwrap_or(t) - request.arrived;
                 queued.push(waited / scenario.slowdown_at(request.arrived));
@@ -220,10 +363,11 @@ pub fn run(model: Model, scenario: &Scenario, limiter: Limiter, seed: u64) -> Ou
         };
         match event {
             Event::Arrival => {
-                events.push(Reverse((
-                    key(t + exponential(&mut rng, 1.0 / rate)),
-                    Event::Arrival,
-                )));
+                let next = next_arrival(&mut rng, scenario, base, t);
+                if next.is_finite() {
+                    events.push(Reverse((key(next), Event::Arrival)));
+                }
+                arrived_by_second[t as usize] += 1;
                 if measured {
                     arrivals += 1;
                 }
@@ -251,7 +395,7 @@ pub fn run(model: Model, scenario: &Scenario, limiter: Limiter, seed: u64) -> Ou
                     }
                 };
                 let deadline = Event::Deadline(id, generation);
-                events.push(Reverse((key(t + model.deadline), deadline)));
+                events.push(Reverse((key(t + scenario.deadline), deadline)));
                 queue.push_back((id, generation));
             }
             Event::Done(id, generation) => {
@@ -283,7 +427,8 @@ pub fn run(model: Model, scenario: &Scenario, limiter: Limiter, seed: u64) -> Ou
             }
             busy += 1;
             requests[next].started = Some(t);
-            let done = t + exponential(&mut rng, model.service * scenario.slowdown_at(t));
+            let mean = scenario.service * scenario.slowdown_at(t);
+            let done = t + scenario.distribution.draw(&mut rng, mean);
             events.push(Reverse((key(done), Event::Done(next, generation))));
         }
         last_limit = match ledger.capacity() {
@@ -292,27 +437,29 @@ pub fn run(model: Model, scenario: &Scenario, limiter: Limiter, seed: u64) -> Ou
         };
     }
 
-    let capacity_in = |from: f64, to: f64| {
-        // Workers / service time, integrated over [from, to) by milliseconds.
-        let steps = ((to - from) * 1000.0).round() as usize;
-        (0..steps)
-            .map(|i| {
-                let t = from + i as f64 / 1000.0;
-                scenario.workers_at(t) as f64 / (model.service * scenario.slowdown_at(t)) / 1000.0
-            })
-            .sum::<f64>()
-    };
-    let warm = model.warmup as usize;
+    // What could have been answered, second by second: the arrivals or the capacity
+    // present (integrated by milliseconds), whichever is fewer.
+    let possible: Vec<f64> = (0..seconds)
+        .map(|second| {
+            let to = (second as f64 + 1.0).min(end);
+            let steps = ((to - second as f64) * 1000.0).round() as usize;
+            let capacity = (0..steps)
+                .map(|i| scenario.capacity_at(second as f64 + i as f64 / 1000.0) / 1000.0)
+                .sum::<f64>();
+            capacity.min(arrived_by_second[second] as f64)
+        })
+        .collect();
+    let warm = warmup as usize;
     let answered: u64 = answered_by_second[warm..].iter().sum();
     Outcomes {
-        goodput: answered as f64 / capacity_in(model.warmup, end),
+        goodput: answered as f64 / possible[warm..].iter().sum::<f64>(),
         shed: shed as f64 / arrivals.max(1) as f64,
         p50: percentile(&mut latencies, 0.5),
         p99: percentile(&mut latencies, 0.99),
-        queued_p99: percentile(&mut queued, 0.99),
+        queued_p99: percentile(&mut queued, 0.99) / scenario.service,
         limit_by_second: limit_area,
         goodput_by_second: (0..seconds)
-            .map(|s| answered_by_second[s] as f64 / capacity_in(s as f64, s as f64 + 1.0))
+            .map(|s| answered_by_second[s] as f64 / possible[s].max(1.0))
             .collect(),
     }
 }
@@ -321,19 +468,14 @@ pub fn run(model: Model, scenario: &Scenario, limiter: Limiter, seed: u64) -> Ou
 mod tests {
     use super::*;
 
-    const MODEL: Model = Model {
-        service: 0.01,
-        deadline: 10.0,
-        warmup: 10.0,
-    };
+    const S: f64 = 0.01;
 
     fn steady(workers: u64, load: f64, seconds: f64) -> Scenario {
         Scenario {
-            name: "steady",
-            load,
-            workers: vec![(0.0, workers)],
-            slowdown: Vec::new(),
+            deadline: 10.0,
+            warmup: 10.0,
             seconds,
+            ..Scenario::steady("steady", workers, S, load)
         }
     }
 
@@ -352,14 +494,15 @@ mod tests {
     /// sheds what Erlang's B formula says, and whatever is admitted is served at once.
     #[test]
     fn a_limit_at_the_workers_sheds_what_erlang_b_says() {
-        let outcomes = run(MODEL, &steady(10, 0.5, 130.0), Limiter::Static(10), 1);
+        let outcomes = run(&steady(10, 0.5, 130.0), Limiter::Static(10), 1);
         // B(10 servers, 5 erlangs) = 0.01838.
         near("shed", outcomes.shed, 0.01838, 0.004);
-        near("goodput", outcomes.goodput, 0.5 * (1.0 - 0.01838), 0.01);
+        // Below capacity, what could be answered is what arrived.
+        near("goodput", outcomes.goodput, 1.0 - 0.01838, 0.006);
         // No wait: latency is the service time, exponential with mean 10 ms.
         assert_eq!(outcomes.queued_p99, 0.0);
-        near("p50", outcomes.p50, 0.01 * 2f64.ln(), 0.0005);
-        near("p99", outcomes.p99, 0.01 * 100f64.ln(), 0.004);
+        near("p50", outcomes.p50, S * 2f64.ln(), 0.0005);
+        near("p99", outcomes.p99, S * 100f64.ln(), 0.004);
         // The limit's area second by second (the last is cut short by the run's end).
         let (last, whole) = outcomes.limit_by_second.split_last().unwrap();
         assert!(whole.iter().all(|limit| (limit - 10.0).abs() < 1e-9));
@@ -370,8 +513,8 @@ mod tests {
     /// exponential with mean 2 S, a wait longer than t with probability 0.5 e^(-t / 2 S).
     #[test]
     fn one_unlimited_worker_queues_as_m_m_1_says() {
-        let outcomes = run(MODEL, &steady(1, 0.5, 610.0), Limiter::None, 2);
-        let mean_time = 2.0 * MODEL.service;
+        let outcomes = run(&steady(1, 0.5, 610.0), Limiter::None, 2);
+        let mean_time = 2.0 * S;
         near("p50", outcomes.p50, mean_time * 2f64.ln(), 0.08 * mean_time);
         near(
             "p99",
@@ -379,13 +522,9 @@ mod tests {
             mean_time * 100f64.ln(),
             0.4 * mean_time,
         );
-        near(
-            "queued p99",
-            outcomes.queued_p99,
-            mean_time * 50f64.ln(),
-            0.4 * mean_time,
-        );
-        near("goodput", outcomes.goodput, 0.5, 0.01);
+        // In multiples of S.
+        near("queued p99", outcomes.queued_p99, 2.0 * 50f64.ln(), 0.8);
+        near("goodput", outcomes.goodput, 1.0, 0.01);
         assert_eq!(outcomes.shed, 0.0);
         assert!(outcomes.limit_by_second.iter().all(|limit| limit.is_nan()));
         // Twice as slow throughout, at half the load: the same queue in multiples of the
@@ -395,19 +534,14 @@ mod tests {
             slowdown: vec![(0.0, 2.0)],
             ..steady(1, 0.25, 610.0)
         };
-        let outcomes = run(MODEL, &slowed, Limiter::None, 2);
+        let outcomes = run(&slowed, Limiter::None, 2);
         near(
             "slowed p50",
             outcomes.p50,
             2.0 * mean_time * 2f64.ln(),
             0.16 * mean_time,
         );
-        near(
-            "queued p99",
-            outcomes.queued_p99,
-            mean_time * 50f64.ln(),
-            0.4 * mean_time,
-        );
+        near("queued p99", outcomes.queued_p99, 2.0 * 50f64.ln(), 0.8);
     }
 
     /// Only what follows the warm-up is measured: service three times as slow from its
@@ -415,10 +549,10 @@ mod tests {
     #[test]
     fn only_what_follows_the_warm_up_is_measured() {
         let slowed = Scenario {
-            slowdown: vec![(MODEL.warmup, 3.0)],
+            slowdown: vec![(10.0, 3.0)],
             ..steady(10, 0.5, 70.0)
         };
-        let outcomes = run(MODEL, &slowed, Limiter::Static(10), 6);
+        let outcomes = run(&slowed, Limiter::Static(10), 6);
         near("shed", outcomes.shed, 0.4103, 0.02);
     }
 
@@ -427,12 +561,7 @@ mod tests {
     #[test]
     fn an_adaptive_limit_runs_on_the_simulated_clock() {
         let algorithm = Box::new(admission_core::adaptive::Gradient::default());
-        let outcomes = run(
-            MODEL,
-            &steady(10, 0.9, 40.0),
-            Limiter::Adaptive(algorithm, 1),
-            7,
-        );
+        let outcomes = run(&steady(10, 0.9, 40.0), Limiter::Adaptive(algorithm, 1), 7);
         let settled = &outcomes.limit_by_second[30..39];
         assert!(settled.iter().all(|limit| *limit >= 8.0), "{settled:?}");
     }
@@ -441,25 +570,26 @@ mod tests {
     /// latency is longer, and the server still does a full day's work.
     #[test]
     fn a_client_gives_up_at_its_deadline() {
-        let model = Model {
+        let scenario = Scenario {
             deadline: 0.05,
-            ..MODEL
+            ..steady(2, 3.0, 40.0)
         };
-        let outcomes = run(model, &steady(2, 3.0, 40.0), Limiter::None, 3);
-        near("p99", outcomes.p99, model.deadline, 1e-6);
+        let outcomes = run(&scenario, Limiter::None, 3);
+        near("p99", outcomes.p99, scenario.deadline, 1e-6);
         near("goodput", outcomes.goodput, 1.0, 0.05);
     }
 
-    /// The capacity present follows the scenario: workers doubling halve the share the
-    /// same load takes; a slowdown of 1.5 raises it by as much.
+    /// What could be answered follows the scenario second by second: the capacity
+    /// present while overloaded (workers doubling halve the share five permits serve; a
+    /// slowdown slows the permits and the capacity alike), the arrivals while not.
     #[test]
-    fn goodput_is_a_share_of_the_capacity_present_second_by_second() {
+    fn goodput_is_a_share_of_what_could_be_answered_second_by_second() {
         let scenario = Scenario {
-            name: "changes",
-            load: 0.5,
+            load: vec![(0.0, 3.0), (180.0, 0.2)],
             workers: vec![(0.0, 10), (60.0, 20)],
             slowdown: vec![(120.0, 1.5)],
-            seconds: 180.0,
+            deadline: 0.1,
+            ..steady(10, 3.0, 240.0)
         };
         assert_eq!(scenario.changes(), [60.0, 120.0]);
         // A slowdown from the start is no change.
@@ -476,14 +606,96 @@ mod tests {
             [0.0, 119.9, 120.0].map(|t| scenario.slowdown_at(t)),
             [1.0, 1.0, 1.5]
         );
-        let outcomes = run(MODEL, &scenario, Limiter::None, 4);
+        assert_eq!(
+            [0.0, 179.9, 180.0].map(|t| scenario.load_at(t)),
+            [3.0, 3.0, 0.2]
+        );
+        let outcomes = run(&scenario, Limiter::Static(5), 4);
         let by_second = &outcomes.goodput_by_second;
         near("before", mean(&by_second[10..60]), 0.5, 0.02);
         near("doubled", mean(&by_second[65..120]), 0.25, 0.01);
-        near("slowed", mean(&by_second[125..180]), 0.375, 0.015);
+        near("slowed", mean(&by_second[125..180]), 0.25, 0.01);
+        // 200 a second at 15 ms is 3 erlangs on 5 permits: B(5, 3) = 0.110 are shed.
+        near("light", mean(&by_second[185..240]), 0.89, 0.02);
         // The second of each change is the new capacity's from its first millisecond.
-        near("second 60", by_second[60], 0.25, 0.08);
-        near("second 120", by_second[120], 0.375, 0.08);
+        near("second 60", by_second[60], 0.25, 0.05);
+    }
+
+    /// A drift grows the service time linearly, and counts as a change from its start.
+    #[test]
+    fn a_drift_slows_the_service_linearly() {
+        let scenario = Scenario {
+            slowdown: vec![(0.0, 2.0)],
+            drift: Some((10.0, 30.0, 3.0)),
+            ..steady(4, 0.5, 40.0)
+        };
+        assert_eq!(scenario.changes(), [10.0]);
+        assert_eq!(
+            [5.0, 10.0, 20.0, 30.0, 35.0].map(|t| scenario.slowdown_at(t)),
+            [2.0, 2.0, 4.0, 6.0, 6.0]
+        );
+        assert!(!scenario.light(1.0));
+        assert!(steady(4, 0.5, 10.0).light(0.5));
+        assert!(!steady(4, 0.6, 10.0).light(0.5));
+    }
+
+    /// Arrivals follow the load's steps: a second at 0 has none, a second at twice the
+    /// rate twice as many.
+    #[test]
+    fn arrivals_follow_the_load_steps() {
+        let scenario = Scenario {
+            load: vec![(0.0, 1.0), (100.0, 0.0), (200.0, 2.0)],
+            ..steady(10, 1.0, 300.0)
+        };
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(9);
+        let (mut t, mut counts) = (0.0, [0u64; 3]);
+        loop {
+            t = next_arrival(&mut rng, &scenario, 1000.0, t);
+            if t >= 300.0 {
+                break;
+            }
+            counts[(t / 100.0) as usize] += 1;
+        }
+        assert_eq!(counts[1], 0);
+        near("first", counts[0] as f64, 100_000.0, 1500.0);
+        near("third", counts[2] as f64, 200_000.0, 2000.0);
+        let silent = Scenario {
+            load: vec![(0.0, 0.0)],
+            ..scenario
+        };
+        assert_eq!(next_arrival(&mut rng, &silent, 1000.0, 0.0), f64::INFINITY);
+    }
+
+    /// Each distribution has the mean asked for, and the spread it names.
+    #[test]
+    fn the_service_distributions() {
+        let mut rng = Xoshiro256PlusPlus::seed_from_u64(11);
+        let mut moments = |service: Service, draws: usize| {
+            let values: Vec<f64> = (0..draws).map(|_| service.draw(&mut rng, 2.0)).collect();
+            let m = mean(&values);
+            let var = values.iter().map(|v| (v - m).powi(2)).sum::<f64>() / draws as f64;
+            (m, var.sqrt() / m)
+        };
+        let (m, cv) = moments(Service::Exponential, 200_000);
+        near("exponential mean", m, 2.0, 0.02);
+        near("exponential cv", cv, 1.0, 0.02);
+        let (m, cv) = moments(Service::Lognormal { cv: 2.0 }, 400_000);
+        near("lognormal mean", m, 2.0, 0.04);
+        near("lognormal cv", cv, 2.0, 0.25);
+        let (m, _) = moments(Service::Pareto { shape: 2.5 }, 400_000);
+        near("pareto mean", m, 2.0, 0.04);
+        let mixture = Service::Mixture {
+            share: 0.1,
+            factor: 25.0,
+        };
+        let (m, cv) = moments(mixture, 400_000);
+        near("mixture mean", m, 2.0, 0.04);
+        // A tenth 25 times longer: E[X²] = 2 (0.9 a² + 0.1 (25 a)²), a = 2 / 3.4.
+        let a: f64 = 2.0 / 3.4;
+        let expected = (2.0 * (0.9 * a * a + 0.1 * 625.0 * a * a) - 4.0).sqrt() / 2.0;
+        near("mixture cv", cv, expected, 0.05);
+        let draws: Vec<f64> = (0..10_000).map(|_| normal(&mut rng)).collect();
+        near("normal mean", mean(&draws), 0.0, 0.03);
     }
 
     #[test]

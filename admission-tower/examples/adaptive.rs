@@ -1,4 +1,4 @@
-//! An adaptive limit finding a real server's capacity:
+//! An adaptive limit finding a real server's capacity, and following it:
 //! `cargo run --release -p admission-tower --example adaptive`.
 //!
 //! A hyper server on 127.0.0.1 whose handler needs one of `CAPACITY` slots (a semaphore:
@@ -6,13 +6,16 @@
 //! worker) and holds it for a fixed service time. In front, an `AdmissionLayer` with a
 //! `Gradient` adaptive limit, started at four times the capacity and told neither the
 //! capacity nor the service time. Closed-loop clients, three times as many as the
-//! capacity, keep it overloaded for a few seconds (a refused client waits 10 ms before
-//! trying again).
+//! capacity (a refused client waits 10 ms before trying again), in three phases:
+//!
+//! 1. steady overload for 6 s;
+//! 2. bursts for 4 s: every client busy for half a second, idle for the next half;
+//! 3. the server loses half its slots, and the overload goes on for 4 s.
 //!
 //! It prints the limit's trajectory every quarter second (the limit, what is in flight,
 //! what waits inside the server, answers and refusals so far) and exits non-zero if the
-//! limit's average over the last seconds of the overload is not within 0.75x-1.5x of the
-//! capacity.
+//! limit's average over the settled part of each phase is not within 0.75x-1.5x of the
+//! capacity then.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -36,9 +39,22 @@ const CAPACITY: usize = 32;
 const SERVICE_TIME: Duration = Duration::from_millis(20);
 const START_AT: u64 = 4 * CAPACITY as u64;
 const CLIENTS: usize = 3 * CAPACITY;
-const OVERLOAD: Duration = Duration::from_secs(6);
-/// The limit's average is judged over the overload after this.
-const SETTLED: Duration = Duration::from_secs(3);
+/// The phases' ends, and from when each is judged (the limit's average from then on).
+const STEADY: Duration = Duration::from_secs(6);
+const BURSTS: Duration = Duration::from_secs(10);
+const DROPPED: Duration = Duration::from_secs(14);
+const JUDGED: [(&str, Duration, Duration, usize); 3] = [
+    ("steady overload", Duration::from_secs(3), STEADY, CAPACITY),
+    ("bursts", Duration::from_secs(6), BURSTS, CAPACITY),
+    (
+        "half the slots",
+        Duration::from_secs(12),
+        DROPPED,
+        CAPACITY / 2,
+    ),
+];
+/// In the bursts, each half second on, then off.
+const BURST: Duration = Duration::from_millis(500);
 const SHED_PAUSE: Duration = Duration::from_millis(10);
 
 #[derive(Default)]
@@ -60,10 +76,11 @@ async fn main() -> std::process::ExitCode {
         .expect("a valid layer");
 
     let slots = Arc::new(Semaphore::new(CAPACITY));
+    let app_slots = slots.clone();
     let tally = Arc::new(Tally::default());
     let server_tally = tally.clone();
     let app = tower::service_fn(move |_: Request<MeteredBody<Incoming>>| {
-        let (slots, tally) = (slots.clone(), server_tally.clone());
+        let (slots, tally) = (app_slots.clone(), server_tally.clone());
         async move {
             tally.waiting.fetch_add(1, Ordering::Relaxed);
             let slot = slots.acquire().await.expect("never closed");
@@ -74,6 +91,17 @@ async fn main() -> std::process::ExitCode {
         }
     });
     let service = layer.layer(app);
+    // Phase 3: half the slots go (taken as they come free, and never given back).
+    let lost = slots.clone();
+    let started = Instant::now();
+    tokio::spawn(async move {
+        tokio::time::sleep_until((started + BURSTS).into()).await;
+        let taken = lost
+            .acquire_many(CAPACITY as u32 / 2)
+            .await
+            .expect("never closed");
+        taken.forget();
+    });
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
     let addr = listener.local_addr().expect("an address");
     tokio::spawn(async move {
@@ -91,17 +119,31 @@ async fn main() -> std::process::ExitCode {
         "a server of {CAPACITY} slots, {} ms each; the adaptive limit (Gradient) starts at {START_AT};",
         SERVICE_TIME.as_millis()
     );
-    println!("{CLIENTS} closed-loop clients for {} s", OVERLOAD.as_secs());
+    println!(
+        "{CLIENTS} closed-loop clients: overload to {} s, bursts to {} s, then half the slots to {} s",
+        STEADY.as_secs(),
+        BURSTS.as_secs(),
+        DROPPED.as_secs()
+    );
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new())
         .pool_max_idle_per_host(CLIENTS)
         .build_http();
-    let started = Instant::now();
     let mut clients = Vec::new();
     for _ in 0..CLIENTS {
         let (client, tally) = (client.clone(), tally.clone());
         let uri: http::Uri = format!("http://{addr}/work").parse().expect("a uri");
         clients.push(tokio::spawn(async move {
-            while started.elapsed() < OVERLOAD {
+            while started.elapsed() < DROPPED {
+                let now = started.elapsed();
+                if now >= STEADY && now < BURSTS {
+                    // Off for every other half second.
+                    let into = (now - STEADY).as_millis() % (2 * BURST.as_millis());
+                    if into >= BURST.as_millis() {
+                        let off = 2 * BURST.as_millis() - into;
+                        tokio::time::sleep(Duration::from_millis(off as u64)).await;
+                        continue;
+                    }
+                }
                 let request = Request::get(uri.clone())
                     .body(Full::default())
                     .expect("a request");
@@ -122,47 +164,60 @@ async fn main() -> std::process::ExitCode {
 
     println!();
     println!("  time    limit  in flight  waiting inside  answered      shed");
-    let mut settled = Vec::new();
+    let mut trajectory = Vec::new();
     let mut tick = tokio::time::interval(Duration::from_millis(250));
-    while started.elapsed() < OVERLOAD {
+    while started.elapsed() < DROPPED {
         tick.tick().await;
         let snapshot = layer.snapshot();
         let limit = snapshot.gate.count.capacity;
+        let at = started.elapsed();
         println!(
-            "  {:>4.2} s {:>6} {:>10} {:>15} {:>9} {:>9}",
-            started.elapsed().as_secs_f64(),
+            "  {:>5.2} s {:>6} {:>10} {:>15} {:>9} {:>9}",
+            at.as_secs_f64(),
             limit,
             snapshot.gate.count.in_flight,
             tally.waiting.load(Ordering::Relaxed),
             tally.answered.load(Ordering::Relaxed),
             tally.shed.load(Ordering::Relaxed),
         );
-        if started.elapsed() >= SETTLED {
-            settled.push(limit as f64);
-        }
+        trajectory.push((at, limit as f64));
     }
     for client in clients {
         let _ = client.await;
     }
 
-    let average = settled.iter().sum::<f64>() / settled.len().max(1) as f64;
-    let ratio = average / CAPACITY as f64;
-    let noload = layer
-        .snapshot()
-        .adaptive
-        .and_then(|a| a.last)
-        .and_then(|w| w.mean_latency());
     println!();
-    println!(
-        "the limit averaged {average:.1} after {} s: {ratio:.2}x the server's {CAPACITY} slots (last window's mean latency {:?})",
-        SETTLED.as_secs(),
-        noload.unwrap_or_default(),
-    );
-    if (0.75..=1.5).contains(&ratio) {
-        println!("converged: within 0.75x-1.5x of the capacity");
+    let mut converged = true;
+    for (phase, from, to, capacity) in JUDGED {
+        let judged: Vec<f64> = trajectory
+            .iter()
+            .filter(|(at, _)| *at >= from && *at < to)
+            .map(|(_, limit)| *limit)
+            .collect();
+        let average = judged.iter().sum::<f64>() / judged.len().max(1) as f64;
+        let ratio = average / capacity as f64;
+        let ok = !judged.is_empty() && (0.75..=1.5).contains(&ratio);
+        converged &= ok;
+        println!(
+            "{phase:<16} the limit averaged {average:5.1} from {} s to {} s: {ratio:.2}x the server's {capacity} slots{}",
+            from.as_secs(),
+            to.as_secs(),
+            if ok { "" } else { "  (outside 0.75x-1.5x)" },
+        );
+    }
+    if let Some(latency) = layer.snapshot().adaptive.and_then(|a| a.latency) {
+        println!(
+            "the limit's latency estimate: typical {:?}, no-load {:?} (service time {:?})",
+            latency.typical,
+            latency.no_load.unwrap_or_default(),
+            SERVICE_TIME,
+        );
+    }
+    if converged {
+        println!("converged: within 0.75x-1.5x of the capacity in every phase");
         std::process::ExitCode::SUCCESS
     } else {
-        eprintln!("did not converge: {ratio:.2}x is outside 0.75x-1.5x of the capacity");
+        eprintln!("did not converge in every phase");
         std::process::ExitCode::FAILURE
     }
 }

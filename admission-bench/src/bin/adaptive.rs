@@ -1,106 +1,269 @@
 //! The adaptive limit's evidence: `cargo run --release -p admission-bench --bin adaptive`.
 //!
 //! A deterministic virtual-time simulation (see `admission_bench::sim`) of a server
-//! behind each limiter, side by side, on a fixed list of seeds; prints one table and a
-//! targets block, and exits non-zero if a target of the default algorithm is missed.
+//! behind each limiter, side by side, on a fixed list of seeds, across scenarios that
+//! vary the service-time distribution, the server's concurrency `C` and service time
+//! `S`, the load's shape, the capacity, and the clients' deadlines. Prints one table per
+//! scenario, then the targets of each adaptive limiter, scenario by scenario; exits
+//! non-zero if a target of `Gradient` is missed, other than those listed in `OPEN` (known
+//! misses, printed as such; a listed one that is met fails the run too).
+//!
+//! `--quick` runs one seed of each scenario (for trying a change; CI runs them all).
+//! `--trace NAME [below|above]` prints each window `Gradient` sees in the first scenario
+//! whose name contains NAME, started below (the default) or above, on the first seed (or
+//! `--seed N`).
 
 use std::process::ExitCode;
 use std::sync::Mutex;
 
-use admission_bench::sim::{self, Limiter, Model, Outcomes, Scenario};
-use admission_core::adaptive::{Aimd, Gradient};
+use admission_bench::sim::{self, Limiter, Outcomes, Scenario, Service};
+use admission_core::adaptive::{Aimd, Algorithm, Gradient, Window};
 
-const WORKERS: u64 = 64;
-const MODEL: Model = Model {
-    service: 0.010,
-    deadline: 1.0,
-    warmup: 5.0,
-};
-const SEEDS: [u64; 5] = [1, 2, 3, 4, 5];
-/// Where the adaptive limiters start: far below and far above the server's 64.
-const BELOW: u64 = 10;
-const ABOVE: u64 = 256;
-/// The adaptive rows (the first ones): targets are checked for each; missing one of the
-/// default algorithm's fails the run.
+/// `Gradient`, printing each window it sees and what it answers.
+#[derive(Debug)]
+struct Traced {
+    inner: Gradient,
+    clock: f64,
+}
+
+impl Algorithm for Traced {
+    fn update(&mut self, window: &Window) -> u64 {
+        let next = self.inner.update(window);
+        self.clock += window.elapsed.as_secs_f64();
+        let mean = window.mean_latency().unwrap_or_default().as_secs_f64() * 1e3;
+        let noload = self
+            .inner
+            .no_load_latency()
+            .unwrap_or_default()
+            .as_secs_f64()
+            * 1e3;
+        println!(
+            "{:8.3} s  limit {:5}  samples {:6}  in flight <= {:5}  mean {:8.2} ms  cv {:5.2}  -> {:5}  no-load {:8.2} ms",
+            self.clock,
+            window.limit,
+            window.samples,
+            window.max_in_flight,
+            mean,
+            window.latency_cv().unwrap_or(0.0),
+            next,
+            noload
+        );
+        next
+    }
+}
+
+fn trace(name: &str, above: bool, seed: u64) -> ExitCode {
+    let Some(scenario) = scenarios().into_iter().find(|s| s.name.contains(name)) else {
+        eprintln!("no scenario's name contains {name:?}");
+        return ExitCode::FAILURE;
+    };
+    let c = scenario.workers[0].1;
+    let initial = if above { 4 * c } else { (c / 6).max(2) };
+    println!("{}: gradient from {initial}, seed {seed}", scenario.name);
+    let traced = Traced {
+        inner: Gradient::default(),
+        clock: 0.0,
+    };
+    let o = sim::run(
+        &scenario,
+        Limiter::Adaptive(Box::new(traced), initial),
+        seed,
+    );
+    println!(
+        "goodput {:.1}%, shed {:.1}%, p99 {:.2} S, queued p99 {:.2} S",
+        o.goodput * 100.0,
+        o.shed * 100.0,
+        o.p99 / scenario.service,
+        o.queued_p99
+    );
+    for (second, (goodput, limit)) in o
+        .goodput_by_second
+        .iter()
+        .zip(&o.limit_by_second)
+        .enumerate()
+    {
+        println!(
+            "second {second:3}: goodput {:6.1}%  limit {limit:7.1}",
+            goodput * 100.0
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+/// The adaptive rows (the first of each scenario): targets are checked for each; missing
+/// one of `Gradient`'s fails the run.
 const ADAPTIVE_ROWS: usize = 3;
-/// The static sweep, in multiples of the server's concurrency.
-const SWEEP: [f64; 7] = [0.9, 1.0, 1.0625, 1.125, 1.25, 1.5, 2.0];
+/// The static sweep, in multiples of the server's initial concurrency.
+const SWEEP: [f64; 10] = [0.5, 0.75, 0.9, 1.0, 1.0625, 1.125, 1.25, 1.5, 2.0, 4.0];
+/// Seeds: three per scenario. Each scenario's runs are long enough that its targets hold
+/// or fail alike across seeds (the tuned scenarios were checked on ten).
+const SEEDS: [u64; 3] = [1, 2, 3];
+
+const MS: f64 = 0.001;
 
 fn scenarios() -> Vec<Scenario> {
-    let steady = |name, load| Scenario {
-        name,
-        load,
-        workers: vec![(0.0, WORKERS)],
-        slowdown: Vec::new(),
-        seconds: 15.0,
+    let steady =
+        |name: &str, workers, service, load| Scenario::steady(name, workers, service, load);
+    let tuned = |name: &str, load| steady(name, 64, 10.0 * MS, load);
+    let long = |name: &str, seconds, warmup| Scenario {
+        seconds,
+        warmup,
+        ..tuned(name, 2.0)
     };
     vec![
-        steady("0.5x", 0.5),
-        steady("2x", 2.0),
-        steady("10x", 10.0),
+        // The tuned case: 64 workers, exponential service of 10 ms.
+        tuned("0.5x", 0.5),
+        tuned("2x", 2.0),
+        tuned("10x", 10.0),
         Scenario {
-            name: "2x, capacity halves at 12 s, back at 22 s",
-            load: 2.0,
-            workers: vec![(0.0, WORKERS), (12.0, WORKERS / 2), (22.0, WORKERS)],
-            slowdown: Vec::new(),
-            seconds: 32.0,
+            workers: vec![(0.0, 64), (12.0, 32), (22.0, 64)],
+            ..long("2x, capacity halves at 12 s, back at 22 s", 32.0, 5.0)
         },
         // A dependency slows down: every request takes twice as long, so the server's
         // throughput halves, but it still runs 64 at once: the right limit stays 64.
         Scenario {
-            name: "2x, service time doubles at 12 s, back at 22 s",
-            load: 2.0,
-            workers: vec![(0.0, WORKERS)],
             slowdown: vec![(12.0, 2.0), (22.0, 1.0)],
-            seconds: 32.0,
+            ..long("2x, service time doubles at 12 s, back at 22 s", 32.0, 5.0)
+        },
+        // Heavy tails and mixtures: a window's mean is noisy.
+        Scenario {
+            distribution: Service::Lognormal { cv: 2.0 },
+            ..tuned("lognormal CV 2, 2x", 2.0)
+        },
+        Scenario {
+            distribution: Service::Lognormal { cv: 2.0 },
+            ..tuned("lognormal CV 2, 10x", 10.0)
+        },
+        Scenario {
+            distribution: Service::Pareto { shape: 2.1 },
+            ..tuned("Pareto 2.1 (CV 2.2), 2x", 2.0)
+        },
+        Scenario {
+            distribution: Service::Mixture {
+                share: 0.1,
+                factor: 25.0,
+            },
+            ..tuned("a tenth of requests 25x longer, 2x", 2.0)
+        },
+        // Service times from 1 ms to a few hundred: windows shorter than S. Measured
+        // after 20 s (100 S; the tuned case's 5 s is 500 S): from C/6, the limit sees 50
+        // answers a second, and a decision takes about a hundred.
+        Scenario {
+            warmup: 20.0,
+            seconds: 50.0,
+            ..steady("S = 200 ms, 2x", 64, 200.0 * MS, 2.0)
+        },
+        Scenario {
+            seconds: 10.0,
+            ..steady("S = 1 ms, C = 16, 2x", 16, MS, 2.0)
+        },
+        // From a handful of workers to hundreds.
+        steady("C = 8, 2x", 8, 10.0 * MS, 2.0),
+        steady("C = 8, 0.5x", 8, 10.0 * MS, 0.5),
+        Scenario {
+            seconds: 12.0,
+            ..steady("C = 500, S = 20 ms, 2x", 500, 20.0 * MS, 2.0)
+        },
+        // Capacity down to a quarter and back.
+        Scenario {
+            workers: vec![(0.0, 64), (12.0, 16), (22.0, 64)],
+            ..long(
+                "2x, capacity falls to a quarter at 12 s, back at 22 s",
+                32.0,
+                5.0,
+            )
+        },
+        // Bursty and stepped load.
+        Scenario {
+            load: (0..10)
+                .map(|i| (3.0 * i as f64, if i % 2 == 0 { 5.0 } else { 0.3 }))
+                .collect(),
+            ..long("on-off: 3 s at 5x, 3 s at 0.3x", 30.0, 6.0)
+        },
+        Scenario {
+            load: vec![
+                (0.0, 0.5),
+                (8.0, 1.0),
+                (13.0, 2.0),
+                (18.0, 4.0),
+                (23.0, 1.0),
+                (28.0, 0.5),
+            ],
+            ..long("steps: 0.5x, 1x, 2x, 4x, 1x, 0.5x every 5 s", 33.0, 5.0)
+        },
+        // A slow drift.
+        Scenario {
+            drift: Some((10.0, 30.0, 3.0)),
+            ..long("2x, service time drifts up 3x from 10 s to 30 s", 40.0, 5.0)
+        },
+        // Clients that give up soon, and cancel.
+        Scenario {
+            deadline: 5.0 * 10.0 * MS,
+            ..tuned("deadline 5 S, 2x", 2.0)
+        },
+        Scenario {
+            deadline: 5.0 * 10.0 * MS,
+            distribution: Service::Lognormal { cv: 2.0 },
+            ..tuned("deadline 5 S, lognormal CV 2, 10x", 10.0)
         },
     ]
 }
 
-/// The limiters of one scenario, by name.
-fn limiters() -> Vec<(String, Box<dyn Fn() -> Limiter + Sync>)> {
-    let mut all: Vec<(String, Box<dyn Fn() -> Limiter + Sync>)> = vec![
+/// The limiters of one scenario: the adaptive rows first, then the static sweep (in
+/// multiples of the initial concurrency, without repeats), then no limit.
+type Make = Box<dyn Fn() -> Limiter + Sync>;
+
+fn limiters(scenario: &Scenario) -> Vec<(String, Make)> {
+    let c = scenario.workers[0].1;
+    let below = (c / 6).max(2);
+    let above = 4 * c;
+    let mut all: Vec<(String, Make)> = vec![
         (
-            format!("gradient from {BELOW}"),
-            Box::new(|| Limiter::Adaptive(Box::new(Gradient::default()), BELOW)),
+            format!("gradient from {below}"),
+            Box::new(move || Limiter::Adaptive(Box::new(Gradient::default()), below)),
         ),
         (
-            format!("gradient from {ABOVE}"),
-            Box::new(|| Limiter::Adaptive(Box::new(Gradient::default()), ABOVE)),
+            format!("gradient from {above}"),
+            Box::new(move || Limiter::Adaptive(Box::new(Gradient::default()), above)),
         ),
         (
-            format!("aimd from {BELOW}"),
-            Box::new(|| Limiter::Adaptive(Box::new(Aimd::default()), BELOW)),
+            format!("aimd from {below}"),
+            Box::new(move || Limiter::Adaptive(Box::new(Aimd::default()), below)),
         ),
     ];
-    for share in SWEEP {
-        let limit = (share * WORKERS as f64).round() as u64;
+    let mut statics: Vec<u64> = SWEEP
+        .iter()
+        .map(|share| ((share * c as f64).round() as u64).max(1))
+        .collect();
+    statics.dedup();
+    for limit in statics {
         all.push((
             format!("static {limit}"),
             Box::new(move || Limiter::Static(limit)),
         ));
     }
-    all.push((
-        format!("static {} (4C)", 4 * WORKERS),
-        Box::new(|| Limiter::Static(4 * WORKERS)),
-    ));
     all.push(("no limit".into(), Box::new(|| Limiter::None)));
     all
 }
 
+/// `[scenario][seed][limiter]`, and each scenario's limiter names.
 struct Results {
-    /// `[scenario][seed][limiter]`.
     runs: Vec<Vec<Vec<Outcomes>>>,
-    names: Vec<String>,
+    names: Vec<Vec<String>>,
 }
 
-fn simulate(scenarios: &[Scenario]) -> Results {
-    let limiters = limiters();
-    let names = limiters.iter().map(|(n, _)| n.clone()).collect();
-    let count = limiters.len();
-    let jobs: Vec<(usize, usize, usize)> = (0..scenarios.len())
-        .flat_map(|s| (0..SEEDS.len()).flat_map(move |k| (0..count).map(move |l| (s, k, l))))
+fn simulate(scenarios: &[Scenario], seeds: &[u64]) -> Results {
+    let limiters: Vec<_> = scenarios.iter().map(limiters).collect();
+    let names = limiters
+        .iter()
+        .map(|l| l.iter().map(|(n, _)| n.clone()).collect())
         .collect();
+    let mut jobs: Vec<(usize, usize, usize)> = Vec::new();
+    for (s, list) in limiters.iter().enumerate() {
+        for k in 0..seeds.len() {
+            jobs.extend((0..list.len()).map(|l| (s, k, l)));
+        }
+    }
     let results = Mutex::new(vec![None; jobs.len()]);
     let next = Mutex::new(0usize);
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -115,7 +278,7 @@ fn simulate(scenarios: &[Scenario]) -> Results {
                 let Some(&(s, k, l)) = jobs.get(index) else {
                     break;
                 };
-                let outcome = sim::run(MODEL, &scenarios[s], (limiters[l].1)(), SEEDS[k]);
+                let outcome = sim::run(&scenarios[s], (limiters[s][l].1)(), seeds[k]);
                 results.lock().unwrap()[index] = Some(outcome);
             });
         }
@@ -125,21 +288,22 @@ fn simulate(scenarios: &[Scenario]) -> Results {
         .unwrap()
         .into_iter()
         .map(Option::unwrap);
-    let runs = (0..scenarios.len())
-        .map(|_| {
-            (0..SEEDS.len())
-                .map(|_| (0..limiters.len()).map(|_| flat.next().unwrap()).collect())
+    let runs = limiters
+        .iter()
+        .map(|list| {
+            (0..seeds.len())
+                .map(|_| (0..list.len()).map(|_| flat.next().unwrap()).collect())
                 .collect()
         })
         .collect();
     Results { runs, names }
 }
 
-/// The oracle: the static limit with the lowest p99 among those within 1% of the best
-/// static goodput. Its index among the limiters.
+/// The oracle of one seed: the static limit with the lowest p99 among those within 1% of
+/// the best static goodput. Its index among the limiters.
 fn oracle(runs: &[Outcomes], names: &[String]) -> usize {
     let statics: Vec<usize> = (0..names.len())
-        .filter(|&i| names[i].starts_with("static") && !names[i].ends_with("(4C)"))
+        .filter(|&i| names[i].starts_with("static"))
         .collect();
     let best = statics.iter().map(|&i| runs[i].goodput).fold(0.0, f64::max);
     *statics
@@ -153,31 +317,264 @@ fn mean(values: &[f64]) -> f64 {
     values.iter().sum::<f64>() / values.len().max(1) as f64
 }
 
+/// A target: what it asks, and whether a higher figure is better.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Target {
+    Goodput,
+    Shed,
+    P99,
+    Queued,
+    Follow,
+    Window,
+}
+
+impl Target {
+    const ALL: [Target; 6] = [
+        Self::Goodput,
+        Self::Shed,
+        Self::P99,
+        Self::Queued,
+        Self::Follow,
+        Self::Window,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Goodput => "goodput >= 98%",
+            Self::Shed => "shed <= 1% (light load)",
+            Self::P99 => "p99 <= 1.25x the oracle's",
+            Self::Queued => "queued p99 <= 1 S",
+            Self::Follow => "limit in 0.75x-1.5x of C from 2 s after a change",
+            Self::Window => "no 1-s window below 80% goodput",
+        }
+    }
+
+    fn applies(self, scenario: &Scenario) -> bool {
+        match self {
+            Self::Shed => scenario.light(0.5),
+            Self::Follow => !scenario.changes().is_empty(),
+            _ => true,
+        }
+    }
+
+    /// Whether `figure` meets the target as stated.
+    fn met(self, figure: Figure) -> bool {
+        match (self, figure) {
+            (Self::Goodput, Figure::One(g)) => g >= 0.98,
+            (Self::Shed, Figure::One(s)) => s <= 0.01,
+            (Self::P99, Figure::One(r)) => r <= 1.25,
+            (Self::Queued, Figure::One(q)) => q <= 1.0,
+            (Self::Follow, Figure::Range(low, high)) => low >= 0.75 && high <= 1.5,
+            (Self::Window, Figure::One(w)) => w >= 0.8,
+            _ => unreachable!(),
+        }
+    }
+
+    /// Whether `figure` is within 10% of `reference` (the feasibility rule).
+    fn near(self, figure: Figure, reference: Figure) -> bool {
+        match (self, figure, reference) {
+            (Self::Goodput | Self::Window, Figure::One(f), Figure::One(r)) => f >= r / 1.1,
+            (_, Figure::One(f), Figure::One(r)) => f <= r * 1.1,
+            _ => false,
+        }
+    }
+}
+
+/// A limiter's figure for a target in one scenario, worst seed.
+#[derive(Debug, Clone, Copy)]
+enum Figure {
+    One(f64),
+    Range(f64, f64),
+}
+
+impl Figure {
+    fn show(self, target: Target) -> String {
+        match (target, self) {
+            (Target::Goodput | Target::Shed | Target::Window, Figure::One(v)) => {
+                format!("{:.1}%", v * 100.0)
+            }
+            (Target::P99, Figure::One(v)) => format!("{v:.2}x"),
+            (Target::Queued, Figure::One(v)) => format!("{v:.2} S"),
+            (_, Figure::Range(low, high)) => format!("{low:.2}x-{high:.2}x"),
+            (_, Figure::One(v)) => format!("{v:.2}"),
+        }
+    }
+}
+
+/// Limiter `l`'s figure for `target` in scenario `s`, over every seed (the worst).
+fn figure(scenario: &Scenario, results: &Results, s: usize, l: usize, target: Target) -> Figure {
+    let names = &results.names[s];
+    let seeds = &results.runs[s];
+    let warm = scenario.warmup as usize;
+    let worst_low = |f: &dyn Fn(&Outcomes) -> f64| {
+        Figure::One(seeds.iter().map(|r| f(&r[l])).fold(f64::MAX, f64::min))
+    };
+    let worst_high = |f: &dyn Fn(&Outcomes) -> f64| {
+        Figure::One(seeds.iter().map(|r| f(&r[l])).fold(0.0, f64::max))
+    };
+    match target {
+        Target::Goodput => worst_low(&|o| o.goodput),
+        Target::Shed => worst_high(&|o| o.shed),
+        Target::Queued => worst_high(&|o| o.queued_p99),
+        Target::Window => worst_low(&|o| {
+            o.goodput_by_second[warm..]
+                .iter()
+                .copied()
+                .fold(f64::MAX, f64::min)
+        }),
+        Target::P99 => Figure::One(
+            seeds
+                .iter()
+                .map(|r| r[l].p99 / r[oracle(r, names)].p99)
+                .fold(0.0, f64::max),
+        ),
+        Target::Follow => {
+            let (mut low, mut high) = (f64::MAX, 0.0f64);
+            let changes = scenario.changes();
+            for (c, &change) in changes.iter().enumerate() {
+                let until = changes.get(c + 1).copied().unwrap_or(scenario.seconds);
+                let workers = scenario.workers_at(change) as f64;
+                for r in seeds {
+                    for second in (change as usize + 1)..(until as usize) {
+                        let ratio = r[l].limit_by_second[second] / workers;
+                        low = low.min(ratio);
+                        high = high.max(ratio);
+                    }
+                }
+            }
+            Figure::Range(low, high)
+        }
+    }
+}
+
+/// What a scenario asks of an adaptive limiter, target by target: the target as stated,
+/// or (where no static limit meets every target that a static limit can) within 10% of
+/// the reference static limit's figure.
+enum Ask {
+    Stated,
+    Near(usize, Figure),
+}
+
+fn asks(scenario: &Scenario, results: &Results, s: usize) -> Vec<(Target, Ask)> {
+    let names = &results.names[s];
+    let gating: Vec<Target> = Target::ALL
+        .into_iter()
+        .filter(|t| t.applies(scenario) && *t != Target::Follow)
+        .collect();
+    let statics: Vec<usize> = (0..names.len())
+        .filter(|&i| names[i].starts_with("static"))
+        .collect();
+    let met = |l: usize| {
+        gating
+            .iter()
+            .filter(|t| t.met(figure(scenario, results, s, l, **t)))
+            .count()
+    };
+    let goodput = |l: usize| match figure(scenario, results, s, l, Target::Goodput) {
+        Figure::One(g) => g,
+        Figure::Range(..) => 0.0,
+    };
+    // The static limit meeting the most targets; of those, the best goodput.
+    let reference = *statics
+        .iter()
+        .max_by(|&&a, &&b| met(a).cmp(&met(b)).then(goodput(a).total_cmp(&goodput(b))))
+        .unwrap();
+    let all_met = met(reference) == gating.len();
+    Target::ALL
+        .into_iter()
+        .filter(|t| t.applies(scenario))
+        .map(|t| {
+            let reference_figure = figure(scenario, results, s, reference, t);
+            let ask = if all_met || t == Target::Follow || t.met(reference_figure) {
+                Ask::Stated
+            } else {
+                Ask::Near(reference, reference_figure)
+            };
+            (t, ask)
+        })
+        .collect()
+}
+
+/// Targets `Gradient` is known to miss (issue 33 is open for them): scenario, started
+/// `below` or `above`, target. Printed as such, they do not fail the run; one that is met
+/// does (take it off the list), so the list stays what the run shows.
+const OPEN: &[(&str, &str, &str)] = &[
+    ("lognormal CV 2, 10x", "above", "goodput >= 98%"),
+    (
+        "a tenth of requests 25x longer, 2x",
+        "below",
+        "queued p99 <= 1 S",
+    ),
+    (
+        "a tenth of requests 25x longer, 2x",
+        "above",
+        "goodput >= 98%",
+    ),
+    (
+        "a tenth of requests 25x longer, 2x",
+        "above",
+        "queued p99 <= 1 S",
+    ),
+    (QUARTER, "below", "no 1-s window below 80% goodput"),
+    (QUARTER, "above", "no 1-s window below 80% goodput"),
+    (DRIFT, "below", "no 1-s window below 80% goodput"),
+];
+
+const QUARTER: &str = "2x, capacity falls to a quarter at 12 s, back at 22 s";
+const DRIFT: &str = "2x, service time drifts up 3x from 10 s to 30 s";
+
 fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "--trace") {
+        let name = args.get(at + 1).map_or("", String::as_str);
+        let above = args.get(at + 2).is_some_and(|a| a == "above");
+        let seed = args
+            .iter()
+            .position(|a| a == "--seed")
+            .and_then(|at| args.get(at + 1)?.parse().ok())
+            .unwrap_or(SEEDS[0]);
+        return trace(name, above, seed);
+    }
+    let quick = std::env::args().any(|a| a == "--quick");
+    let seeds: &[u64] = if quick { &SEEDS[..1] } else { &SEEDS };
     let scenarios = scenarios();
     let started = std::time::Instant::now();
-    let results = simulate(&scenarios);
-    let s = MODEL.service;
-    println!("adaptive concurrency: a server of C = {WORKERS} workers, exponential service times of mean S = {} ms,", s * 1e3);
-    println!("FIFO queue inside the server; Poisson arrivals; shed requests are not retried; a client gives up");
-    println!("(cancelling its request) at a deadline of {} S; measured after {} s of warm-up; goodput counts", MODEL.deadline / s, MODEL.warmup);
-    println!("answers within the deadline as a share of the capacity present; adaptive limiters start at {BELOW}");
+    let results = simulate(&scenarios, seeds);
+    println!("adaptive concurrency: a server of C workers with service times of mean S, its own FIFO queue;");
+    println!("Poisson arrivals; shed requests are not retried; a client gives up (cancelling its request, the");
+    println!("limit told `Dropped`) at its deadline, 100 S unless the scenario says otherwise. Measured after");
+    println!("the warm-up (5 s unless the scenario says otherwise). Goodput counts answers as a share of what");
+    println!("could be answered (second by second, the arrivals or the capacity, whichever is fewer). Adaptive");
     println!(
-        "or {ABOVE}, told neither C nor S. Seeds {SEEDS:?}; the table shows seed {}.",
-        SEEDS[0]
+        "limiters start far below (C/6, at least 2) and far above (4C), told neither C nor S."
     );
-    for (index, scenario) in scenarios.iter().enumerate() {
-        let runs = &results.runs[index][0];
-        let best = oracle(runs, &results.names);
+    println!(
+        "Seeds {seeds:?}; the tables show seed {}; the targets, the worst seed.",
+        seeds[0]
+    );
+    for (s, scenario) in scenarios.iter().enumerate() {
+        let runs = &results.runs[s][0];
+        let names = &results.names[s];
+        let best = oracle(runs, names);
+        let service = scenario.service;
         println!();
-        println!("{}", scenario.name);
+        println!(
+            "{} (C = {}, S = {} ms, {:?}, deadline {} S, {} s after {} s of warm-up)",
+            scenario.name,
+            scenario.workers[0].1,
+            service * 1e3,
+            scenario.distribution,
+            (scenario.deadline / service).round(),
+            scenario.seconds - scenario.warmup,
+            scenario.warmup
+        );
         println!(
             "  {:<19} {:>8} {:>7} {:>7} {:>7} {:>10} {:>10}",
             "limiter", "goodput", "shed", "p50/S", "p99/S", "queued p99", "mean limit"
         );
-        for (l, name) in results.names.iter().enumerate() {
+        for (l, name) in names.iter().enumerate() {
             let o = &runs[l];
-            let warm = MODEL.warmup as usize;
+            let warm = scenario.warmup as usize;
             let limit = mean(&o.limit_by_second[warm..]);
             let marker = if l == best { " (oracle)" } else { "" };
             println!(
@@ -185,9 +582,9 @@ fn main() -> ExitCode {
                 name,
                 o.goodput * 100.0,
                 o.shed * 100.0,
-                o.p50 / s,
-                o.p99 / s,
-                o.queued_p99 / s,
+                o.p50 / service,
+                o.p99 / service,
+                o.queued_p99,
                 if limit.is_nan() {
                     "-".to_owned()
                 } else {
@@ -196,141 +593,114 @@ fn main() -> ExitCode {
             );
         }
         for change in scenario.changes() {
-            let workers = scenario.workers_at(change);
             println!(
-                "  the limit's 1-s averages around {change} s ({workers} workers, service time {}x), from {} s:",
-                scenario.slowdown_at(change),
-                change - 1.0
+                "  the limit's 1-s averages from {} s ({} workers from {change} s):",
+                change - 1.0,
+                scenario.workers_at(change),
             );
-            for (l, name) in results.names.iter().enumerate().take(ADAPTIVE_ROWS) {
+            for (l, name) in names.iter().enumerate().take(ADAPTIVE_ROWS) {
                 let by_second = &runs[l].limit_by_second;
                 let from = change as usize - 1;
-                let row: Vec<String> = by_second[from..from + 5]
+                let to = (from + 6).min(by_second.len());
+                let row: Vec<String> = by_second[from..to]
                     .iter()
                     .map(|v| format!("{v:6.1}"))
                     .collect();
-                println!("    {:<16} {}", name, row.join(" "));
+                println!("    {:<18} {}", name, row.join(" "));
             }
         }
     }
 
     println!();
-    println!("(With no limit, clients cancel at the deadline what has not been answered; exponential service");
-    println!(
-        "times are memoryless, so the work lost to cancellation costs no goodput, but every answer"
-    );
-    println!("comes close to the deadline: the difference is in the latency columns.)");
-    println!();
-    println!("targets (every seed; worst seed shown):");
-    let mut missed = false;
-    for (l, name) in results.names.iter().enumerate().take(ADAPTIVE_ROWS) {
-        let gating = name.starts_with("gradient");
-        let lines = targets(&scenarios, &results, l);
-        for (what, met, figure) in lines {
-            let verdict = if met { "MET" } else { "MISSED" };
-            let note = if gating {
-                ""
-            } else {
-                "   (informational: outcomes only)"
-            };
-            println!("  {name:<18} {what:<66} {figure:<12} {verdict}{note}");
-            missed |= gating && !met;
+    println!("targets, scenario by scenario (worst seed). Where no static limit meets every target a static");
+    println!("limit can, the reference is the static limit that meets the most (then the best goodput), and a");
+    println!("target it misses asks for its figure within 10%; following a change always applies as stated.");
+    let mut missed = Vec::new();
+    let mut known = 0;
+    for (s, scenario) in scenarios.iter().enumerate() {
+        println!();
+        println!("{}", scenario.name);
+        let asks = asks(scenario, &results, s);
+        if std::env::var_os("ADAPTIVE_DEBUG").is_some() {
+            for (l, name) in results.names[s].iter().enumerate().skip(ADAPTIVE_ROWS) {
+                let row: Vec<String> = Target::ALL
+                    .into_iter()
+                    .filter(|t| t.applies(scenario))
+                    .map(|t| figure(scenario, &results, s, l, t).show(t))
+                    .collect();
+                println!("    {name:<18} {}", row.join("  "));
+            }
         }
-    }
-    println!();
-    println!(
-        "({} runs in {:.1} s)",
-        scenarios.len() * SEEDS.len() * results.names.len(),
-        started.elapsed().as_secs_f64()
-    );
-    if missed {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
-    }
-}
-
-/// The targets of limiter `l`: what, whether met on every seed, and the worst figure.
-fn targets(scenarios: &[Scenario], results: &Results, l: usize) -> Vec<(String, bool, String)> {
-    let s = MODEL.service;
-    let warm = MODEL.warmup as usize;
-    let mut lines = Vec::new();
-    let overloaded: Vec<usize> = (0..scenarios.len())
-        .filter(|&i| scenarios[i].load > 1.0)
-        .collect();
-    let light: Vec<usize> = (0..scenarios.len())
-        .filter(|&i| scenarios[i].load <= 1.0)
-        .collect();
-    let each = |scenario: usize| results.runs[scenario].iter().map(|seeds| &seeds[l]);
-
-    let worst_goodput = overloaded
-        .iter()
-        .flat_map(|&i| each(i).map(|o| o.goodput))
-        .fold(f64::MAX, f64::min);
-    lines.push((
-        "goodput >= 98% of capacity, every overloaded scenario".into(),
-        worst_goodput >= 0.98,
-        format!("{:.1}%", worst_goodput * 100.0),
-    ));
-    let worst_shed = light
-        .iter()
-        .flat_map(|&i| each(i).map(|o| o.shed))
-        .fold(0.0, f64::max);
-    lines.push((
-        "shed <= 1% at 0.5x".into(),
-        worst_shed <= 0.01,
-        format!("{:.2}%", worst_shed * 100.0),
-    ));
-
-    let mut worst_ratio: f64 = 0.0;
-    for i in 0..scenarios.len() {
-        for seed in &results.runs[i] {
-            let oracle = &seed[oracle(seed, &results.names)];
-            worst_ratio = worst_ratio.max(seed[l].p99 / oracle.p99);
-        }
-    }
-    lines.push((
-        "p99 latency <= 1.25x the oracle's, every scenario".into(),
-        worst_ratio <= 1.25,
-        format!("{worst_ratio:.2}x"),
-    ));
-    let worst_queued = (0..scenarios.len())
-        .flat_map(|i| each(i).map(|o| o.queued_p99))
-        .fold(0.0, f64::max);
-    lines.push((
-        "p99 time queued inside the server <= 1 S".into(),
-        worst_queued <= s,
-        format!("{:.2} S", worst_queued / s),
-    ));
-
-    let (mut worst_low, mut worst_high) = (f64::MAX, 0.0f64);
-    for (i, scenario) in scenarios.iter().enumerate() {
-        let changes = scenario.changes();
-        for (c, &change) in changes.iter().enumerate() {
-            let until = changes.get(c + 1).copied().unwrap_or(scenario.seconds);
-            let workers = scenario.workers_at(change) as f64;
-            for o in each(i) {
-                for second in (change as usize + 1)..(until as usize) {
-                    let ratio = o.limit_by_second[second] / workers;
-                    worst_low = worst_low.min(ratio);
-                    worst_high = worst_high.max(ratio);
+        for (l, name) in results.names[s].iter().enumerate().take(ADAPTIVE_ROWS) {
+            let gating = name.starts_with("gradient");
+            for (target, ask) in &asks {
+                let figure = figure(scenario, &results, s, l, *target);
+                let (met, how) = match ask {
+                    Ask::Stated => (target.met(figure), String::new()),
+                    Ask::Near(reference, reference_figure) => (
+                        target.near(figure, *reference_figure),
+                        format!(
+                            " (within 10% of {}: {})",
+                            results.names[s][*reference],
+                            reference_figure.show(*target)
+                        ),
+                    ),
+                };
+                let start = if l == 0 { "below" } else { "above" };
+                let open =
+                    gating && OPEN.contains(&(scenario.name.as_str(), start, target.label()));
+                let verdict = match (met, gating, open) {
+                    (true, _, false) => "MET",
+                    (true, _, true) => "MET (listed open)",
+                    (false, true, true) => "MISSED (open)",
+                    (false, true, false) => "MISSED",
+                    (false, false, _) => "missed",
+                };
+                println!(
+                    "  {name:<18} {:<50} {:<12} {verdict}{how}",
+                    target.label(),
+                    figure.show(*target)
+                );
+                if gating && met == open {
+                    missed.push(format!(
+                        "{}: {name}: {}{}",
+                        scenario.name,
+                        target.label(),
+                        if open {
+                            " (listed open, but met: take it off OPEN)"
+                        } else {
+                            ""
+                        }
+                    ));
+                }
+                if open && !met {
+                    known += 1;
                 }
             }
         }
     }
-    lines.push((
-        "limit's 1-s average in 0.75x-1.5x of capacity, 2 s after a change".into(),
-        worst_low >= 0.75 && worst_high <= 1.5,
-        format!("{worst_low:.2}x-{worst_high:.2}x"),
-    ));
-    let worst_second = overloaded
-        .iter()
-        .flat_map(|&i| each(i).flat_map(|o| o.goodput_by_second[warm..].iter().copied()))
-        .fold(f64::MAX, f64::min);
-    lines.push((
-        "no 1-s window after warm-up below 80% goodput (overloaded)".into(),
-        worst_second >= 0.8,
-        format!("{:.1}%", worst_second * 100.0),
-    ));
-    lines
+    println!();
+    println!(
+        "({} runs in {:.1} s; aimd rows are informational: it reads outcomes only)",
+        results
+            .runs
+            .iter()
+            .map(|r| r.len() * r[0].len())
+            .sum::<usize>(),
+        started.elapsed().as_secs_f64()
+    );
+    if missed.is_empty() {
+        if known == 0 {
+            println!("every target of gradient: MET");
+        } else {
+            println!("every target of gradient: MET, but the {known} listed open (issue 33)");
+        }
+        ExitCode::SUCCESS
+    } else {
+        println!("gradient MISSED {} targets:", missed.len());
+        for line in &missed {
+            println!("  {line}");
+        }
+        ExitCode::FAILURE
+    }
 }

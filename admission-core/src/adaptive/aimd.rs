@@ -9,10 +9,21 @@ use super::{Algorithm, Window};
 ///
 /// When to use it: when failures are the signal, that is, the service answers overload
 /// itself (503s, `RESOURCE_EXHAUSTED`) or clients give up on a deadline, and latency says
-/// little (work of very uneven size). It knows nothing of queueing until it fails, so it
-/// keeps the queue just short of what fails: pair it with
+/// little (work of very uneven size).
+///
+/// # Where it fails
+///
+/// It learns of a queue only when the queue makes work fail. A limit that is too high
+/// (started high, or left high after the server lost capacity) is never lowered while
+/// nothing errors: the server queues inside, every request waits, and the limit keeps
+/// growing while the work fills it. In `admission-bench`'s simulator (clients that wait
+/// 100 service times, so nothing fails), its p99 latency is up to 3.9x the best static
+/// limit's, and after capacity halves its limit goes on climbing (124 to 174 for a server
+/// of 32). Pair it with
 /// [`overload_latency`](super::AdaptiveBuilder::overload_latency) (a fraction of the
-/// clients' deadline) to make "too slow" a failure too. Where latency is a good signal,
+/// clients' deadline: a success slower than that counts as an overload), so that "too
+/// slow" is a failure too, or with clients that give up early (reported as
+/// [`Dropped`](super::Outcome::Dropped)). Where latency is a good signal,
 /// [`Gradient`](super::Gradient) keeps latency near the no-load latency instead.
 ///
 /// # Examples

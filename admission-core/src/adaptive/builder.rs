@@ -39,6 +39,8 @@ impl AdaptiveBuilder {
     }
 
     /// The fewest samples a window closes with (default 50): fewer make a noisy mean.
+    /// ([`Gradient`] decides on rounds of windows with enough samples for the spread it
+    /// sees; an outcome-only algorithm such as [`Aimd`] decides window by window.)
     pub fn min_samples(mut self, samples: u64) -> Self {
         self.min_samples = samples.max(1);
         self
@@ -81,6 +83,7 @@ impl AdaptiveBuilder {
             bounds: (min, max),
             windows: 0,
             last: None,
+            typical: None,
         };
         let overload_after = self.overload_latency.map_or(u64::MAX, micros);
         if !ledger.drive(initial, epoch, control, overload_after) {

@@ -16,6 +16,11 @@ pub(crate) struct Driver {
     pub(super) overload_after: AtomicU64,
     /// The controller; `None` once its last handle is gone.
     pub(super) control: Mutex<Option<Control>>,
+    /// The latency estimate as of the last window's close (see [`LatencyEstimate`]):
+    /// microseconds (`u64::MAX`: none yet), and the close, in nanoseconds since `epoch`.
+    pub(super) typical: AtomicU64,
+    pub(super) no_load: AtomicU64,
+    pub(super) as_of: AtomicU64,
 }
 
 /// What a window accumulates on one shard.
@@ -25,6 +30,10 @@ pub(super) struct Shard {
     pub(super) overloaded: AtomicU64,
     pub(super) dropped: AtomicU64,
     pub(super) max_in_flight: AtomicU64,
+    /// Samples squared, and their squares (see [`Spread`]).
+    pub(super) squared: AtomicU64,
+    pub(super) squared_micros: AtomicU64,
+    pub(super) squares: AtomicU64,
 }
 
 /// The sample-count field of a shard's packed word.
@@ -51,6 +60,9 @@ impl Shard {
             overloaded: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             max_in_flight: AtomicU64::new(0),
+            squared: AtomicU64::new(0),
+            squared_micros: AtomicU64::new(0),
+            squares: AtomicU64::new(0),
         }
     }
 
@@ -80,6 +92,11 @@ impl Shard {
             }
         }
         if before & 7 == 0 {
+            self.squared.fetch_add(1, Ordering::Relaxed);
+            self.squared_micros
+                .fetch_add(micros.min(Spread::CAP_MICROS), Ordering::Relaxed);
+            self.squares
+                .fetch_add(Spread::square(micros), Ordering::Relaxed);
             let in_flight = in_flight();
             if in_flight > self.max_in_flight.load(Ordering::Relaxed) {
                 self.max_in_flight.fetch_max(in_flight, Ordering::Relaxed);
@@ -97,6 +114,9 @@ impl Shard {
         window.dropped += self.dropped.swap(0, Ordering::Relaxed);
         let in_flight = self.max_in_flight.swap(0, Ordering::Relaxed);
         window.max_in_flight = window.max_in_flight.max(in_flight);
+        window.spread.samples += self.squared.swap(0, Ordering::Relaxed);
+        window.spread.total += self.squared_micros.swap(0, Ordering::Relaxed);
+        window.spread.squares += u128::from(self.squares.swap(0, Ordering::Relaxed));
     }
 }
 
@@ -112,6 +132,8 @@ pub(crate) struct Control {
     pub(super) bounds: (u64, u64),
     pub(super) windows: u64,
     pub(super) last: Option<Window>,
+    /// The windows' mean latency, averaged (seconds).
+    pub(super) typical: Option<f64>,
 }
 
 /// What the driver needs of the ledger it drives.
@@ -133,6 +155,9 @@ impl Driver {
             deadline: AtomicU64::new(u64::MAX),
             overload_after: AtomicU64::new(u64::MAX),
             control: Mutex::new(None),
+            typical: AtomicU64::new(u64::MAX),
+            no_load: AtomicU64::new(u64::MAX),
+            as_of: AtomicU64::new(0),
         }
     }
 
@@ -216,10 +241,44 @@ impl Driver {
             ledger.steer(control.algorithm.update(&window).clamp(min, max));
         }
         control.windows += 1;
+        if let Some(mean) = window.mean_latency() {
+            // A weight of a quarter: about the last four windows.
+            let mean = mean.as_secs_f64();
+            let typical = control
+                .typical
+                .map_or(mean, |typical| typical + TYPICAL_WEIGHT * (mean - typical));
+            control.typical = Some(typical);
+            // Relaxed: each field a reading on its own (see `LatencyEstimate`).
+            self.typical
+                .store(micros(Duration::from_secs_f64(typical)), Ordering::Relaxed);
+            let no_load = control.algorithm.no_load_latency().map_or(u64::MAX, micros);
+            self.no_load.store(no_load, Ordering::Relaxed);
+            self.as_of.store(now, Ordering::Relaxed);
+        }
         control.last = Some(window);
         control.opened = now;
         self.deadline
             .store(now.saturating_add(control.window), Ordering::Relaxed);
+    }
+}
+
+/// The weight of each window's mean latency in the typical latency.
+const TYPICAL_WEIGHT: f64 = 0.25;
+
+/// The estimate as the driver's atomics hold it.
+impl Driver {
+    pub(super) fn latency(&self) -> Option<LatencyEstimate> {
+        // Relaxed: statistics (see `LatencyEstimate`).
+        let typical = self.typical.load(Ordering::Relaxed);
+        if typical == u64::MAX {
+            return None;
+        }
+        let no_load = self.no_load.load(Ordering::Relaxed);
+        Some(LatencyEstimate {
+            typical: Duration::from_micros(typical),
+            no_load: (no_load != u64::MAX).then(|| Duration::from_micros(no_load)),
+            as_of: self.epoch + Duration::from_nanos(self.as_of.load(Ordering::Relaxed)),
+        })
     }
 }
 

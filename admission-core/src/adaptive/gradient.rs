@@ -1,61 +1,81 @@
 use super::{Algorithm, Window};
 
-/// A delay-gradient controller: the limit follows the ratio of the no-load latency to the
-/// latency now, plus a small queue allowance.
-///
-/// Each window, with `m` the window's mean latency and `n` the no-load estimate:
-///
-/// ```text
-/// gradient = min(1, n × (1 + tolerance) / m)        (and at least 0.5)
-/// target   = limit × gradient + √limit
-/// limit    = target                                 if target > limit, unless app-limited
-///            limit + smoothing × (target − limit)   if target < limit
-/// ```
+/// A delay-gradient controller: the limit follows the ratio of a no-load latency it
+/// measures itself to the latency now, plus a small queue allowance.
 ///
 /// When the server is saturated (its workers all busy, a queue forming), Little's law
-/// makes `m / n` equal to the limit over the server's concurrency, so one step takes the
-/// limit to that concurrency times `1 + tolerance` plus `√limit`: just above the knee,
-/// where the server is busy all the time and its queue stays short (one step with no
-/// smoothing; with the default smoothing of 0.5 the way down halves the distance each
-/// window). Below the knee the gradient is 1 and the limit grows by `√limit` a window,
-/// while the work uses it.
+/// makes the mean latency `m` over the no-load latency `n` equal to the limit over the
+/// server's concurrency. So each round (windows merged until they hold enough samples
+/// for a mean within about 10%, and span one and a half latencies since the limit last
+/// moved), with `knee = n × (1 + tolerance)`:
+///
+/// ```text
+/// concurrency = limit × clamp(knee / m, 0.5, 1 + tolerance)
+/// target      = concurrency + √concurrency
+/// ```
+///
+/// just above the knee, where the server is busy all the time and its queue stays
+/// short. A cut is smoothed (halfway, by default) unless the queue is beyond doubt, and
+/// never goes below what the work used when the work did not fill the limit (such a round
+/// made no queue, whatever its latency reads). Growth needs the work to fill the limit,
+/// and speeds up round after round with no queue (`√limit`, then half the limit, then the
+/// limit), so a server four times larger is found in four rounds.
 ///
 /// # The no-load estimate, and why it is probed
 ///
-/// The hard part is `n`. The minimum of recent samples (Gradient2's and Envoy's
-/// starting point) reads far too low when service times vary: the smallest of a
-/// thousand exponential service times is a thousandth of their mean. A long average of
-/// recent latencies catches up with the current latency under sustained load, so the
-/// gradient tends to 1 and the limit runs away. So this controller measures `n` the way
-/// BBR measures round-trip time: every [`probe_every`](Self::probe_every) windows it
-/// lowers the limit, for two windows, to [`probe`](Self::probe) (90%) of the concurrency
-/// the server showed (throughput × `n`), below the knee, where nothing queues; the first
-/// window lets the queue drain, and the second window's mean latency is the estimate (averaged
-/// with the previous one unless they disagree by more than 20%: the service changed).
-/// A probe that finds less than 95% of the estimate may itself have queued (the estimate
-/// it was sized from was high), so it takes the lower reading and probes again at once,
-/// 19% lower, until a probe finds no less, and once more ten windows later. The very
-/// first probe always takes a second step (the first estimate comes from whatever the
-/// first window saw, queue included). A limit started far above the server's comes down
-/// in a few seconds. A probe costs
-/// about 10% of two windows' throughput: with the defaults (100 ms windows, a probe
-/// every 100), about 0.2%. No probe runs until the limit binds (the work reaches 90% of it).
+/// The hard part is `n`. The minimum of recent samples reads far too low when service
+/// times vary; a long average of recent latencies catches up with the latency of a
+/// standing queue, and the limit runs away. So, like BBR's round-trip probe, every
+/// [`probe_every`](Self::probe_every) rounds it lowers the limit to
+/// [`probe`](Self::probe) (90%) of the concurrency the server showed (throughput × `n`),
+/// waits one and a half latencies for the queue to drain, and measures: until it has
+/// enough samples for the latencies' spread (100 × CV², at least 200) over at least ten
+/// latencies (more as the spread grows: a short reading of a heavy tail reads low). A
+/// reading within its noise of the estimate is averaged in; one lower beyond its noise
+/// means the estimate was high (the probe may itself have queued): it is taken and the
+/// next probe goes 30% lower at once, until one finds no less. A higher one is taken,
+/// but at most 1.5 times the estimate per probe unless the probe's throughput shows it
+/// ran below the knee. The limit then resumes where the probe found the server
+/// (throughput × the new estimate, plus the allowance), not at the limit before it.
 ///
-/// A probe also comes early (four windows after the last at the soonest) when the
-/// estimate may have gone stale: when the server's concurrency as throughput × `n` shows
-/// it has fallen by a quarter since the last probe (it runs fewer at once, or each request
-/// takes longer: a slower dependency, which read against the old `n` would look like
-/// queueing and take the limit far below what the server runs), or when a window is
-/// faster than `n` (each request takes less than it did).
+/// The first estimate is the first hundred samples' mean; it is replaced when a round
+/// with half as much again in flight reads no queue, and the first probe comes when two
+/// rounds in a row read as queued (a limit started far above the server's).
+///
+/// The estimate may go stale. A service that slows (a dependency taking longer) reads,
+/// against the old `n`, like a queue, and the limit comes down; but a queue's latency
+/// falls in proportion to what is in flight, a slower service's does not. So once what
+/// the work runs at once (throughput × latency) has come down by a quarter from the most
+/// it ran, and the latency has not come down with it (beyond three times the noise of the
+/// two rounds; measured from the last round whose latency rose beyond its noise, since
+/// a fall in capacity raises it too), the latency now is taken as the estimate, with no
+/// probe; a probe follows within ten rounds to check it. A probe also comes early when the throughput of the
+/// rounds the work filled falls below what it was after the last probe, by more than its
+/// noise and at least 10% (the server runs fewer at once, or each request takes
+/// longer), or when a round is faster than `n` beyond its noise. Less demand sets off no
+/// probe: a round the work did not fill says nothing of the server.
+///
+/// # When it is slow to follow, and why
+///
+/// It acts once per round, and a round needs samples: about 100 × CV² of them (CV the
+/// latencies' coefficient of variation, taken as at least 1) and a latency and a half of
+/// time. Where the server answers few requests a second (a small limit times a long
+/// service time: 10 in flight at 200 ms is 50 a second) a round lasts seconds, and so
+/// does every step. Heavy-tailed latencies (CV 2 and more) need four times the samples
+/// or more, and their probes take longer; and their rounds' noise moves the limit by
+/// 10-20%. A service that slows little by little reads as a queue until what is in
+/// flight has fallen by a quarter, or the throughput by 10%, so the limit sags
+/// meanwhile, and a probe sized from the stale estimate goes below the server. Growth
+/// after capacity comes back takes four or five rounds (half a second with 100 ms
+/// windows). In `admission-bench`'s simulator these are where it still misses a target
+/// (see that crate's README for the figures).
 ///
 /// # When to use it
 ///
 /// When latency reflects load: a server whose work waits for a bounded resource (a pool,
-/// a dependency's concurrency, CPU) and whose requests are alike enough that a window's
-/// mean latency means something. It keeps the limit just above what the server can run
-/// at once, so time queued inside the server stays near zero. Where latency says little
-/// (requests of wildly different sizes) and the service reports overload itself, use
-/// [`Aimd`](super::Aimd).
+/// a dependency's concurrency, CPU) and whose requests are alike enough that a round's
+/// mean latency means something. Where latency says little and the service reports
+/// overload itself, use [`Aimd`](super::Aimd).
 ///
 /// # Examples
 ///
@@ -63,21 +83,26 @@ use super::{Algorithm, Window};
 /// use std::time::Duration;
 /// use admission_core::adaptive::{Algorithm, Gradient, Outcome, Window};
 ///
-/// let mut gradient = Gradient::default().smoothing(1.0);
-/// let window = |limit, latency_ms| {
+/// // 100 ms of a server of 64 workers at 10 ms, saturated (Little's law).
+/// let window = |limit: u64| {
 ///     let mut w = Window::new(limit, Duration::from_millis(100));
-///     for _ in 0..100 {
-///         w.add(Duration::from_millis(latency_ms), Outcome::Success, limit);
+///     let latency = Duration::from_millis(10 * limit.max(64) / 64);
+///     for _ in 0..10 * limit.min(64) {
+///         w.add(latency, Outcome::Success, limit);
 ///     }
 ///     w
 /// };
-/// // The first window sets the no-load estimate (10 ms).
-/// assert_eq!(gradient.update(&window(64, 10)), 64);
-/// // No queue while the work uses the limit: it grows by √64.
-/// assert_eq!(gradient.update(&window(64, 10)), 72);
-/// // Latency doubled at 128: the server runs 64 at once. The limit goes to
-/// // 64 × 1.1 + √128 = 81.7.
-/// assert_eq!(gradient.update(&window(128, 20)), 81);
+/// let mut gradient = Gradient::default();
+/// // The first hundred samples set the no-load estimate.
+/// assert_eq!(gradient.update(&window(64)), 64);
+/// assert_eq!(gradient.no_load_latency(), Some(Duration::from_millis(10)));
+/// // At 128, twice the latency: a queue. Two rounds read so, a probe finds the
+/// // estimate right, and the limit comes down to just above the knee.
+/// let mut limit = 128;
+/// for _ in 0..20 {
+///     limit = gradient.update(&window(limit));
+/// }
+/// assert!((64..=90).contains(&limit), "{limit}");
 /// ```
 #[derive(Debug, Clone)]
 pub struct Gradient {
@@ -91,33 +116,119 @@ pub struct Gradient {
     limit: f64,
     /// The no-load latency estimate, in seconds.
     noload: Option<f64>,
-    /// Whether a probe has measured the estimate (the first comes from whatever the
-    /// first window saw).
+    /// Whether a probe has measured the estimate, or the limit has grown well beyond
+    /// the first window's with no more latency (the first estimate comes from whatever
+    /// the first window saw).
     confirmed: bool,
+    /// What the work ran at once (throughput × latency) when the first estimate was
+    /// taken.
+    first: f64,
     /// Windows since the last probe ended.
     since_probe: u32,
-    /// The throughput of the first window after the last probe (requests a second).
-    reference: Option<f64>,
+    /// Rounds in a row that found no queue and grew the limit while the work filled it.
+    streak: u32,
+    /// Rounds in a row read as queued, while the estimate is unconfirmed.
+    queued_rounds: u32,
+    /// The saturated round with the most in flight since the estimate was last set: that
+    /// many, its latency and its samples. A queue's latency falls with what is in
+    /// flight; a slower service's does not.
+    anchor: Option<(f64, f64, u64)>,
+
+    /// The first saturated rounds after the last probe: their samples and seconds (their
+    /// throughput, the reference a fall is measured from).
+    reference: (u64, f64),
+    /// The throughput of the saturated rounds since, averaged (a weight of 0.3 each).
+    recent: Option<f64>,
+    /// In a descent, the last probe's throughput and samples.
+    chain: Option<(f64, u64)>,
+    /// The share of overloaded samples the last probe saw: what the service fails with
+    /// no queue, which no limit cures.
+    baseline: f64,
+    /// The latencies' spread over the last hundred windows or so (decaying sums of the
+    /// squared samples: count, µs, and units of 1024 µs²): the service's, steadier than
+    /// one round's.
+    spread: (f64, f64, f64),
+    /// Seconds since the limit last changed.
+    since_change: f64,
+    /// The windows since then that show the limit in force, merged.
+    round: Window,
     phase: Phase,
+}
+
+/// Samples gathered over a probe's measuring windows.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct Reading {
+    samples: u64,
+    /// Latencies added up, seconds.
+    total: f64,
+    /// Their squares added up (from each window's mean and spread), seconds².
+    squares: f64,
+    overloaded: u64,
+    windows: u32,
+    /// Seconds the windows lasted.
+    elapsed: f64,
+}
+
+impl Reading {
+    fn add(&mut self, window: &Window, mean: f64, cv: f64) {
+        let n = window.samples as f64;
+        self.samples += window.samples;
+        self.total += mean * n;
+        self.squares += n * mean * mean * (1.0 + cv * cv);
+        self.overloaded += window.overloaded;
+        self.windows += 1;
+        self.elapsed += window.elapsed.as_secs_f64();
+    }
+
+    fn mean(&self) -> f64 {
+        self.total / self.samples.max(1) as f64
+    }
+
+    /// The latencies' coefficient of variation.
+    fn cv(&self) -> f64 {
+        let n = self.samples.max(1) as f64;
+        let mean = self.mean();
+        let variance = (self.squares / n - mean * mean).max(0.0);
+        variance.sqrt() / mean.max(f64::MIN_POSITIVE)
+    }
+
+    /// The relative noise of the mean: the latencies' spread over √samples.
+    fn noise(&self) -> f64 {
+        self.cv() / (self.samples.max(1) as f64).sqrt()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
     Normal,
-    /// The limit is lowered to `probe`; the queue drains this window. `descended`: an
-    /// earlier probe of this run found the estimate high.
+    /// The limit is lowered to `probe` until the queue has drained: for `left` seconds
+    /// more. `descended`: an earlier probe of this run found the estimate high.
     Draining {
         resume: f64,
         probe: u64,
         descended: bool,
+        left: f64,
+        /// The throughput of the saturated window before the probe, if it was.
+        before: Option<f64>,
     },
-    /// The limit is lowered; this window's mean is the estimate.
+    /// The limit is lowered; these windows' samples are the estimate.
     Measuring {
         resume: f64,
         probe: u64,
         descended: bool,
+        before: Option<f64>,
+        reading: Reading,
     },
 }
+
+/// A probe measures until it has this many samples (more where the latencies spread
+/// more: [`Gradient::enough`]), or for `MEASURE_WINDOWS`.
+const MEASURE_SAMPLES: u64 = 200;
+const MEASURE_WINDOWS: u32 = 10;
+/// The most a probe raises the estimate by: more waits for the next probe, soon.
+const MAX_RAISE: f64 = 1.5;
+/// What a probe that found the estimate high multiplies its limit by for the next.
+const DESCENT: f64 = 0.7;
 
 impl Default for Gradient {
     fn default() -> Self {
@@ -131,8 +242,18 @@ impl Default for Gradient {
             limit: 0.0,
             noload: None,
             confirmed: false,
+            first: 0.0,
             since_probe: 0,
-            reference: None,
+            streak: 0,
+            queued_rounds: 0,
+            anchor: None,
+            reference: (0, 0.0),
+            recent: None,
+            chain: None,
+            baseline: 0.0,
+            spread: (0.0, 0.0, 0.0),
+            since_change: 0.0,
+            round: Window::default(),
             phase: Phase::Normal,
         }
     }
@@ -148,8 +269,7 @@ impl Gradient {
     }
 
     /// How far each window moves the limit down toward a lower target (default 0.5;
-    /// between 0.05 and 1): lower is steadier and slower. (Growth takes the whole step: it
-    /// is one √limit at a time already.)
+    /// between 0.05 and 1): lower is steadier and slower.
     pub fn smoothing(mut self, smoothing: f64) -> Self {
         self.smoothing = smoothing.clamp(0.05, 1.0);
         self
@@ -168,45 +288,177 @@ impl Gradient {
         self
     }
 
-    /// What the limit is multiplied by after a window in which more than
-    /// [`threshold`](Self::threshold) of the samples were overloaded or dropped
-    /// (default 0.9).
+    /// What the limit is multiplied by after a window in which the share of
+    /// [`Overload`](super::Outcome::Overload) samples exceeded what the last probe saw
+    /// by more than [`threshold`](Self::threshold) (default 0.9).
     pub fn backoff(mut self, backoff: f64) -> Self {
         self.backoff = backoff.clamp(0.1, 1.0);
         self
     }
 
-    /// The share of overloaded or dropped samples that triggers a backoff (default 0.01).
+    /// How far the share of overloaded samples may exceed what the last probe saw before
+    /// the limit backs off (default 0.01).
     pub fn threshold(mut self, share: f64) -> Self {
         self.threshold = share.clamp(0.0, 1.0);
         self
     }
 
-    /// The no-load latency estimate, once there is one.
-    pub fn no_load_latency(&self) -> Option<std::time::Duration> {
-        self.noload.map(std::time::Duration::from_secs_f64)
+    /// The latencies' coefficient of variation, over the last hundred windows or so,
+    /// taken as between 1 and 4 (an estimate from few samples reads low).
+    fn cv(&self) -> f64 {
+        let (n, total, squares) = self.spread;
+        if n < 1.0 || total <= 0.0 {
+            return 1.0;
+        }
+        let mean = total / n;
+        let square = squares * 1024.0 / n;
+        ((square - mean * mean).max(0.0).sqrt() / mean).clamp(1.0, 4.0)
     }
 
-    fn start_probe(&mut self, window: &Window, noload: f64) -> u64 {
-        let concurrency = window.throughput() * noload;
-        let probe = (concurrency * self.probe)
-            .min(self.limit * self.probe)
-            .max(1.0) as u64;
+    /// Samples enough for a mean within about 10% (one standard error): 100 × the
+    /// squared coefficient of variation.
+    fn enough(&self) -> u64 {
+        let cv = self.cv();
+        (100.0 * cv * cv) as u64
+    }
+
+    /// How far a reading may stray from the estimate before it counts as a change: three
+    /// times its noise, and at least 5%.
+    fn margin(noise: f64) -> f64 {
+        (3.0 * noise).max(0.05)
+    }
+
+    fn start_probe(
+        &mut self,
+        limit: f64,
+        concurrency: Option<f64>,
+        latency: f64,
+        before: Option<f64>,
+    ) -> u64 {
+        let probe = (concurrency.unwrap_or(limit).min(limit) * self.probe).max(1.0) as u64;
+        self.streak = 0;
         self.phase = Phase::Draining {
-            resume: self.limit,
+            resume: limit,
             probe,
             descended: false,
+            // The queue drains once what was admitted before has ended: about the
+            // latency of the window before, with a margin for the tail.
+            left: 1.5 * latency,
+            before,
         };
+        self.changed();
         probe
     }
 
-    /// Takes a probe's measurement: averaged with the estimate when they agree within
-    /// 20%, else the new estimate.
-    fn measured(&mut self, latency: f64) {
+    /// A probe's reading is in: the estimate follows it (or the probe goes lower), and
+    /// the limit resumes.
+    fn measured(
+        &mut self,
+        reading: Reading,
+        resume: f64,
+        probe: u64,
+        descended: bool,
+        before: Option<f64>,
+    ) -> u64 {
+        let latency = reading.mean();
+        // The estimate is itself a reading about as noisy: their difference is √2 times
+        // as noisy as one.
+        let margin = Self::margin(std::f64::consts::SQRT_2 * reading.noise());
+        self.baseline = reading.overloaded as f64 / reading.samples.max(1) as f64;
+        // The probe lowered the throughput (by more than its noise) from a window the
+        // work filled: it ran below the knee, so nothing queued in it.
+        let throughput = reading.samples as f64 / reading.elapsed.max(1e-9);
+        let unqueued = before.is_some_and(|before| {
+            throughput < before * (1.0 - 3.0 / (reading.samples as f64).sqrt()).min(0.95)
+        });
+        // Lower by more than its noise; or by half a descent's step while the throughput
+        // held (a probe that queued reads the limit's share lower at the next step down,
+        // as the latency of a queue is in proportion to what is in flight, and the server
+        // stays as busy; one that did not queue reads the same, and serves less).
+        // Held: in a descent, this probe (lower by a step) served as many as the one
+        // before, beyond the noise of both.
+        let held = descended
+            && self.chain.is_some_and(|(previous, count)| {
+                let noise = self.cv() * (1.0 / reading.samples as f64 + 1.0 / count as f64).sqrt();
+                (1.0 - DESCENT) > 3.0 * noise
+                    && throughput >= previous * (1.0 - (1.0 - DESCENT) / 2.0)
+            });
+        // In a descent the estimate is the probe before's reading, a step higher: queued
+        // at both, this one reads a step lower; queued at neither, the same. The
+        // midpoint decides, where the two are apart by twice the noise either side.
+        let sharp = std::f64::consts::SQRT_2 * reading.noise() < (1.0 - DESCENT) / 4.0;
+        let lower = self.noload.is_none_or(|n| {
+            latency < (1.0 - margin) * n
+                || ((held || (descended && sharp)) && latency < (1.0 + DESCENT) / 2.0 * n)
+        });
+        if (lower || !self.confirmed) && probe > 1 {
+            // Lower than the estimate: the estimate was high, and this probe may still
+            // have queued; or the first probe, whose limit came from an unmeasured
+            // estimate and may have queued just as much. Take it, and probe lower at
+            // once, until a probe no longer finds less.
+            self.noload = Some(match self.noload {
+                Some(n) if self.confirmed => n.min(latency),
+                _ => latency,
+            });
+            self.confirmed = true;
+            self.chain = Some((throughput, reading.samples));
+            let next = ((probe as f64 * DESCENT) as u64).max(1);
+            self.phase = Phase::Draining {
+                resume,
+                probe: next,
+                descended: true,
+                left: 1.5 * latency,
+                before,
+            };
+            return next;
+        }
+        let mut soon = descended;
         self.noload = Some(match self.noload {
-            Some(n) if (latency - n).abs() <= 0.2 * n => (n + latency) / 2.0,
+            Some(n) if latency > (1.0 + margin) * n => {
+                // Slower. Unless the probe ran below the knee, a bounded step, so that a
+                // probe that still queued cannot ratchet the estimate up; the next probe
+                // comes soon to go on.
+                if latency > MAX_RAISE * n && !unqueued {
+                    soon = true;
+                    MAX_RAISE * n
+                } else {
+                    latency
+                }
+            }
+            Some(n) if !lower => (n + latency) / 2.0,
             _ => latency,
         });
+        self.confirmed = true;
+        self.phase = Phase::Normal;
+        self.anchor = None;
+        self.reference = (0, 0.0);
+        self.recent = None;
+        self.chain = None;
+        self.since_probe = if soon {
+            self.probe_every.saturating_sub(10)
+        } else {
+            0
+        };
+        // Resume where the round before the probe says the server's concurrency is (its
+        // throughput times the estimate), if the work filled it: after a fall in
+        // capacity the old limit overshoots, and after a slower service it had sunk
+        // (read against the old estimate, the service's slowing looked like a queue).
+        let noload = self.noload.unwrap_or(latency);
+        let found = before.map_or(f64::INFINITY, |throughput| {
+            let concurrency = throughput * noload * (1.0 + self.tolerance);
+            concurrency + concurrency.sqrt()
+        });
+        self.limit = if found.is_finite() { found } else { resume }
+            .max(probe as f64)
+            .max(1.0);
+        self.changed();
+        self.limit as u64
+    }
+
+    /// The limit changed: what follows is measured afresh.
+    fn changed(&mut self) {
+        self.since_change = 0.0;
+        self.round = Window::default();
     }
 }
 
@@ -215,16 +467,37 @@ impl Algorithm for Gradient {
         let Some(latency) = window.mean_latency().map(|m| m.as_secs_f64()) else {
             return window.limit;
         };
+        let (n, total, squares) = self.spread;
+        self.spread = (
+            0.99 * n + window.spread.samples as f64,
+            0.99 * total + window.spread.total as f64,
+            0.99 * squares + window.spread.squares as f64,
+        );
         match self.phase {
             Phase::Draining {
                 resume,
                 probe,
                 descended,
+                left,
+                before,
             } => {
-                self.phase = Phase::Measuring {
-                    resume,
-                    probe,
-                    descended,
+                let left = left - window.elapsed.as_secs_f64();
+                self.phase = if left > 0.0 {
+                    Phase::Draining {
+                        resume,
+                        probe,
+                        descended,
+                        left,
+                        before,
+                    }
+                } else {
+                    Phase::Measuring {
+                        resume,
+                        probe,
+                        descended,
+                        before,
+                        reading: Reading::default(),
+                    }
                 };
                 return probe;
             }
@@ -232,35 +505,38 @@ impl Algorithm for Gradient {
                 resume,
                 probe,
                 descended,
+                before,
+                mut reading,
             } => {
-                let lower = self.noload.is_none_or(|n| latency < 0.95 * n);
-                if lower || !self.confirmed {
-                    // Lower than the estimate: the estimate was high, and this probe may
-                    // still have queued; or the first probe, whose limit came from an
-                    // unmeasured estimate and may have queued just as much. Take it, and
-                    // probe lower at once (by a step noise cannot hide), until a probe no
-                    // longer finds less.
-                    self.noload = Some(latency);
-                    self.confirmed = true;
-                    let probe = ((probe as f64 * self.probe * self.probe) as u64).max(1);
-                    self.phase = Phase::Draining {
+                reading.add(window, latency, self.cv());
+                // Enough samples for the spread, over long enough for the long requests
+                // begun in it to end (a short reading of a heavy tail reads low: the
+                // short ones end first): ten latencies, more as the spread grows.
+                let cv = reading.cv().clamp(1.0, 4.0);
+                // (A descent tells one step from none: 5% noise, where 10% does else.)
+                let per = if descended { 400.0 } else { 100.0 };
+                let enough = MEASURE_SAMPLES.max((per * cv * cv) as u64);
+                let long = reading.elapsed >= (10.0 * cv * cv).min(50.0) * reading.mean();
+                // A reading far from the estimate, beyond its noise, is decided at once: a
+                // service that doubled its time need not be measured to the last percent
+                // (and the probe, sized from the old estimate, sheds while it lasts).
+                let decided = self.noload.is_some_and(|n| {
+                    (reading.mean() / n - 1.0).abs() > 0.25 + 3.0 * reading.noise()
+                });
+                if !decided
+                    && (reading.samples < enough || !long)
+                    && reading.windows < MEASURE_WINDOWS
+                {
+                    self.phase = Phase::Measuring {
                         resume,
                         probe,
-                        descended: true,
+                        descended,
+                        before,
+                        reading,
                     };
                     return probe;
                 }
-                self.measured(latency);
-                self.phase = Phase::Normal;
-                self.reference = None;
-                // After a descent, confirm the estimate soon.
-                self.since_probe = if descended {
-                    self.probe_every.saturating_sub(10)
-                } else {
-                    0
-                };
-                self.limit = resume;
-                return resume as u64;
+                return self.measured(reading, resume, probe, descended, before);
             }
             Phase::Normal => {}
         }
@@ -268,64 +544,259 @@ impl Algorithm for Gradient {
         // bounds, or handed back by an operator).
         if (self.limit - window.limit as f64).abs() >= 1.0 {
             self.limit = window.limit as f64;
+            self.changed();
         }
-        let before = self.limit;
         let Some(noload) = self.noload else {
-            // The first window: its latency is the estimate until the first probe, soon.
-            self.noload = Some(latency);
-            self.since_probe = self.probe_every - 4;
+            // The first hundred samples: their latency is the estimate until the first
+            // probe, which comes when a round first reads as queued (the work that ended
+            // first may have queued, or been the short ones).
+            self.round.merge(window);
+            if self.round.samples >= 100 {
+                self.noload = self.round.mean_latency().map(|m| m.as_secs_f64());
+                // What the work ran at once then (Little's law).
+                self.first = self.round.throughput() * self.noload.unwrap_or(0.0);
+                self.round = Window::default();
+            }
             return window.limit;
         };
-        let target = if window.overload_share() > self.threshold {
-            self.limit * self.backoff
-        } else {
-            let gradient = (noload * (1.0 + self.tolerance) / latency).clamp(0.5, 1.0);
-            let target = self.limit * gradient + self.limit.sqrt();
-            if target > self.limit && window.app_limited() {
-                self.limit
-            } else {
-                target
-            }
+        // A window's samples are of work admitted up to a latency before: just after a
+        // change, under the limit before. Such a window is left out where that is a
+        // large part of it, and the limit moves once per round: windows merged until
+        // they span one and a half latencies since the change (one window, where latency is short
+        // next to it). Acting faster than the work answers would overshoot.
+        let start = self.since_change;
+        self.since_change += window.elapsed.as_secs_f64();
+        if start >= latency || latency <= 0.25 * window.elapsed.as_secs_f64() {
+            self.round.merge(window);
+        }
+        let round = self.round;
+        let Some(latency) = round.mean_latency().map(|m| m.as_secs_f64()) else {
+            return self.limit as u64;
         };
-        // Smoothing damps the way down, where a noisy window would shed work; growth
-        // comes one √limit step at a time already.
-        let step = if target < self.limit {
-            self.smoothing
-        } else {
-            1.0
-        };
-        self.limit = (self.limit + step * (target - self.limit)).max(1.0);
-        self.since_probe += 1;
-        // A probe waits until the limit binds (the work reached 90% of it): until then the
-        // limit shapes nothing, what the server does is its own, and a probe would only
-        // shed work. Should the service slow down meanwhile, the gradient lowers the
-        // limit until it binds, and the probe comes.
-        let binds = window.max_in_flight.saturating_mul(10) >= window.limit.saturating_mul(9);
-        // The server's concurrency, as throughput × no-load latency shows it, fell by a
-        // quarter since the last probe: either it runs fewer at once (the latency that
-        // rose is queueing, and the gradient is right) or each request takes longer (a
-        // dependency slowed: the estimate is stale, and the gradient would take the
-        // limit far below what the server runs). Only a probe tells them apart: probe
-        // now, from the limit as it was. (The estimate holds still between probes, so
-        // the concurrency falls by a quarter when the throughput does: that is compared.)
+        // Enough samples to act on: for the spread, or (to grow, which the next round
+        // corrects if wrong) a hundred that read no queue.
+        let clear = round.samples >= 100 && latency <= noload * (1.0 + self.tolerance);
+        if self.since_change < 1.5 * latency || (round.samples < self.enough() && !clear) {
+            return self.limit as u64;
+        }
+        self.round = Window::default();
+        let window = &round;
+        let limit = self.limit;
+        let samples = window.samples as f64;
+        let noise = self.cv() / samples.sqrt();
         let throughput = window.throughput();
-        let fell = match self.reference {
-            Some(reference) => throughput < 0.75 * reference,
-            None => {
-                self.reference = Some(throughput);
-                false
+        // The work filled the limit: at some point (`binds`), and on average (Little's
+        // law: throughput × latency is the mean in flight).
+        let binds = window.max_in_flight as f64 >= 0.9 * window.limit as f64;
+        let saturated = throughput * latency >= 0.8 * limit;
+        // What the work ran at once has come down by a quarter from the anchor (Little's
+        // law: throughput × latency), the work filling the limit all along, and the
+        // latency has not come down with it: what read as a queue was the service
+        // slowing (a queue's latency falls in proportion to what is in flight; a slower
+        // service's throughput does instead). The latency now is the no-load latency:
+        // the estimate takes it, with no probe (a probe sized from the stale estimate
+        // would go far below the server).
+        let mut noload = noload;
+        let in_flight = throughput * latency;
+        // (Only a round of work admitted under this limit: none above it in flight.)
+        let clean = window.max_in_flight <= window.limit;
+        if saturated && binds && clean && self.confirmed {
+            let spread = |count: u64| self.cv() * (1.0 / count as f64 + 1.0 / samples).sqrt();
+            match self.anchor {
+                // The latency rose beyond the noise: something changed (capacity, or the
+                // service), and only what follows tells which. Measured from here.
+                Some((_, anchored, count)) if latency > anchored * (1.0 + 3.0 * spread(count)) => {
+                    self.anchor = Some((in_flight, latency, window.samples));
+                }
+                Some((high, anchored, count)) if in_flight <= 0.75 * high => {
+                    // (A queue's would be in proportion: the latency must stand above
+                    // that by three times the noise of the two rounds.)
+                    if latency >= anchored * (in_flight / high + 3.0 * spread(count)).max(0.9) {
+                        noload = latency;
+                        self.noload = Some(latency);
+                        self.anchor = None;
+                        // Some of it may be queue still: a probe (sized from the new
+                        // estimate, so near the server) measures it soon.
+                        self.since_probe =
+                            self.since_probe.max(self.probe_every.saturating_sub(10));
+                        self.reference = (0, 0.0);
+                        self.recent = None;
+                    }
+                }
+                // Near the most in flight: the latency there now (a queue that formed
+                // since, after a fall in capacity, is one a cut will shorten).
+                Some((high, ..)) if in_flight >= 0.9 * high => {
+                    self.anchor = Some((high.max(in_flight), latency, window.samples));
+                }
+                Some(_) => {}
+                None => self.anchor = Some((in_flight, latency, window.samples)),
+            }
+        }
+        let overloaded = window.overloaded as f64 / samples;
+        let allowance = self.baseline + self.threshold + 3.0 * (self.baseline / samples).sqrt();
+        let target = if overloaded > allowance {
+            self.streak = 0;
+            limit * self.backoff
+        } else {
+            let knee = noload * (1.0 + self.tolerance);
+            // The server's concurrency as the round shows it (Little's law: the limit
+            // over the latency's multiple of the no-load latency), with the tolerance.
+            let gradient = (knee / latency).clamp(0.5, 1.0 + self.tolerance);
+            let concurrency = limit * gradient;
+            // Just above it, with a queue of √ of it: enough to keep the server busy
+            // between arrivals, short next to a small server.
+            let target = concurrency + concurrency.sqrt();
+            // Queued beyond the round's noise.
+            let queued = latency > knee * (1.0 + 2.0 * noise);
+            self.queued_rounds = if queued { self.queued_rounds + 1 } else { 0 };
+            // Half as many again in flight as when the first estimate was taken, and no
+            // more latency: it did not queue then, and it stands.
+            if !self.confirmed && !queued && throughput * latency >= 1.5 * self.first {
+                self.confirmed = true;
+                // And this round read no queue at half as much again in flight: its
+                // latency is a no-load reading, from more samples than the first (whose
+                // short requests, ending first, read low).
+                if latency > noload {
+                    self.noload = Some(latency);
+                }
+            }
+            if target < limit {
+                self.streak = 0;
+                if !self.confirmed && latency < 2.0 * knee * (1.0 + 2.0 * noise) {
+                    // The estimate is the first samples', unmeasured: the work that ended
+                    // first, the short requests, may have set it. Only a probe cuts,
+                    // unless the latency doubled.
+                    limit
+                } else if binds || latency > 1.5 * knee * (1.0 + 2.0 * noise) {
+                    // The work filled the limit, or queued beyond doubt (more of it in
+                    // flight than the server runs at once, under a limit far above).
+                    target
+                } else {
+                    // The work did not fill the limit, and the latency may be its noise
+                    // (a heavy tail's window): cut no lower than what the work used, with
+                    // the same allowance, or the next burst is shed for a reading.
+                    let used = window.max_in_flight as f64;
+                    target.max(used * (1.0 + self.tolerance) + used.sqrt())
+                }
+            } else if !binds {
+                // The work did not reach the limit: growing it would only raise a
+                // number nothing tests (and be far too high when the load comes).
+                self.streak = 0;
+                limit
+            } else {
+                // No queue (the latency at most the knee): grow, faster round after round
+                // (until a round is queued beyond its noise), so that a server far above
+                // the limit is found in a few rounds.
+                if latency > knee {
+                    // Within the noise of the knee: the formula's step alone.
+                    if queued {
+                        self.streak = 0;
+                    }
+                    target
+                } else {
+                    self.streak += 1;
+                    // √limit, then half the limit, then the limit: a server that grew four
+                    // times over is found in four rounds.
+                    let step = match self.streak {
+                        1 => limit.sqrt(),
+                        2 => limit / 2.0,
+                        _ => limit,
+                    };
+                    target.max(limit + step.max(limit.sqrt()))
+                }
             }
         };
-        // A window faster than the no-load latency: the estimate is stale the other way
-        // (each request takes less than it did), and the limit would settle too high.
-        let faster = latency < 0.9 * noload;
+        // Smoothing damps every move but a sure one beyond the round's noise: a second
+        // round in a row with no queue, or a queue beyond doubt (half as long again as the
+        // knee). A noisy round would shed work, or queue it.
+        let within_noise = (target / limit - 1.0).abs() <= 3.0 * noise;
+        let sure = if target >= limit {
+            // Growth: the second round in a row with no queue.
+            self.streak >= 2
+        } else {
+            latency > 1.5 * noload * (1.0 + self.tolerance) * (1.0 + 2.0 * noise)
+        };
+        let step = if sure && !within_noise {
+            1.0
+        } else {
+            self.smoothing
+        };
+        self.limit = (limit + step * (target - limit)).max(1.0);
+        if self.limit as u64 != limit as u64 {
+            self.changed();
+        }
+        self.since_probe += 1;
+        // The server's concurrency, as throughput × no-load latency shows it while the
+        // work fills the limit, fell by a quarter since the last probe: either it runs
+        // fewer at once (the latency that rose is queueing, and the gradient is right)
+        // or each request takes longer (a dependency slowed: the estimate is stale, and
+        // the gradient would take the limit far below what the server runs). Only a
+        // probe tells them apart. A window the work did not fill says nothing of the
+        // server: less demand is not less capacity.
+        let (count, seconds) = self.reference;
+        // The recent throughput (rounds the work filled, averaged), against the reference:
+        // a fall of a tenth, or of several times the noise of one round (a quarter of a
+        // round's noise for the average of several).
+        if saturated {
+            self.recent = Some(match self.recent {
+                Some(recent) => 0.7 * recent + 0.3 * throughput,
+                None => throughput,
+            });
+        }
+        let fell = saturated
+            && count >= 200
+            && self.recent.is_some_and(|recent| {
+                recent
+                    < count as f64 / seconds * (1.0 - (2.5 * self.cv() / samples.sqrt()).max(0.1))
+            });
+        // The reference is the throughput of the rounds just after the probe (enough of
+        // them for a steady figure), so that a slow drift shows as a fall.
+        if saturated && !fell && count < 1000 {
+            self.reference = (
+                count + window.samples,
+                seconds + window.elapsed.as_secs_f64(),
+            );
+        }
+        // A window faster than the no-load latency, beyond its noise: the estimate is
+        // stale the other way (each request takes less than it did).
+        let faster = latency < (1.0 - Self::margin(noise).max(0.1)) * noload;
         let early = (fell || faster) && self.since_probe >= 4;
-        if binds && (self.since_probe >= self.probe_every || early) {
-            if fell {
-                self.limit = before;
-            }
-            return self.start_probe(window, noload);
+        // A probe waits until the work fills the limit on average: until then the limit
+        // shapes little, and a probe (sized from what the work runs at once) would only
+        // shed work.
+        // Nor while the limit grows round after round with no queue: the limit is below
+        // the knee, and the estimate reads true (or it would read faster, or queued).
+        let due = if self.confirmed {
+            self.since_probe >= self.probe_every && self.streak == 0
+        } else {
+            // Two rounds in a row read as queued: one alone may be the noise of a
+            // long service's few samples, and the first probe is a costly one.
+            self.queued_rounds >= 2 || self.since_probe >= self.probe_every
+        };
+        // The first probe also comes where the work queues without filling the limit (a
+        // limit started far above a server the work overfills from the start: its
+        // first samples were queued already, and only a probe tells).
+        let first = !self.confirmed && self.queued_rounds >= 2;
+        if (saturated && binds && (due || early)) || first {
+            // From the limit before this round's step (a probe measures the limit in
+            // force, not the step), or what the work used, if less.
+            // (After a fall, from the limit before this round's cut, which may read a
+            // slower service as a queue.)
+            let from = if fell { limit } else { limit.min(self.limit) }
+                .min(window.max_in_flight.max(1) as f64);
+            // What the work runs at once at no-load speed: the server's concurrency
+            // when the work fills the limit, what the work needs when it does not. (At
+            // most what it ran: a faster server has a stale, high estimate.)
+            // An unconfirmed estimate may read low (the short requests end first), so
+            // the first probe is sized from the limit alone.
+            let concurrency = self.confirmed.then(|| throughput * noload.min(latency));
+            let before = saturated.then_some(throughput);
+            return self.start_probe(from, concurrency, latency, before);
         }
         self.limit as u64
+    }
+
+    fn no_load_latency(&self) -> Option<std::time::Duration> {
+        self.noload.map(std::time::Duration::from_secs_f64)
     }
 }

@@ -24,27 +24,30 @@
 //!
 //! # Choosing an algorithm
 //!
-//! - [`Gradient`] (the default choice): compares each window's mean latency with a
+//! - [`Gradient`] (the default choice): compares each round's mean latency with a
 //!   no-load latency it measures itself (by short probes below the knee), and keeps the
 //!   limit just above the concurrency the server really has (10% plus √limit above it),
 //!   where it is busy all the time and its queue stays short. For servers whose work
-//!   waits on a bounded resource (a pool, a dependency's concurrency, CPU) and whose
-//!   requests are alike enough for a mean latency to mean something. Told neither the
-//!   server's concurrency nor its service time, it met every target of the simulation in
-//!   `admission-bench` (`cargo run --release -p admission-bench --bin adaptive`): goodput
-//!   at least 98% of capacity under 2x and 10x overload, p99 latency within 1.08x of the
-//!   best static limit, p99 time queued inside the server under one service time, and
-//!   the limit back within 0.75x-1.5x of the capacity within 2 s after it halves and
-//!   after it recovers, and held there while every request takes twice as long (a
-//!   dependency slowing down) and after.
+//!   waits on a bounded resource (a pool, a dependency's concurrency, CPU). Told neither
+//!   the server's concurrency nor its service time, started far below and far above, it
+//!   meets the targets of `admission-bench`'s simulator (`cargo run --release -p
+//!   admission-bench --bin adaptive`: goodput at least 98% of capacity, p99 latency within
+//!   1.25x of the best static limit's, p99 time queued inside the server under one service
+//!   time, the limit within 0.75x-1.5x of a new capacity 2 s after it changes) across
+//!   exponential and heavy-tailed service times, 8 to 500 workers, 1 ms to 200 ms, bursts,
+//!   steps and capacity changes, except where its docs say it is slow to follow
+//!   (mixtures of very unequal requests, a service slowing little by little, the second
+//!   after capacity comes back from a quarter); the bench README lists every figure.
 //! - [`Aimd`]: grows while nothing fails, backs off on failures (overload answers, errors,
 //!   clients giving up). For services that report overload themselves, or whose requests
 //!   vary so much that latency says little. It learns of a queue only when the queue
-//!   makes work fail, so without a latency threshold
-//!   ([`AdaptiveBuilder::overload_latency`]) it keeps the queue just short of failing (in
-//!   the simulation: p99 latency 1.7x the best static limit's, the limit several times the
-//!   capacity).
+//!   makes work fail, so a limit that is too high is never lowered while nothing errors:
+//!   pair it with a latency threshold ([`AdaptiveBuilder::overload_latency`]).
 //! - Your own: [`Algorithm`] is one method, from a [`Window`] of samples to the next limit.
+//!
+//! [`AdaptiveLimit::latency`] gives the limit's estimate of how long an admitted request
+//! takes now (recent windows' mean latency, and the algorithm's no-load latency), and when
+//! it was taken.
 //!
 //! # Where a sample ends
 //!
@@ -159,6 +162,33 @@ pub struct Window {
     pub limit: u64,
     /// How long the window lasted.
     pub elapsed: Duration,
+    /// The squares of some of the latencies, for their spread (see [`Window::latency_cv`]).
+    spread: Spread,
+}
+
+/// Squared latencies of a sample of a window's samples (one in eight of each shard's,
+/// the same ones whose permits in flight are read): enough for the spread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Spread {
+    /// Samples squared.
+    pub(crate) samples: u64,
+    /// Their latencies, in µs (capped as their squares are).
+    pub(crate) total: u64,
+    /// Their squares, each in units of 1024 µs² (see [`Spread::square`]).
+    pub(crate) squares: u128,
+}
+
+impl Spread {
+    /// The longest latency squared as it is (about 67 s); longer ones count as this.
+    pub(crate) const CAP_MICROS: u64 = 1 << 26;
+
+    /// One latency's square, in units of 1024 µs²: at most 2^42, so a shard's word holds
+    /// the 2^20 squares a shard can gather in a window.
+    #[inline]
+    pub(crate) fn square(micros: u64) -> u64 {
+        let micros = micros.min(Self::CAP_MICROS);
+        (micros * micros) >> 10
+    }
 }
 
 impl Window {
@@ -181,6 +211,43 @@ impl Window {
             Outcome::Dropped => self.dropped += 1,
         }
         self.max_in_flight = self.max_in_flight.max(in_flight);
+        let micros = micros(latency).min(Spread::CAP_MICROS);
+        self.spread.samples += 1;
+        self.spread.total += micros;
+        self.spread.squares += u128::from(Spread::square(micros));
+    }
+
+    /// Adds `later`'s samples to this window's, as one window that lasted both: the limit
+    /// is `later`'s, the most in flight the larger.
+    pub fn merge(&mut self, later: &Window) {
+        self.samples += later.samples;
+        self.latency_total += later.latency_total;
+        self.overloaded += later.overloaded;
+        self.dropped += later.dropped;
+        self.max_in_flight = self.max_in_flight.max(later.max_in_flight);
+        self.limit = later.limit;
+        self.elapsed += later.elapsed;
+        self.spread.samples += later.spread.samples;
+        self.spread.total += later.spread.total;
+        self.spread.squares += later.spread.squares;
+    }
+
+    /// The latencies' coefficient of variation (standard deviation over mean), from a
+    /// sample of them (one in eight, the first of each thread's included); `None`
+    /// without samples. The noise of [`mean_latency`](Self::mean_latency) is about this over the
+    /// square root of [`samples`](Self::samples): an algorithm can tell a change from
+    /// noise by it.
+    pub fn latency_cv(&self) -> Option<f64> {
+        let n = self.spread.samples as f64;
+        if n == 0.0 {
+            return None;
+        }
+        let mean = self.spread.total as f64 / n;
+        if mean <= 0.0 {
+            return Some(0.0);
+        }
+        let square = self.spread.squares as f64 * 1024.0 / n;
+        Some((square - mean * mean).max(0.0).sqrt() / mean)
     }
 
     /// The mean latency of the samples; `None` for an empty window.
@@ -251,11 +318,22 @@ impl Window {
 pub trait Algorithm: fmt::Debug + Send + 'static {
     /// The limit for the next window, given the window that just closed.
     fn update(&mut self, window: &Window) -> u64;
+
+    /// The algorithm's estimate of a request's latency with nothing queued, if it keeps
+    /// one (default: none). [`Gradient`] does; [`Aimd`] does not. Read after each window
+    /// into [`AdaptiveLimit::latency`].
+    fn no_load_latency(&self) -> Option<Duration> {
+        None
+    }
 }
 
 impl<A: Algorithm + ?Sized> Algorithm for Box<A> {
     fn update(&mut self, window: &Window) -> u64 {
         (**self).update(window)
+    }
+
+    fn no_load_latency(&self) -> Option<Duration> {
+        (**self).no_load_latency()
     }
 }
 
@@ -354,6 +432,32 @@ impl Drop for Guard {
     }
 }
 
+/// How long an admitted request takes, as an [`AdaptiveLimit`] last measured it
+/// ([`AdaptiveLimit::latency`]).
+///
+/// Fresh as of the last window's close ([`as_of`](Self::as_of)): windows close at the
+/// first sample after [`AdaptiveBuilder::window`] (100 ms) with at least
+/// [`AdaptiveBuilder::min_samples`] (50), so under load it is at most a window and a bit
+/// old, and `typical` follows a change in the service within about four windows. With few
+/// requests (fewer than `min_samples` a window) windows last longer, and with none the
+/// estimate stays as it was: compare `as_of` with the clock before trusting an old one.
+/// The fields are each read on their own: read while a window closes, one may be a
+/// window newer than another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LatencyEstimate {
+    /// The mean latency of recent windows, averaged with a weight of a quarter per window
+    /// (the last four or so): what a request admitted now can expect, time queued inside
+    /// the server included.
+    pub typical: Duration,
+    /// The algorithm's latency with nothing queued, where it keeps one
+    /// ([`Algorithm::no_load_latency`]; [`Gradient`] measures it by probes, [`Aimd`] keeps
+    /// none): a lower bound on `typical`, as of the algorithm's last probe.
+    pub no_load: Option<Duration>,
+    /// When the last window closed (on the limit's clock: see [`AdaptiveBuilder::epoch`]).
+    pub as_of: Instant,
+}
+
 /// A reading of an [`AdaptiveLimit`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -370,6 +474,8 @@ pub struct AdaptiveSnapshot {
     pub windows: u64,
     /// The last window closed.
     pub last: Option<Window>,
+    /// How long an admitted request takes now ([`AdaptiveLimit::latency`]).
+    pub latency: Option<LatencyEstimate>,
 }
 
 impl AdaptiveLimit {
@@ -447,6 +553,33 @@ impl AdaptiveLimit {
         self.guard.ledger.hand_back(false);
     }
 
+    /// The limit's estimate of how long an admitted request takes now, from admission to
+    /// where its sample ends (see [`LatencyEstimate`]); `None` until a window with samples
+    /// has closed. Lock-free: three relaxed loads.
+    ///
+    /// ```
+    /// use std::time::{Duration, Instant};
+    /// use admission_core::adaptive::{AdaptiveLimit, Gradient, Outcome};
+    /// use admission_core::CountLedger;
+    ///
+    /// let ledger = CountLedger::new(0)?;
+    /// let start = Instant::now();
+    /// let limit = AdaptiveLimit::builder(Gradient::default()).epoch(start).build(&ledger)?;
+    /// assert!(limit.latency().is_none(), "no window has closed");
+    /// // A window closes at the first sample once it has lasted 100 ms with 50 samples.
+    /// for i in 1..=50 {
+    ///     let now = start + Duration::from_millis(2 * i);
+    ///     limit.record_at(now, Duration::from_millis(10), Outcome::Success);
+    /// }
+    /// let estimate = limit.latency().expect("a window closed");
+    /// assert_eq!(estimate.typical, Duration::from_millis(10));
+    /// assert_eq!(estimate.as_of, start + Duration::from_millis(100));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn latency(&self) -> Option<LatencyEstimate> {
+        self.guard.ledger.driver()?.latency()
+    }
+
     /// The limit, whether it is fixed by hand, and the last window.
     pub fn snapshot(&self) -> AdaptiveSnapshot {
         let ledger = &self.guard.ledger;
@@ -460,6 +593,7 @@ impl AdaptiveLimit {
             max: control.bounds.1,
             windows: control.windows,
             last: control.last,
+            latency: driver.latency(),
         }
     }
 

@@ -425,3 +425,59 @@ fn the_largest_bound_is_the_ledgers_largest_capacity() {
         .unwrap();
     assert_eq!(limit.limit(), max);
 }
+
+/// An algorithm that answers the limit in force and keeps a fixed no-load latency.
+#[derive(Debug)]
+struct NoLoad(Duration);
+
+impl Algorithm for NoLoad {
+    fn update(&mut self, window: &Window) -> u64 {
+        window.limit
+    }
+
+    fn no_load_latency(&self) -> Option<Duration> {
+        Some(self.0)
+    }
+}
+
+#[test]
+fn the_latency_estimate_averages_windows_and_says_when_it_was_taken() {
+    let ledger = CountLedger::new(0).unwrap();
+    let epoch = Instant::now();
+    let limit = build(NoLoad(4 * MS), &ledger, epoch);
+    assert_eq!(limit.latency(), None, "no window yet");
+    // Three windows: means of 20 ms, then 40 ms twice.
+    let mut now = epoch;
+    for mean in [20, 40, 40] {
+        for _ in 0..3 {
+            now += 40 * MS;
+            limit.record_at(now, mean * MS, Outcome::Success);
+        }
+    }
+    let estimate = limit.latency().expect("windows closed");
+    // 20, then 20 + (40 - 20) / 4 = 25, then 25 + (40 - 25) / 4 = 28.75.
+    assert_eq!(estimate.typical, Duration::from_micros(28_750));
+    assert_eq!(estimate.no_load, Some(4 * MS));
+    assert_eq!(
+        estimate.as_of, now,
+        "the last window closed at the last sample"
+    );
+    assert_eq!(
+        limit.snapshot().latency,
+        Some(estimate),
+        "and the snapshot shows it"
+    );
+}
+
+#[test]
+fn the_latency_estimate_has_no_no_load_figure_where_the_algorithm_keeps_none() {
+    let ledger = CountLedger::new(0).unwrap();
+    let epoch = Instant::now();
+    let limit = build(Aimd::default(), &ledger, epoch);
+    for i in 1..=4 {
+        limit.record_at(epoch + 40 * i * MS, 10 * MS, Outcome::Success);
+    }
+    let estimate = limit.latency().expect("a window closed");
+    assert_eq!(estimate.typical, 10 * MS);
+    assert_eq!(estimate.no_load, None);
+}
