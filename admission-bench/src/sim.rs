@@ -21,9 +21,12 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::time::{Duration, Instant};
 
 use admission_core::adaptive::{AdaptiveLimit, Algorithm, Outcome};
-use admission_core::{CountLedger, CountPermit};
+use admission_core::{Acquire, CountLedger, CountPermit};
 use rand_core::{RngCore, SeedableRng};
 use rand_xoshiro::Xoshiro256PlusPlus;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
 
 /// The distribution of service times, each with the scenario's mean.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -103,6 +106,9 @@ pub struct Scenario {
     pub warmup: f64,
     /// How long it runs (seconds of virtual time).
     pub seconds: f64,
+    /// Arrivals in bursts instead of Poisson: every `.0` seconds, `.1` requests at once
+    /// (the `load` steps are then not used).
+    pub bursts: Option<(f64, u64)>,
 }
 
 impl Scenario {
@@ -121,6 +127,7 @@ impl Scenario {
             deadline: 100.0 * service,
             warmup: 5.0,
             seconds: 15.0,
+            bursts: None,
         }
     }
 
@@ -149,7 +156,8 @@ impl Scenario {
 
     /// Whether the load never exceeds `at_most` times the capacity.
     pub fn light(&self, at_most: f64) -> bool {
-        self.load.iter().all(|(_, load)| *load <= at_most)
+        self.bursts.is_none()
+            && self.load.iter().all(|(_, load)| *load <= at_most)
             && self.workers.iter().all(|(_, w)| *w >= self.workers[0].1)
             && self.slowdown.is_empty()
             && self.drift.is_none()
@@ -214,13 +222,38 @@ pub struct Outcomes {
     pub goodput_by_second: Vec<f64>,
 }
 
+/// An admission wait in front of the limit: [`CountLedger::set_max_waiting`] waiters,
+/// each for at most `max_wait` seconds (and never past its client's deadline).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Wait {
+    /// How many may wait at once.
+    pub max_waiting: usize,
+    /// The longest a request waits for a slot, seconds.
+    pub max_wait: f64,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Event {
     /// A worker finishes a request (a slot and its generation).
     Done(usize, u64),
     /// A request's client gives up.
     Deadline(usize, u64),
+    /// A waiting request's wait may have run out.
+    WaitEnd,
     Arrival,
+    /// A burst of arrivals.
+    Burst,
+}
+
+thread_local! {
+    /// The simulation's clock, for the ledger's standing-queue rule: its epoch, and the
+    /// time of the event being handled.
+    static CLOCK: std::cell::Cell<(Option<Instant>, f64)> = const { std::cell::Cell::new((None, 0.0)) };
+}
+
+fn sim_now() -> Instant {
+    let (epoch, t) = CLOCK.with(std::cell::Cell::get);
+    epoch.expect("set by `run`") + Duration::from_secs_f64(t)
 }
 
 /// A request in flight, in a slot reused once it ends (`permit` is `None` then).
@@ -284,10 +317,49 @@ fn next_arrival(rng: &mut Xoshiro256PlusPlus, scenario: &Scenario, base: f64, t:
 
 /// Runs one scenario under one limiter with one seed.
 pub fn run(scenario: &Scenario, limiter: Limiter, seed: u64) -> Outcomes {
+    run_waiting(scenario, limiter, None, seed)
+}
+
+/// [`run`], with an admission wait in front of the limit, if given (its standing-queue
+/// rule on the simulation's clock).
+pub fn run_waiting(
+    scenario: &Scenario,
+    limiter: Limiter,
+    wait: Option<Wait>,
+    seed: u64,
+) -> Outcomes {
+    run_inner(scenario, limiter, wait, sim_now, seed)
+}
+
+/// [`run_waiting`], with the standing-queue rule reading `clock` (a clock that never moves
+/// keeps the queue first come first served).
+pub fn run_waiting_with_clock(
+    scenario: &Scenario,
+    limiter: Limiter,
+    wait: Wait,
+    clock: fn() -> Instant,
+    seed: u64,
+) -> Outcomes {
+    run_inner(scenario, limiter, Some(wait), clock, seed)
+}
+
+fn run_inner(
+    scenario: &Scenario,
+    limiter: Limiter,
+    wait: Option<Wait>,
+    clock: fn() -> Instant,
+    seed: u64,
+) -> Outcomes {
     let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
     let epoch = Instant::now();
     let at = |t: f64| epoch + Duration::from_secs_f64(t);
+    CLOCK.with(|clock| clock.set((Some(epoch), 0.0)));
     let ledger = CountLedger::new(0).expect("unlimited");
+    if let Some(wait) = wait {
+        ledger.set_max_waiting(wait.max_waiting);
+        ledger.set_wait_clock(clock);
+    }
+    let mut waiting: Vec<(Acquire, f64)> = Vec::new();
     let adaptive = match limiter {
         Limiter::None => None,
         Limiter::Static(limit) => {
@@ -313,9 +385,13 @@ pub fn run(scenario: &Scenario, limiter: Limiter, seed: u64) -> Outcomes {
     let mut generation = 0u64;
     let mut queue: VecDeque<(usize, u64)> = VecDeque::new();
     let mut busy = 0u64;
-    let first = next_arrival(&mut rng, scenario, base, 0.0);
-    if first.is_finite() {
-        events.push(Reverse((key(first), Event::Arrival)));
+    if scenario.bursts.is_some() {
+        events.push(Reverse((0, Event::Burst)));
+    } else {
+        let first = next_arrival(&mut rng, scenario, base, 0.0);
+        if first.is_finite() {
+            events.push(Reverse((key(first), Event::Arrival)));
+        }
     }
 
     let (mut arrivals, mut shed) = (0u64, 0u64);
@@ -342,7 +418,79 @@ pub fn run(scenario: &Scenario, limiter: Limiter, seed: u64) -> Outcomes {
             from = to;
         }
         last_t = t;
+        CLOCK.with(|clock| clock.set((Some(epoch), t)));
         let measured = t >= warmup;
+        // Admits a request that arrived at `arrived` with `permit`: into the server's
+        // queue, its client's deadline counted from its arrival.
+        macro_rules! admit {
+            ($arrived:expr, $permit:expr) => {{
+                generation += 1;
+                let request = Request {
+                    generation,
+                    arrived: $arrived,
+                    started: None,
+                    permit: Some($permit),
+                };
+                let id = match free.pop() {
+                    Some(id) => {
+                        requests[id] = request;
+                        id
+                    }
+                    None => {
+                        requests.push(request);
+                        requests.len() - 1
+                    }
+                };
+                let deadline = Event::Deadline(id, generation);
+                events.push(Reverse((key($arrived + scenario.deadline), deadline)));
+                queue.push_back((id, generation));
+            }};
+        }
+        let arrivals_now = match event {
+            Event::Arrival => {
+                let next = next_arrival(&mut rng, scenario, base, t);
+                if next.is_finite() {
+                    events.push(Reverse((key(next), Event::Arrival)));
+                }
+                1
+            }
+            Event::Burst => {
+                let (period, size) = scenario.bursts.expect("bursts");
+                events.push(Reverse((key(t + period), Event::Burst)));
+                size
+            }
+            _ => 0,
+        };
+        for _ in 0..arrivals_now {
+            arrived_by_second[t as usize] += 1;
+            if measured {
+                arrivals += 1;
+            }
+            let outcome = match wait {
+                None => Poll::Ready(ledger.try_acquire()),
+                Some(wait) => {
+                    let mut acquire = ledger.acquire();
+                    match Pin::new(&mut acquire).poll(&mut Context::from_waker(Waker::noop())) {
+                        Poll::Pending => {
+                            let until = t + wait.max_wait.min(scenario.deadline);
+                            events.push(Reverse((key(until), Event::WaitEnd)));
+                            waiting.push((acquire, t));
+                            Poll::Pending
+                        }
+                        ready => ready,
+                    }
+                }
+            };
+            match outcome {
+                Poll::Ready(Ok(permit)) => admit!(t, permit),
+                Poll::Ready(Err(_)) => {
+                    if measured {
+                        shed += 1;
+                    }
+                }
+                Poll::Pending => {}
+            }
+        }
         let live = |requests: &[Request], id: usize, generation: u64| {
             let request = &requests[id];
             request.generation == generation && request.permit.is_some()
@@ -362,42 +510,7 @@ pub fn run(scenario: &Scenario, limiter: Limiter, seed: u64) -> Outcomes {
             }
         };
         match event {
-            Event::Arrival => {
-                let next = next_arrival(&mut rng, scenario, base, t);
-                if next.is_finite() {
-                    events.push(Reverse((key(next), Event::Arrival)));
-                }
-                arrived_by_second[t as usize] += 1;
-                if measured {
-                    arrivals += 1;
-                }
-                let Ok(permit) = ledger.try_acquire() else {
-                    if measured {
-                        shed += 1;
-                    }
-                    continue;
-                };
-                generation += 1;
-                let request = Request {
-                    generation,
-                    arrived: t,
-                    started: None,
-                    permit: Some(permit),
-                };
-                let id = match free.pop() {
-                    Some(id) => {
-                        requests[id] = request;
-                        id
-                    }
-                    None => {
-                        requests.push(request);
-                        requests.len() - 1
-                    }
-                };
-                let deadline = Event::Deadline(id, generation);
-                events.push(Reverse((key(t + scenario.deadline), deadline)));
-                queue.push_back((id, generation));
-            }
+            Event::Arrival | Event::Burst | Event::WaitEnd => {}
             Event::Done(id, generation) => {
                 if !live(&requests, id, generation) {
                     continue; // given up while in service: its worker moved on then
@@ -416,6 +529,30 @@ pub fn run(scenario: &Scenario, limiter: Limiter, seed: u64) -> Outcomes {
                 // One still queued stays in the queue, skipped when it comes up.
                 finish(id, Outcome::Dropped, &mut requests);
             }
+        }
+        // Waiters: served by the releases above, or out of time.
+        if !waiting.is_empty() {
+            let max_wait = wait.map_or(0.0, |w| w.max_wait).min(scenario.deadline);
+            let mut still = Vec::with_capacity(waiting.len());
+            for (mut acquire, arrived) in waiting.drain(..) {
+                match Pin::new(&mut acquire).poll(&mut Context::from_waker(Waker::noop())) {
+                    Poll::Ready(Ok(permit)) => admit!(arrived, permit),
+                    Poll::Ready(Err(_)) => {
+                        if arrived >= warmup {
+                            shed += 1;
+                        }
+                    }
+                    Poll::Pending if t >= arrived + max_wait - 1e-9 => {
+                        // Out of time: it stops waiting (and is refused).
+                        drop(acquire);
+                        if arrived >= warmup {
+                            shed += 1;
+                        }
+                    }
+                    Poll::Pending => still.push((acquire, arrived)),
+                }
+            }
+            waiting = still;
         }
         // Free workers (as many as the capacity now allows) take from the queue.
         while busy < scenario.workers_at(t) {
@@ -710,5 +847,37 @@ mod tests {
             [1.0, 3.0, 4.0, 5.0]
         );
         assert_eq!(percentile(&mut [], 0.5), 0.0);
+    }
+
+    /// Bursts: 20 at once every 100 ms against 4 workers of 10 ms (capacity 400/s, 200
+    /// arrivals/s). Shed at once at 4, each burst loses all but 4: 40/s served; waiting,
+    /// every request of the burst is served within the burst's 50 ms.
+    #[test]
+    fn bursts_arrive_together_and_a_wait_serves_what_shedding_loses() {
+        let scenario = Scenario {
+            bursts: Some((0.1, 20)),
+            ..steady(4, 1.0, 20.0)
+        };
+        let shed = run(&scenario, Limiter::Static(4), 5);
+        assert!(
+            (shed.goodput - 0.2).abs() < 0.01,
+            "4 of each 20: {}",
+            shed.goodput
+        );
+        assert!((shed.shed - 0.8).abs() < 0.01, "{}", shed.shed);
+        let wait = Wait {
+            max_waiting: 20,
+            max_wait: 0.1,
+        };
+        let waited = run_waiting(&scenario, Limiter::Static(4), Some(wait), 5);
+        assert!(waited.goodput > 0.99, "{}", waited.goodput);
+        assert_eq!(waited.shed, 0.0);
+        // Beyond `max_waiting`, shed at once: 4 admitted, 8 waiting, 8 shed.
+        let fewer = Wait {
+            max_waiting: 8,
+            max_wait: 0.1,
+        };
+        let some = run_waiting(&scenario, Limiter::Static(4), Some(fewer), 5);
+        assert!((some.goodput - 0.6).abs() < 0.01, "{}", some.goodput);
     }
 }

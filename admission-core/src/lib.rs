@@ -1,10 +1,14 @@
-//! Admission ledgers for servers: bound what is in flight, and shed (never queue) what
-//! is over the bound.
+//! Admission ledgers for servers: bound what is in flight, and shed what is over the
+//! bound (by default at once; optionally after a short wait, bounded in waiters).
 //!
 //! A server that accepts work must bound what it holds at once: how many requests, how
 //! many bytes they buffer, and how much any one client takes. Over the bound the answer
-//! is an immediate, retryable refusal, never a queue (a queue keeps the buffered bodies
-//! resident and only moves the unbounded growth elsewhere).
+//! is an immediate, retryable refusal, not a queue (a queue without bounds keeps the
+//! buffered bodies resident and only moves the unbounded growth elsewhere). Where
+//! traffic comes in bursts, a count acquisition may instead wait for a slot
+//! ([`CountLedger::acquire`], [`Gate::claim`]): at most
+//! [`max_waiting`](CountLedger::set_max_waiting) at once, each holding only a small entry
+//! of the ledger's queue, served by class, newest first once the queue stands.
 //!
 //! This crate is the runtime-agnostic core: no async runtime, no HTTP. Adapters
 //! (`admission-http`, `admission-tower`, `admission-grpc`) map its refusals to responses.
@@ -18,12 +22,14 @@
 //! | the least important work shed first | [`Priority`] classes ([`Classes`]) with [`CountLedger::try_acquire_as`], [`Claim::priority`] | [`Refused::Count`], counted by class |
 //! | a cap chosen per client (tenant tiers) | [`KeyedLedger::try_acquire_with_cap`], [`Claim::key_cap`] | [`Refused::Key`] |
 //! | a count limit that finds the server's concurrency itself | [`AdaptiveLimit`] driving a [`CountLedger`] ([`adaptive`]) | [`Refused::Count`] |
+//! | a burst served rather than shed | [`CountLedger::acquire`] / [`Gate::claim`] after [`CountLedger::set_max_waiting`] (a future, no timer: add your runtime's timeout) | [`Refused::Count`] beyond the waiters |
 //! | shutting down gracefully | [`Gate::drain`] → [`Drain`] (a future, or [`Drain::wait`]) | [`Refused::Closed`] |
 //!
 //! Every permit is `'static`, `Send + Sync`, `#[must_use]`, and releases exactly once,
-//! when dropped. Acquisition never blocks, never awaits, and (for count and bytes) takes
-//! no lock and never allocates: one compare-exchange to acquire, one atomic subtraction
-//! to release. In configuration (constructors, builders) a limit of 0 means "unlimited"
+//! when dropped. `try_` acquisition never blocks, never awaits, and (for count and
+//! bytes) takes no lock and never allocates: one compare-exchange to acquire, one to
+//! release (while acquisitions wait, a release hands its slot to a waiter under the
+//! ledger's lock instead). In configuration (constructors, builders) a limit of 0 means "unlimited"
 //! (a [`Gate`] leaves such a byte or key dimension out; it always counts requests), and
 //! a limit a ledger cannot represent is a [`CapacityError`] from the constructor, never
 //! a panic later. Limits can be changed at run time, where 0 is an error rather than a
@@ -89,7 +95,7 @@ mod sync;
 
 pub use adaptive::AdaptiveLimit;
 pub use bytes::{ByteLedger, BytePermit};
-pub use count::{CountLedger, CountPermit, Drain};
+pub use count::{Acquire, CountLedger, CountPermit, Drain};
 pub use gate::{Claim, Gate, GateBuilder, GatePermit, GateSnapshot};
 pub use key::Key;
 pub use keyed::{KeyedLedger, KeyedPermit, KeyedSnapshot};

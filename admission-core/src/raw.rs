@@ -117,6 +117,54 @@ pub(crate) unsafe fn put<T: Counted>(ptr: NonNull<T>, amount: u64) -> u64 {
     prev
 }
 
+/// [`put`], unless the word has any bit of `unless` set: then nothing is given up and the
+/// word as read is the error. A compare-exchange loop rather than one subtraction, so that
+/// the check and the decrement are one step: a bit set between them fails the exchange.
+///
+/// # Safety
+///
+/// As [`put`]. On an error the caller still holds its share.
+#[inline]
+pub(crate) unsafe fn put_unless<T: Counted>(
+    ptr: NonNull<T>,
+    amount: u64,
+    unless: u64,
+) -> Result<u64, u64> {
+    // SAFETY: the caller's share keeps the cell alive until the decrement below (as in
+    // `put`); every reference here is a temporary that ends before it.
+    unsafe { ptr.as_ref() }.track().touch();
+    // SAFETY: as above.
+    let word = unsafe { ptr.as_ref() }.word();
+    // Relaxed: an advisory first read; the exchange decides.
+    let mut current = word.load(Ordering::Relaxed);
+    let prev = loop {
+        if current & unless != 0 {
+            return Err(current);
+        }
+        debug_assert!(
+            current >= amount,
+            "a ledger's reference count went below zero"
+        );
+        // Release on success, as `put`'s decrement: this holder's every use of the cell
+        // happens before the free, by whichever thread makes it. (The cell is not
+        // touched after a successful exchange: `word` is not used again.)
+        match word.compare_exchange_weak(
+            current,
+            current - amount,
+            Ordering::Release,
+            Ordering::Relaxed,
+        ) {
+            Ok(prev) => break prev,
+            Err(actual) => current = actual,
+        }
+    };
+    if prev == amount {
+        // SAFETY: the word is zero, by this decrement.
+        unsafe { free(ptr) };
+    }
+    Ok(prev)
+}
+
 /// Frees a cell whose word the caller brought to zero, once every holder is done with it.
 ///
 /// # Safety

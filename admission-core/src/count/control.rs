@@ -76,13 +76,19 @@ impl CountLedger {
     /// ledger, it also takes the limit out of the controller's hands.
     pub(super) fn configure(&self, capacity: u64) {
         let inner = self.inner();
-        let _control = inner.cold.control.lock();
-        // Relaxed: read and written only under `control`.
-        if inner.cold.driven.load(Ordering::Relaxed) {
-            inner.cold.fixed.store(true, Ordering::Relaxed);
+        let mut wake = Vec::new();
+        {
+            let mut control = inner.cold.control.lock();
+            // Relaxed: read and written only under `control`.
+            if inner.cold.driven.load(Ordering::Relaxed) {
+                inner.cold.fixed.store(true, Ordering::Relaxed);
+            }
+            inner.cold.capacity.store(capacity, Ordering::Relaxed);
+            inner.store_threshold();
+            // A higher capacity has room for waiters.
+            inner.grant(&mut control, &mut wake);
         }
-        inner.cold.capacity.store(capacity, Ordering::Relaxed);
-        inner.store_threshold();
+        wake.into_iter().for_each(Waker::wake);
     }
 
     /// Puts the capacity under a controller's hands, starting at `capacity`; false if
@@ -171,9 +177,15 @@ impl CountLedger {
     /// ```
     pub fn close(&self) {
         let inner = self.inner();
-        let _control = inner.cold.control.lock();
-        inner.cold.closed.store(true, Ordering::Relaxed);
-        inner.store_threshold();
+        let mut wake = Vec::new();
+        {
+            let mut control = inner.cold.control.lock();
+            inner.cold.closed.store(true, Ordering::Relaxed);
+            inner.store_threshold();
+            // Every acquisition waiting for a slot is refused, at once.
+            inner.refuse_waiters(&mut control, Refused::Closed, &mut wake);
+        }
+        wake.into_iter().for_each(Waker::wake);
     }
 
     /// Admits again, at the configured capacity, after [`close`](Self::close) or

@@ -180,3 +180,92 @@ fn set_capacity_racing_acquisitions() {
         assert!(ledger.try_acquire().is_ok());
     });
 }
+
+/// Polls `acquire` to completion, parking the model thread between polls (a lost wake-up
+/// is a deadlock, which loom reports).
+fn acquire_blocking(mut acquire: Acquire) -> Result<CountPermit, Refused> {
+    let waker = Waker::from(std::sync::Arc::new(Unpark(loom::thread::current())));
+    loop {
+        if let Poll::Ready(outcome) = Pin::new(&mut acquire).poll(&mut Context::from_waker(&waker))
+        {
+            return outcome;
+        }
+        loom::thread::park();
+    }
+}
+
+/// A waiter queueing on one thread while the only permit is released on another: the
+/// release either comes first in the word (and the waiter, having set `QUEUE`, takes the
+/// freed slot itself) or finds `QUEUE` and hands the slot over; either way the waiter is
+/// served (a lost wake-up deadlocks the model), never more than the capacity is held,
+/// and the ledger ends empty and is freed. Without the waiter's own grant after it queues,
+/// the first order loses the slot's wake-up and the model deadlocks.
+#[test]
+fn a_waiter_is_served_by_a_release_racing_its_queueing() {
+    loom::model(|| {
+        let ledger = CountLedger::new(1).unwrap();
+        ledger.set_max_waiting(1);
+        let permit = ledger.try_acquire().unwrap();
+        let t = loom::thread::spawn(move || drop(permit));
+        let served = acquire_blocking(ledger.acquire()).expect("served");
+        assert_eq!(ledger.in_flight(), 1);
+        drop(served);
+        t.join().unwrap();
+        assert_eq!(ledger.in_flight(), 0);
+        assert_eq!(ledger.waiting(), 0);
+        assert!(ledger.try_acquire().is_ok(), "no trace of the queue");
+    });
+}
+
+/// A queued waiter dropped on one thread while the release that would serve it runs on
+/// another: the slot is handed to the waiter and released again by its drop, or given
+/// back because the waiter has gone; either way nothing stays held or queued, and the
+/// last of the handle and the permit frees the ledger once.
+#[test]
+fn a_waiter_dropped_while_the_release_that_serves_it_runs() {
+    loom::model(|| {
+        let ledger = CountLedger::new(1).unwrap();
+        ledger.set_max_waiting(1);
+        let permit = ledger.try_acquire().unwrap();
+        let mut waiter = ledger.acquire();
+        assert!(Pin::new(&mut waiter)
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_pending());
+        let t = loom::thread::spawn(move || drop(permit));
+        drop(waiter);
+        t.join().unwrap();
+        assert_eq!(ledger.in_flight(), 0);
+        assert_eq!(ledger.waiting(), 0);
+        assert_eq!(ledger.inner().hot.state.load(Ordering::Relaxed) & QUEUE, 0);
+    });
+}
+
+/// Two waiters, two releases, on three threads: each waiter is served once, never above
+/// the capacity.
+#[test]
+fn two_waiters_and_two_releases_on_three_threads() {
+    loom::model(|| {
+        let ledger = CountLedger::new(2).unwrap();
+        ledger.set_max_waiting(2);
+        let a = ledger.try_acquire().unwrap();
+        let b = ledger.try_acquire().unwrap();
+        let t = loom::thread::spawn(move || {
+            drop(a);
+            drop(b);
+        });
+        let other = {
+            let ledger = ledger.clone();
+            loom::thread::spawn(move || {
+                let permit = acquire_blocking(ledger.acquire()).expect("served");
+                assert!(ledger.in_flight() <= 2);
+                drop(permit);
+            })
+        };
+        let permit = acquire_blocking(ledger.acquire()).expect("served");
+        assert!(ledger.in_flight() <= 2);
+        drop(permit);
+        t.join().unwrap();
+        other.join().unwrap();
+        assert_eq!(ledger.in_flight(), 0);
+    });
+}

@@ -4,7 +4,9 @@
 //!
 //! One 64-bit word holds the number of permits in flight below bit 63 and, in bit 63,
 //! the presence of the ledger's handles (see `raw`). Acquiring is a bounded
-//! compare-exchange loop on that word; releasing is one atomic subtraction. The word is
+//! compare-exchange loop on that word; releasing is one too, which fails if acquisitions
+//! wait (bit 61, `QUEUE`: see `wait`), so that the release then hands its slot on. The
+//! word is
 //! also the allocation's reference count, so a permit is one pointer and costs no
 //! reference-count traffic of its own.
 //!
@@ -37,8 +39,13 @@ use crate::{CapacityError, Refused};
 /// its own right (see "Waiting for the last permit" on [`CountLedger::drain`]), and above
 /// every threshold, so nothing is admitted while it is set.
 const WATCH: u64 = 1 << 62;
+/// Set in the word while acquisitions wait for a slot (see [`CountLedger::acquire`]).
+/// Not a share of the count: whoever sets or clears it holds one. Above every threshold,
+/// so that no acquisition passes the waiters, and a release that finds it hands its slot
+/// on instead of giving it back.
+const QUEUE: u64 = 1 << 61;
 /// The permits-in-flight field of the word.
-const HELD: u64 = WATCH - 1;
+const HELD: u64 = QUEUE - 1;
 
 /// A limit on how many permits are in flight at once.
 ///
@@ -79,15 +86,24 @@ const HELD: u64 = WATCH - 1;
 /// capacity is set to meanwhile: a close by an operator or at shutdown is never undone by
 /// a later limit change. [`drain`](Self::drain) closes and waits for the last permit.
 ///
+/// # Waiting (optional)
+///
+/// By default a full ledger refuses at once. [`set_max_waiting`](Self::set_max_waiting)
+/// lets that many acquisitions wait for a slot ([`acquire`](Self::acquire), a future):
+/// a release hands its slot straight to the next waiter (by class, then oldest first, or
+/// newest first once the queue stands), and beyond the bound acquisitions are refused at
+/// once as before. The future has no timer; bound it with your runtime's timeout.
+///
 /// # Cost, and the choice behind it
 ///
-/// Acquiring is one compare-exchange on the ledger's word, releasing one atomic
-/// subtraction: no lock, no allocation, and no reference-count traffic, because the
-/// ledger's admission word is also its allocation's reference count (a permit is one
-/// pointer). Measured with criterion on a 2-core x86_64 machine, acquire + release of an
-/// owned permit costs the same as a bare compare-exchange loop on a padded atomic (the
-/// floor: 1.01x), against 2.0x for the same loop plus an `Arc` clone per permit and 3.0x
-/// for `tokio::sync::Semaphore::try_acquire_owned` (see `admission-bench`).
+/// Acquiring is one compare-exchange on the ledger's word, releasing one more (which
+/// fails while acquisitions wait, so that the release hands its slot on): no lock, no
+/// allocation, and no reference-count traffic, because the ledger's admission word is
+/// also its allocation's reference count (a permit is one pointer). Counted by
+/// callgrind on x86_64 (`admission-bench`'s report), acquire + release of an owned
+/// permit is 35 instructions, against 16 for a bare compare-exchange loop on a padded
+/// atomic with a subtracting release (the floor) and 141 for
+/// `tokio::sync::Semaphore::try_acquire_owned` and its release.
 ///
 /// The trade-off: a compare-exchange loop retries when another thread changed the word
 /// between its load and its exchange, where an optimistic add-then-roll-back never
@@ -146,15 +162,36 @@ struct Cold {
     fixed: AtomicBool,
     /// The samples and the controller of an adaptive limit, from the first one on.
     driver: std::sync::OnceLock<Driver>,
-    /// Serialises every change of the threshold, and holds the drains waiting.
+    /// How many acquisitions may wait at once (0: none; see `wait`).
+    max_waiting: AtomicU64,
+    /// Serialises every change of the threshold, and holds the drains and the
+    /// acquisitions waiting.
     control: Mutex<Waiters>,
 }
 
-/// The drains waiting for the last permit, each under the id it registered with.
-#[derive(Default)]
+/// The drains waiting for the last permit, each under the id it registered with, and the
+/// acquisitions waiting for a slot.
 struct Waiters {
+    /// The clock the standing-queue rule reads (see `CountLedger::set_wait_clock`).
+    clock: fn() -> Instant,
     list: Vec<(u64, Waker)>,
     next_id: u64,
+    /// The acquisitions waiting, in the order they came (see `wait`).
+    queue: std::collections::VecDeque<wait::Waiter>,
+    /// When the queue last had no one waiting; `None` while it has been empty since.
+    busy_since: Option<Instant>,
+}
+
+impl Default for Waiters {
+    fn default() -> Self {
+        Self {
+            clock: Instant::now,
+            list: Vec::new(),
+            next_id: 0,
+            queue: std::collections::VecDeque::new(),
+            busy_since: None,
+        }
+    }
 }
 
 impl Counted for CountInner {
@@ -288,18 +325,24 @@ impl Steered for CountInner {
     /// The controller's setting: applied unless an operator fixed the capacity by hand.
     /// A close (or drain) stays in force either way.
     fn steer(&self, capacity: u64) {
-        let _control = self.cold.control.lock();
-        // Relaxed: read and written only under `control`.
-        if !self.cold.fixed.load(Ordering::Relaxed) {
-            self.cold.capacity.store(capacity, Ordering::Relaxed);
-            self.store_threshold();
+        let mut wake = Vec::new();
+        {
+            let mut control = self.cold.control.lock();
+            // Relaxed: read and written only under `control`.
+            if !self.cold.fixed.load(Ordering::Relaxed) {
+                self.cold.capacity.store(capacity, Ordering::Relaxed);
+                self.store_threshold();
+                // A limit that grew has room for waiters.
+                self.grant(&mut control, &mut wake);
+            }
         }
+        wake.into_iter().for_each(Waker::wake);
     }
 }
 
 impl CountLedger {
     /// The largest capacity a count ledger accepts.
-    pub const MAX_CAPACITY: usize = usize::MAX >> 2;
+    pub const MAX_CAPACITY: usize = usize::MAX >> 3;
 
     /// A ledger admitting at most `capacity` permits at once; 0 means unlimited.
     ///
@@ -332,6 +375,7 @@ impl CountLedger {
                 driven: AtomicBool::new(false),
                 fixed: AtomicBool::new(false),
                 driver: std::sync::OnceLock::new(),
+                max_waiting: AtomicU64::new(0),
                 control: Mutex::new(Waiters::default()),
             }),
             track: Track::new(),
@@ -370,7 +414,7 @@ impl CountLedger {
     /// ```
     #[inline]
     pub fn try_acquire(&self) -> Result<CountPermit, Refused> {
-        let (permit, level) = self.acquire(None)?;
+        let (permit, level) = self.admit(None)?;
         self.inner().cold.stats.observe(level);
         Ok(permit)
     }
@@ -404,7 +448,7 @@ impl CountLedger {
     /// ```
     #[inline]
     pub fn try_acquire_as(&self, priority: Priority) -> Result<CountPermit, Refused> {
-        let (permit, level) = self.acquire(Some(priority))?;
+        let (permit, level) = self.admit(Some(priority))?;
         self.inner().cold.stats.observe(level);
         Ok(permit)
     }
@@ -417,14 +461,14 @@ impl CountLedger {
         &self,
         priority: Option<Priority>,
     ) -> Result<(CountPermit, u64), Refused> {
-        self.acquire(priority)
+        self.admit(priority)
     }
 
     /// The acquisition, for a class (its share of the threshold) or for none (the whole
     /// threshold). Always inlined, so that the plain path, whose `priority` is a constant
     /// `None`, compiles to exactly the compare against the threshold.
     #[inline(always)]
-    fn acquire(&self, priority: Option<Priority>) -> Result<(CountPermit, u64), Refused> {
+    fn admit(&self, priority: Option<Priority>) -> Result<(CountPermit, u64), Refused> {
         let inner = self.inner();
         // Relaxed: the threshold is a plain setting; an acquisition racing a change may
         // see either value, which is the documented "next acquisition" semantics. A
@@ -433,8 +477,9 @@ impl CountLedger {
         let threshold = inner.threshold(priority);
         let mut current = inner.hot.state.load(Ordering::Relaxed);
         loop {
-            // `WATCH`, when set, is above every threshold: nothing is admitted.
-            let held = current & !OWNER;
+            // `WATCH`, when set, is above every threshold: nothing is admitted. `QUEUE`
+            // is not looked at (see `wait`).
+            let held = current & !(OWNER | QUEUE);
             if held >= threshold {
                 return Err(inner.refuse(priority));
             }
@@ -467,7 +512,7 @@ impl CountLedger {
     pub(crate) fn check(&self, priority: Option<Priority>) -> Result<(), Refused> {
         let inner = self.inner();
         // Relaxed: advisory; the compare-exchange that follows decides.
-        let held = inner.hot.state.load(Ordering::Relaxed) & !OWNER;
+        let held = inner.hot.state.load(Ordering::Relaxed) & !(OWNER | QUEUE);
         if held >= inner.threshold(priority) {
             return Err(inner.refuse(priority));
         }
@@ -508,12 +553,17 @@ impl fmt::Debug for CountLedger {
 mod control;
 mod drain;
 mod permit;
+mod wait;
 
 pub use drain::Drain;
 pub use permit::CountPermit;
+pub use wait::Acquire;
 
 #[cfg(all(test, not(admission_loom)))]
 mod tests;
+
+#[cfg(all(test, not(admission_loom)))]
+mod wait_tests;
 
 #[cfg(all(test, admission_loom))]
 mod loom_models;

@@ -63,13 +63,19 @@ impl CountPermit {
     #[inline]
     fn release(&mut self) {
         // SAFETY: this permit added 1 to the word when it was made and gives it up here,
-        // once (only `Drop` calls this); it never touches `inner` again.
-        let prev = unsafe { raw::put(self.inner, 1) };
-        if prev & !OWNER == WATCH | 1 {
-            // This release took the count to zero while a drain waited.
-            // SAFETY: as `last_out` requires: `WATCH` was set when this release took the
-            // count from one to zero, so that share is now this thread's.
-            unsafe { CountInner::last_out(self.inner) }
+        // once (only `Drop` calls this), unless acquisitions wait: then the share is
+        // still ours, and `hand_off` passes it on or gives it up.
+        match unsafe { raw::put_unless(self.inner, 1, QUEUE) } {
+            Ok(prev) => {
+                if prev & !OWNER == WATCH | 1 {
+                    // This release took the count to zero while a drain waited.
+                    // SAFETY: as `last_out` requires: `WATCH` was set when this release
+                    // took the count from one to zero, so that share is now this thread's.
+                    unsafe { CountInner::last_out(self.inner) }
+                }
+            }
+            // SAFETY: the share is ours, given up there once; not used after.
+            Err(_) => unsafe { CountInner::hand_off(self.inner) },
         }
     }
 }

@@ -199,6 +199,93 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
         self.admit(claim)
     }
 
+    /// [`try_claim`](Self::try_claim), but where the count is full and its ledger lets
+    /// acquisitions wait ([`CountLedger::set_max_waiting`]), waits for a slot (see
+    /// [`CountLedger::acquire`]). With no waiting allowed (the default) it is
+    /// `try_claim`, at once.
+    ///
+    /// What never waits: a request too large for the byte budget, and a key at its cap
+    /// (one client cannot fill the queue). The key's permit is taken before the wait and
+    /// held through it, so a waiter counts against its client's cap; the bytes are
+    /// charged once the count admits. A refusal at any point leaves nothing held. The
+    /// future has no timer: bound it with your runtime's timeout, and drop it to stop
+    /// waiting.
+    ///
+    /// # Errors
+    ///
+    /// As `try_claim`; [`Refused::Count`] also when the waiters are at their maximum, and
+    /// [`Refused::Closed`] when the gate closes while the claim waits.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::future::Future;
+    /// use std::pin::pin;
+    /// use std::task::{Context, Poll, Waker};
+    /// use admission_core::{Claim, Gate};
+    ///
+    /// let gate = Gate::<u32>::builder().count(1).per_key(1).build()?;
+    /// gate.count().set_max_waiting(8);
+    /// let held = gate.try_claim(Claim::new().key(&1))?;
+    /// let mut cx = Context::from_waker(Waker::noop());
+    ///
+    /// let mut waits = pin!(gate.claim(Claim::new().key(&2)));
+    /// assert!(waits.as_mut().poll(&mut cx).is_pending(), "the count is full: it waits");
+    /// let mut same_key = pin!(gate.claim(Claim::new().key(&1)));
+    /// assert!(matches!(same_key.as_mut().poll(&mut cx), Poll::Ready(Err(_))), "a key at its cap never waits");
+    /// drop(held);
+    /// assert!(matches!(waits.as_mut().poll(&mut cx), Poll::Ready(Ok(_))));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub async fn claim(&self, claim: Claim<'_, K>) -> Result<GatePermit<K, S>, Refused> {
+        if self.count.max_waiting() == 0 {
+            return self.admit(claim);
+        }
+        let Claim {
+            key,
+            bytes,
+            total,
+            priority,
+            key_cap,
+        } = claim;
+        if let Some(ledger) = &self.bytes {
+            ledger.check_size(bytes.max(total))?;
+        }
+        let keyed = self
+            .keyed
+            .as_ref()
+            .zip(key)
+            .map(|(ledger, key)| ledger.try_acquire_unobserved(key, key_cap))
+            .transpose()?;
+        let count = match priority {
+            Some(priority) => self.count.acquire_as(priority),
+            None => self.count.acquire(),
+        }
+        .await?;
+        let charged = self
+            .bytes
+            .as_ref()
+            .map(|ledger| ledger.try_charge_unobserved(bytes))
+            .transpose()?;
+        let keyed = keyed.map(|(permit, keys)| {
+            if let (Some(ledger), Some(keys)) = (&self.keyed, keys) {
+                ledger.observe(keys);
+            }
+            permit
+        });
+        let bytes = charged.map(|(permit, level)| {
+            if let Some(ledger) = &self.bytes {
+                ledger.observe(level);
+            }
+            permit
+        });
+        Ok(GatePermit {
+            count,
+            bytes,
+            keyed,
+        })
+    }
+
     #[inline(always)]
     fn admit(&self, claim: Claim<'_, K>) -> Result<GatePermit<K, S>, Refused> {
         let Claim {

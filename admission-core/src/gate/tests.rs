@@ -251,3 +251,89 @@ fn max_request_bytes_without_a_budget_only_refuses_too_large() {
     assert_eq!(gate.snapshot().bytes.unwrap().refused, 1);
     drop(held);
 }
+
+mod waiting {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    use crate::{Claim, Gate, Refused};
+
+    fn cx() -> Context<'static> {
+        Context::from_waker(Waker::noop())
+    }
+
+    /// Closed while it waits: refused, and its key's permit (held through the wait) is
+    /// given back.
+    #[test]
+    fn a_claim_refused_while_it_waits_holds_nothing() {
+        let gate = Gate::<u32>::builder().count(1).per_key(1).build().unwrap();
+        gate.count().set_max_waiting(4);
+        let held = gate.try_claim(Claim::new().key(&1)).unwrap();
+        let mut waits = pin!(gate.claim(Claim::new().key(&2)));
+        assert!(waits.as_mut().poll(&mut cx()).is_pending());
+        assert_eq!(
+            gate.keyed().unwrap().keys(),
+            2,
+            "the waiter holds its key's permit"
+        );
+        gate.close();
+        assert!(matches!(
+            waits.as_mut().poll(&mut cx()),
+            Poll::Ready(Err(Refused::Closed))
+        ));
+        assert_eq!(gate.keyed().unwrap().keys(), 1, "given back");
+        drop(held);
+        assert_eq!(gate.count().in_flight(), 0);
+    }
+
+    /// Too large for the byte budget, or over its key's cap: refused at once, never queued.
+    #[test]
+    fn what_can_never_be_admitted_by_waiting_is_refused_at_once() {
+        let gate = Gate::<u32>::builder()
+            .count(1)
+            .per_key(1)
+            .bytes(100)
+            .max_request_bytes(50)
+            .build()
+            .unwrap();
+        gate.count().set_max_waiting(4);
+        let held = gate.try_claim(Claim::new().key(&1)).unwrap();
+        let too_large = pin!(gate.claim(Claim::new().key(&2).bytes(60))).poll(&mut cx());
+        assert!(matches!(too_large, Poll::Ready(Err(Refused::TooLarge))));
+        let same_key = pin!(gate.claim(Claim::new().key(&1))).poll(&mut cx());
+        assert!(matches!(same_key, Poll::Ready(Err(Refused::Key))));
+        assert_eq!(gate.count().waiting(), 0);
+        drop(held);
+    }
+
+    /// Admitted by the count after its wait, refused by the bytes: the count's slot and
+    /// the key's permit are given back (all or nothing).
+    #[test]
+    fn a_claim_the_bytes_refuse_after_its_wait_gives_back_its_slot() {
+        let gate = Gate::<u32>::builder()
+            .count(1)
+            .per_key(1)
+            .bytes(100)
+            .build()
+            .unwrap();
+        gate.count().set_max_waiting(4);
+        let held = gate.try_claim(Claim::new().key(&1).bytes(80)).unwrap();
+        let mut waits = pin!(gate.claim(Claim::new().key(&2).bytes(40)));
+        assert!(waits.as_mut().poll(&mut cx()).is_pending());
+        // The count frees, the bytes do not.
+        let (count, bytes, keyed) = held.into_parts();
+        drop((count, keyed));
+        assert!(matches!(
+            waits.as_mut().poll(&mut cx()),
+            Poll::Ready(Err(Refused::Bytes))
+        ));
+        assert_eq!(
+            gate.count().in_flight(),
+            0,
+            "the slot it was handed went back"
+        );
+        assert_eq!(gate.keyed().unwrap().keys(), 0);
+        drop(bytes);
+    }
+}
