@@ -550,7 +550,7 @@ async fn an_adaptive_limit_learns_overload_from_a_handlers_resource_exhausted() 
 }
 
 /// An inner service that is never ready.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct NeverReady;
 
 impl<B> tower::Service<http::Request<B>> for NeverReady {
@@ -616,4 +616,48 @@ fn the_small_parts_do_what_they_say() {
     let permit = admitted.extensions().get::<HandlerPermit>().unwrap();
     assert_eq!(format!("{permit:?}"), "HandlerPermit { .. }");
     assert_eq!(gate.count().in_flight(), 1);
+}
+
+/// The wait for a count slot over gRPC: a call that finds the count full waits and is
+/// served when the slot frees; one whose deadline (`grpc-timeout`) leaves no time to wait
+/// and answer is refused at once with `RESOURCE_EXHAUSTED` and a retry hint, which the
+/// client's retry policy retries (a `DEADLINE_EXCEEDED` would not be).
+#[tokio::test]
+async fn a_call_waits_for_a_slot_and_one_with_too_close_a_deadline_is_refused_at_once() {
+    let layer = AdmissionLayer::builder()
+        .count(1)
+        .bypass(is_health_check)
+        .refusals(refusals_with(RefusalCode::ResourceExhausted).retry_after(RETRY))
+        .wait(
+            admission_tower::Wait::new(4, Duration::from_secs(5))
+                .service_time(Duration::from_millis(50)),
+        )
+        .build()
+        .unwrap();
+    let state = State::new(1000);
+    let addr = start(&layer, &state).await;
+    let channel = channel(addr).await;
+
+    let held = layer.gate().count().try_acquire().unwrap();
+    let waiting = {
+        let channel = channel.clone();
+        tokio::spawn(async move { put(&channel, "work", &[]).await })
+    };
+    eventually("the call waits", || layer.gate().count().waiting() == 1).await;
+    assert_eq!(state.calls(), 0);
+
+    let started = std::time::Instant::now();
+    let status = put(&channel, "work", &[("grpc-timeout", "20m")])
+        .await
+        .unwrap_err();
+    assert_retryable(&status, Code::ResourceExhausted, "count limit reached");
+    assert!(started.elapsed() < Duration::from_secs(2), "at once");
+    assert_eq!(layer.snapshot().wait.deadline, 1);
+
+    drop(held);
+    let served = waiting.await.unwrap().expect("served once the slot freed");
+    assert_eq!(served.status, 1);
+    assert_eq!(state.calls(), 1);
+    eventually("idle", || in_flight(&layer) == 0).await;
+    assert_eq!(layer.snapshot().wait.admitted, 1);
 }

@@ -60,6 +60,8 @@ pub struct AdmissionBuilder<G = NewGate> {
     pub(crate) report: observe::Options,
     pub(crate) adaptive: Option<Adaptive>,
     pub(crate) slow: SlowClients,
+    #[cfg(feature = "tokio")]
+    pub(crate) wait: Option<crate::Wait>,
 }
 
 impl<G> AdmissionBuilder<G> {
@@ -75,6 +77,8 @@ impl<G> AdmissionBuilder<G> {
             report: observe::Options::default(),
             adaptive: None,
             slow: SlowClients::default(),
+            #[cfg(feature = "tokio")]
+            wait: None,
         }
     }
 }
@@ -93,6 +97,8 @@ impl<G> AdmissionBuilder<G> {
             report: self.report,
             adaptive: self.adaptive,
             slow: self.slow,
+            #[cfg(feature = "tokio")]
+            wait: self.wait,
         };
         (self.gate, rest)
     }
@@ -252,6 +258,30 @@ impl<G> AdmissionBuilder<G> {
     /// ```
     pub fn adaptive(mut self, limit: impl Into<Adaptive>) -> Self {
         self.adaptive = Some(limit.into());
+        self
+    }
+
+    /// Lets a request that finds the count full wait for a slot, bounded, instead of being
+    /// refused at once (off by default): see [`Wait`](crate::Wait). For traffic that comes
+    /// in bursts, where a few milliseconds of waiting use capacity that shedding at once
+    /// would waste; under sustained overload it still sheds (beyond `max_waiting`, after
+    /// `max_wait`, and newest first once the queue stands). The timer is tokio's.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_tower::{AdmissionLayer, Wait};
+    ///
+    /// let layer = AdmissionLayer::builder()
+    ///     .count(16)
+    ///     .wait(Wait::new(64, Duration::from_millis(50)))
+    ///     .build()?;
+    /// assert_eq!(layer.gate().count().max_waiting(), 64);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub fn wait(mut self, wait: crate::Wait) -> Self {
+        self.wait = Some(wait);
         self
     }
 

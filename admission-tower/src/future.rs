@@ -46,6 +46,8 @@ pin_project! {
         Called { #[pin] future: F },
         // Boxed: the cold path, kept out of every admitted request's future.
         Refused { refusal: Box<Refusal> },
+        // Waiting for a count slot: what the request becomes once admitted or refused.
+        Waiting { wait: Pin<Box<dyn Future<Output = ResponseFuture<F>> + Send>> },
     }
 }
 
@@ -126,6 +128,16 @@ impl<F> ResponseFuture<F> {
         }
     }
 
+    /// A request waiting for a count slot: `wait` admits it (and calls the inner
+    /// service) or refuses it.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
+    pub(crate) fn waiting(wait: Pin<Box<dyn Future<Output = ResponseFuture<F>> + Send>>) -> Self {
+        Self {
+            state: State::Waiting { wait },
+            permit: None,
+        }
+    }
+
     /// A refusal, sent once `drain` (if any) has read the request's body.
     pub(crate) fn refused<B>(
         response: Response<Bytes>,
@@ -158,7 +170,12 @@ where
     type Output = Result<Response<ResponseBody<RB>>, E>;
 
     #[inline]
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let StateProj::Waiting { wait } = self.as_mut().project().state.project() {
+            // Admitted (the inner future, with its permits) or refused: it becomes that.
+            let next = std::task::ready!(wait.as_mut().poll(cx));
+            self.as_mut().set(next);
+        }
         let this = self.project();
         match this.state.project() {
             // Nothing to hand over (a bypassed or uncounted request): the response as it
@@ -221,6 +238,7 @@ where
                 }
                 Poll::Ready(Ok(response.map(ResponseBody::refused)))
             }
+            StateProj::Waiting { .. } => unreachable!("a waiting future became what it waited for"),
         }
     }
 }
@@ -231,6 +249,7 @@ impl<F> std::fmt::Debug for ResponseFuture<F> {
             (State::Called { .. }, Some(_)) => "admitted",
             (State::Called { .. }, None) => "unguarded",
             (State::Refused { .. }, _) => "refused",
+            (State::Waiting { .. }, _) => "waiting",
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)

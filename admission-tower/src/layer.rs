@@ -116,6 +116,9 @@ impl AdmissionLayer {
             connections: Connections::new(SlowClients::off()),
             count_only: true,
             untracked: true,
+            #[cfg(feature = "tokio")]
+            wait: None,
+            waits: Default::default(),
             gate,
         })
     }

@@ -1,6 +1,7 @@
 //! Admission control for tower-based servers (axum, hyper, tonic): bound the requests
 //! in flight, the bytes of their bodies, and each client's share; over a bound, shed at
-//! once with a retryable answer. Never queue.
+//! once with a retryable answer, or (optionally, for bursty traffic) after a short wait
+//! for a count slot, bounded in waiters and in time ([`Wait`]).
 //!
 //! Everything a server needs is importable from this crate alone: the layer and its
 //! builder, and the items of `admission-core` and `admission-http` it takes (keys,
@@ -9,6 +10,7 @@
 //! | You want to | Use |
 //! |---|---|
 //! | put the gate in front of a service | [`AdmissionLayer::builder`] → [`AdmissionLayer`] → [`Admission`] |
+//! | serve bursts rather than shed them (bounded) | [`AdmissionBuilder::wait`] with a [`Wait`] |
 //! | cap each client (429 over its share) | [`PerKey`] with [`key::header`] or [`key::peer_ip`] |
 //! | give each tenant the cap of its tier | [`PerKey::cap_by`] |
 //! | shed the least important work first | [`AdmissionBuilder::priority`] with [`Classes`] (or [`class::header`]) |
@@ -213,6 +215,8 @@ mod permit;
 mod service;
 mod shared;
 mod slow;
+#[cfg(feature = "tokio")]
+mod wait;
 
 pub use adaptive_limit::{Adaptive, SampleAt};
 pub use body::ResponseBody;
@@ -231,8 +235,11 @@ pub use layer::AdmissionLayer;
 pub use layer::GuardedListener;
 pub use per_key::{PerKey, Unkeyed};
 pub use service::Admission;
-pub use shared::{AdmissionSnapshot, RefusalEvent};
+pub use shared::{AdmissionSnapshot, RefusalEvent, WaitSnapshot};
 pub use slow::SlowClients;
+#[cfg(feature = "tokio")]
+#[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+pub use wait::Wait;
 
 // What the layer takes and gives, from the crates beneath: one dependency for a server.
 pub use admission_core::{adaptive, Classes, Gate, GateSnapshot, Key, Priority, Refused};

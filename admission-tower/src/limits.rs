@@ -166,6 +166,10 @@ impl AdmissionBuilder<Gate> {
             ),
             None => (None, None),
         };
+        #[cfg(feature = "tokio")]
+        if let Some(wait) = &self.wait {
+            gate.count().set_max_waiting(wait.max_waiting);
+        }
         let keys = self.per_key.map(PerKey::into_policy);
         let count_only = gate.bytes().is_none()
             && keys.is_none()
@@ -194,6 +198,9 @@ impl AdmissionBuilder<Gate> {
             adaptive,
             count_only,
             untracked: false,
+            #[cfg(feature = "tokio")]
+            wait: self.wait,
+            waits: Default::default(),
             gate,
         }))
     }

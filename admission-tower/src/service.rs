@@ -21,8 +21,11 @@ use crate::{AdmissionSnapshot, ResponseBody};
 /// Admission control in front of a service `S`; made by [`AdmissionLayer`].
 ///
 /// In `call` it reads the request's head, admits it through the gate or refuses it at
-/// once (503, 429, 413 or 400, with `Retry-After` where retrying helps). A refused
-/// request's body is never read and the inner service is never called. An admitted
+/// once (503, 429, 413 or 400, with `Retry-After` where retrying helps); with a
+/// [`Wait`](crate::Wait), a request that finds the count full may instead wait for a
+/// slot, and the inner service, ready, goes with it into the response future (a clone
+/// takes its place, which is why `S` must be `Clone`), to be called once it is admitted.
+/// A refused request's body is never read and the inner service is never called. An admitted
 /// request's permits ride in the response future and then in the response body, and are
 /// released when the body ends, fails or is dropped (or when the future is dropped
 /// before it resolves).
@@ -166,6 +169,8 @@ impl<S: Clone> Clone for Admission<S> {
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Admission<S>
 where
     S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
+    S: Clone + Send + 'static,
+    S::Future: 'static,
     ReqBody: Body + Send + Unpin + 'static,
     ResBody: Body,
     ResBody::Data: From<Bytes>,
@@ -201,7 +206,12 @@ where
                 }
                 Err(refused) => {
                     let (parts, body) = request.into_parts();
-                    self.refuse(parts, body, Rejection::Refused(refused), None)
+                    let rejection = Rejection::Refused(refused);
+                    #[cfg(feature = "tokio")]
+                    if self.waits(rejection) {
+                        return self.wait_for_slot(parts, body, None, None);
+                    }
+                    self.refuse(parts, body, rejection, None)
                 }
             };
         }
@@ -219,6 +229,8 @@ impl<S> Admission<S> {
     ) -> ResponseFuture<S::Future>
     where
         S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
+        S: Clone + Send + 'static,
+        S::Future: 'static,
         ReqBody: Body + Send + Unpin + 'static,
     {
         let shared = &*self.shared;
@@ -235,42 +247,124 @@ impl<S> Admission<S> {
             shared.slow.body_rate_for(&parts)
         };
         match shared.admit(&parts, priority, rate) {
-            Ok((permit, declared)) => {
-                let (count, bytes, keyed) = permit.into_parts();
-                let (body, charge, late) = match (bytes, rate) {
-                    (Some(bytes), _) => {
-                        // A body that may still outgrow its charge, or be cut for its pace,
-                        // may be refused as it streams; keep what answering that takes.
-                        let late = (!shared.dry_run
-                            && (rate.is_some() || may_outgrow(&body, bytes.charged())))
-                        .then(|| LateRefusal::new(&self.shared, &parts, priority));
-                        let charge = RequestCharge::with_refusals(bytes, &shared.refusals);
-                        let body = MeteredBody::new(body, charge.clone()).keep_unread();
-                        let body = match rate {
-                            Some(rate) => body.paced(rate, Some(declared).filter(|&n| n > 0)),
-                            None => body,
-                        };
-                        (body, Some(charge), late)
-                    }
-                    // Timed, with no byte budget: a charge of nothing that records a cut.
-                    (None, Some(rate)) => {
-                        let late = LateRefusal::new(&self.shared, &parts, priority);
-                        let charge = RequestCharge::unmetered(&shared.refusals);
-                        let body = MeteredBody::new(body, charge.clone())
-                            .paced(rate, None)
-                            .keep_unread();
-                        (body, Some(charge), Some(late))
-                    }
-                    (None, None) => (MeteredBody::unmetered(body), None, None),
-                };
-                let timer = shared.observer.admitted(&shared.gate, priority);
-                let sample = Sample::start(shared.sample_at);
-                let future = self.inner.call(Request::from_parts(parts, body));
-                let permit = AdmissionPermit::new(count, keyed, charge, late, timer, sample);
-                ResponseFuture::admitted(future, permit)
+            Ok((permit, declared)) => self.start(parts, body, permit, declared, priority, rate),
+            #[cfg(feature = "tokio")]
+            Err(rejection) if self.waits(rejection) => {
+                self.wait_for_slot(parts, body, priority, rate)
             }
             Err(rejection) => self.refuse(parts, body, rejection, priority),
         }
+    }
+
+    /// An admitted request, on its way to the inner service: its body metered (and timed)
+    /// as the policy says, its permits in the response future.
+    fn start<ReqBody, ResBody>(
+        &mut self,
+        parts: Parts,
+        body: ReqBody,
+        permit: admission_core::GatePermit,
+        declared: u64,
+        priority: Option<Priority>,
+        rate: Option<admission_http::MinDataRate>,
+    ) -> ResponseFuture<S::Future>
+    where
+        S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
+        ReqBody: Body + Send + Unpin + 'static,
+    {
+        let shared = &*self.shared;
+        let (count, bytes, keyed) = permit.into_parts();
+        let (body, charge, late) = match (bytes, rate) {
+            (Some(bytes), _) => {
+                // A body that may still outgrow its charge, or be cut for its pace,
+                // may be refused as it streams; keep what answering that takes.
+                let late = (!shared.dry_run
+                    && (rate.is_some() || may_outgrow(&body, bytes.charged())))
+                .then(|| LateRefusal::new(&self.shared, &parts, priority));
+                let charge = RequestCharge::with_refusals(bytes, &shared.refusals);
+                let body = MeteredBody::new(body, charge.clone()).keep_unread();
+                let body = match rate {
+                    Some(rate) => body.paced(rate, Some(declared).filter(|&n| n > 0)),
+                    None => body,
+                };
+                (body, Some(charge), late)
+            }
+            // Timed, with no byte budget: a charge of nothing that records a cut.
+            (None, Some(rate)) => {
+                let late = LateRefusal::new(&self.shared, &parts, priority);
+                let charge = RequestCharge::unmetered(&shared.refusals);
+                let body = MeteredBody::new(body, charge.clone())
+                    .paced(rate, None)
+                    .keep_unread();
+                (body, Some(charge), Some(late))
+            }
+            (None, None) => (MeteredBody::unmetered(body), None, None),
+        };
+        let timer = shared.observer.admitted(&shared.gate, priority);
+        let sample = Sample::start(shared.sample_at);
+        let future = self.inner.call(Request::from_parts(parts, body));
+        let permit = AdmissionPermit::new(count, keyed, charge, late, timer, sample);
+        ResponseFuture::admitted(future, permit)
+    }
+
+    /// Whether a request refused with `rejection` waits for a slot instead: the count was
+    /// full and the layer has a wait (never in a dry run, which refuses no one).
+    #[cfg(feature = "tokio")]
+    fn waits(&self, rejection: Rejection) -> bool {
+        rejection == Rejection::Refused(Refused::Count)
+            && self.shared.wait.is_some()
+            && !self.shared.dry_run
+    }
+
+    /// The wait for a count slot (see [`crate::Wait`]): the inner service, ready, goes with
+    /// the request into the response future (a clone takes its place here), which admits
+    /// and calls it once a slot is handed over, or refuses when the wait runs out.
+    #[cfg(feature = "tokio")]
+    #[cold]
+    #[inline(never)]
+    fn wait_for_slot<ReqBody, ResBody>(
+        &mut self,
+        parts: Parts,
+        body: ReqBody,
+        priority: Option<Priority>,
+        rate: Option<admission_http::MinDataRate>,
+    ) -> ResponseFuture<S::Future>
+    where
+        S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
+        S: Clone + Send + 'static,
+        S::Future: 'static,
+        ReqBody: Body + Send + Unpin + 'static,
+    {
+        let wait = self.shared.wait.as_ref().expect("a wait");
+        let estimate = self
+            .shared
+            .adaptive
+            .as_ref()
+            .and_then(|limit| limit.latency())
+            .map(|latency| latency.typical);
+        let Some(budget) = wait.budget(&parts, estimate) else {
+            // Its client would give up before an answer: refused now, not after waiting.
+            self.shared.waits[3].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return self.refuse(parts, body, Rejection::Refused(Refused::Count), priority);
+        };
+        let inner = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, inner);
+        let mut admission = Admission {
+            inner: ready,
+            shared: self.shared.clone(),
+        };
+        ResponseFuture::waiting(Box::pin(async move {
+            let shared = admission.shared.clone();
+            let started = std::time::Instant::now();
+            let admitted = shared.admit_waiting(&parts, priority, rate, budget).await;
+            let waited = started.elapsed();
+            match admitted {
+                Ok((permit, declared)) => {
+                    shared.waited(waited);
+                    admission.start(parts, body, permit, declared, priority, rate)
+                }
+                Err(rejection) => admission.refuse_after(parts, body, rejection, priority, waited),
+            }
+        }))
     }
 
     /// The cold path: a refused request (or, in a dry run, one admitted over a limit).
@@ -288,8 +382,26 @@ impl<S> Admission<S> {
         S: Service<Request<MeteredBody<ReqBody>>>,
         ReqBody: Body + Send + 'static,
     {
+        self.refuse_after(parts, body, rejection, priority, std::time::Duration::ZERO)
+    }
+
+    /// [`refuse`](Self::refuse), after the request waited `waited` for a count slot.
+    #[cold]
+    #[inline(never)]
+    fn refuse_after<ReqBody>(
+        &mut self,
+        parts: Parts,
+        body: ReqBody,
+        rejection: Rejection,
+        priority: Option<Priority>,
+        waited: std::time::Duration,
+    ) -> ResponseFuture<S::Future>
+    where
+        S: Service<Request<MeteredBody<ReqBody>>>,
+        ReqBody: Body + Send + 'static,
+    {
         let shared = &*self.shared;
-        shared.refused(&parts, rejection, priority);
+        shared.refused_after(&parts, rejection, priority, waited);
         if shared.dry_run {
             let request = Request::from_parts(parts, MeteredBody::unmetered(body));
             return ResponseFuture::unguarded(self.inner.call(request));

@@ -32,6 +32,9 @@ pub struct RefusalEvent<'a> {
     pub class: Option<&'a str>,
     /// True in dry-run mode: the request is admitted all the same.
     pub dry_run: bool,
+    /// How long it waited for a count slot before it was refused (zero if it did not
+    /// wait: see [`Wait`](crate::Wait)).
+    pub waited: std::time::Duration,
 }
 
 /// A reading of the layer: its gate's ledgers, and what the layer itself counts.
@@ -48,6 +51,31 @@ pub struct AdmissionSnapshot {
     /// With an adaptive limit: the limit it has set (also `gate.count.capacity`), whether
     /// an operator fixed it, and its last window.
     pub adaptive: Option<AdaptiveSnapshot>,
+    /// The wait for a count slot ([`Wait`](crate::Wait)): how many wait now, and what
+    /// came of those that waited.
+    pub wait: WaitSnapshot,
+}
+
+/// What came of the requests that found the count full, on a layer with a
+/// [`Wait`](crate::Wait) (all zero without one).
+///
+/// With a wait, the count ledger's own refusal counter (`gate.count.refused`) counts
+/// every request that found the count full, whether it was then admitted after waiting
+/// or not; the refusals the clients saw are the layer's (its hook and metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct WaitSnapshot {
+    /// Requests waiting for a slot now.
+    pub waiting: u64,
+    /// Requests admitted after waiting.
+    pub admitted: u64,
+    /// Their waits added up, in microseconds.
+    pub waited_micros: u64,
+    /// Requests refused when their wait ran out (`max_wait`, or their client's deadline).
+    pub timed_out: u64,
+    /// Requests refused at once because their client's deadline left no time to wait
+    /// and answer.
+    pub deadline: u64,
 }
 
 /// The configuration every clone of the layer and its services shares.
@@ -79,6 +107,11 @@ pub(crate) struct Shared {
     /// Made by `AdmissionLayer::off`: while the count ledger admits everything, requests
     /// pass through uncounted.
     pub(crate) untracked: bool,
+    /// The wait for a count slot, if the layer has one.
+    #[cfg(feature = "tokio")]
+    pub(crate) wait: Option<crate::Wait>,
+    /// What came of the waits: admitted, microseconds waited, timed out, deadline.
+    pub(crate) waits: [AtomicU64; 4],
 }
 
 impl Shared {
@@ -97,6 +130,51 @@ impl Shared {
     /// why not; with the permit, the body's declared length (0 without a byte dimension).
     /// Reads only the head: the body is untouched either way. A body held to `rate` is
     /// charged at first only the grace period's worth of its declared length.
+    /// [`admit`](Self::admit), waiting for a count slot (see [`crate::Wait`]) for at most
+    /// `budget`: a refusal names what refused (a wait out of time is `Refused::Count`).
+    #[cfg(feature = "tokio")]
+    pub(crate) async fn admit_waiting(
+        &self,
+        parts: &Parts,
+        priority: Option<Priority>,
+        rate: Option<MinDataRate>,
+        budget: std::time::Duration,
+    ) -> Result<(GatePermit, u64), Rejection> {
+        let declared = match self.gate.bytes() {
+            Some(_) => content_length(&parts.headers)?.unwrap_or(0),
+            None => 0,
+        };
+        let now = rate.map_or(declared, |rate| declared.min(rate.grace_bytes()));
+        let keys = self.keys.as_ref();
+        let key: Option<Key> = keys.and_then(|keys| keys.key(parts));
+        let mut claim = Claim::new().bytes(now).total(declared);
+        if let (Some(keys), Some(key)) = (keys, &key) {
+            claim = claim.key(key);
+            if let Some(cap) = keys.cap_for(parts, key) {
+                claim = claim.key_cap(cap);
+            }
+        }
+        if let Some(priority) = priority {
+            claim = claim.priority(priority);
+        }
+        match tokio::time::timeout(budget, self.gate.claim(claim)).await {
+            Ok(claimed) => Ok((claimed?, declared)),
+            Err(_) => {
+                self.waits[2].fetch_add(1, Ordering::Relaxed);
+                Err(Rejection::Refused(Refused::Count))
+            }
+        }
+    }
+
+    /// A request admitted after waiting `waited` for a count slot.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn waited(&self, waited: std::time::Duration) {
+        self.waits[0].fetch_add(1, Ordering::Relaxed);
+        let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
+        self.waits[1].fetch_add(micros, Ordering::Relaxed);
+        self.observer.waited(waited);
+    }
+
     pub(crate) fn admit(
         &self,
         parts: &Parts,
@@ -126,6 +204,18 @@ impl Shared {
     /// The cold path of a refusal: the hook, and the dry-run count.
     #[cold]
     pub(crate) fn refused(&self, parts: &Parts, rejection: Rejection, priority: Option<Priority>) {
+        self.refused_after(parts, rejection, priority, std::time::Duration::ZERO);
+    }
+
+    /// [`refused`](Self::refused), after waiting `waited` for a count slot.
+    #[cold]
+    pub(crate) fn refused_after(
+        &self,
+        parts: &Parts,
+        rejection: Rejection,
+        priority: Option<Priority>,
+        waited: std::time::Duration,
+    ) {
         if self.dry_run {
             self.would_shed.fetch_add(1, Ordering::Relaxed);
         }
@@ -144,6 +234,7 @@ impl Shared {
                 priority,
                 class,
                 dry_run: self.dry_run,
+                waited,
             });
         }
     }
@@ -158,6 +249,13 @@ impl Shared {
             would_shed: self.would_shed.load(Ordering::Relaxed),
             too_slow: self.too_slow.load(Ordering::Relaxed),
             adaptive: self.adaptive.as_ref().map(AdaptiveLimit::snapshot),
+            wait: WaitSnapshot {
+                waiting: self.gate.count().waiting() as u64,
+                admitted: self.waits[0].load(Ordering::Relaxed),
+                waited_micros: self.waits[1].load(Ordering::Relaxed),
+                timed_out: self.waits[2].load(Ordering::Relaxed),
+                deadline: self.waits[3].load(Ordering::Relaxed),
+            },
         }
     }
 }

@@ -481,3 +481,35 @@ fn the_latency_estimate_has_no_no_load_figure_where_the_algorithm_keeps_none() {
     assert_eq!(estimate.typical, 10 * MS);
     assert_eq!(estimate.no_load, None);
 }
+
+/// A limit the controller raises has room for the acquisitions waiting: they are granted
+/// as the window closes.
+#[test]
+fn a_limit_the_controller_raises_grants_the_waiters() {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll, Waker};
+
+    let ledger = CountLedger::new(0).unwrap();
+    ledger.set_max_waiting(4);
+    let epoch = Instant::now();
+    let (recorder, _) = Recorder::new(12);
+    let limit = build(recorder, &ledger, epoch);
+    let held: Vec<_> = (0..10).map(|_| ledger.try_acquire().unwrap()).collect();
+    let mut waiter = ledger.acquire();
+    let mut cx = Context::from_waker(Waker::noop());
+    assert!(Pin::new(&mut waiter).poll(&mut cx).is_pending());
+    for i in 1..=4 {
+        limit.record_at(epoch + 40 * i * MS, 5 * MS, Outcome::Success);
+    }
+    assert_eq!(
+        ledger.capacity(),
+        12,
+        "the window closed and the limit rose"
+    );
+    assert!(matches!(
+        Pin::new(&mut waiter).poll(&mut cx),
+        Poll::Ready(Ok(_))
+    ));
+    drop(held);
+}

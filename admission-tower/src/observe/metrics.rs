@@ -40,6 +40,10 @@ pub(super) struct LayerMetrics {
     /// By dimension, then class.
     refused: Vec<Vec<Counter>>,
     held: Histogram,
+    /// How long requests admitted after waiting for a slot waited.
+    waited: Histogram,
+    /// Requests waiting for a slot, read at render.
+    waiting: Gauge,
     requests: Level,
     limit_requests: Gauge,
     closed: Gauge,
@@ -61,6 +65,15 @@ fn describe() {
         "admission_permit_held_seconds",
         Unit::Seconds,
         "How long an admitted request held its permit: admission to the end of its response body."
+    );
+    describe_histogram!(
+        "admission_wait_seconds",
+        Unit::Seconds,
+        "How long a request admitted after waiting for a count slot waited (layers with a wait)."
+    );
+    describe_gauge!(
+        "admission_waiting_requests",
+        "Requests waiting for a count slot (layers with a wait)."
     );
     describe_gauge!(
         "admission_in_flight_requests",
@@ -167,6 +180,8 @@ impl LayerMetrics {
             admitted,
             refused,
             held: metrics::histogram!("admission_permit_held_seconds", base.clone()),
+            waited: metrics::histogram!("admission_wait_seconds", base.clone()),
+            waiting: gauge("admission_waiting_requests"),
             requests: Level {
                 in_flight: gauge("admission_in_flight_requests"),
                 high_water: gauge("admission_high_water_requests"),
@@ -206,6 +221,10 @@ impl LayerMetrics {
         }
     }
 
+    pub(super) fn waited(&self, waited: std::time::Duration) {
+        self.waited.record(waited.as_secs_f64());
+    }
+
     pub(super) fn refused(&self, rejection: Rejection, priority: Option<Priority>) {
         let class = priority.map_or(0, Priority::index);
         let counter = self
@@ -220,6 +239,7 @@ impl LayerMetrics {
     pub(super) fn record_gauges(&self, gate: &Gate) {
         let snap = gate.snapshot();
         self.requests.in_flight.set(snap.count.in_flight as f64);
+        self.waiting.set(gate.count().waiting() as f64);
         self.requests.high_water.set(snap.count.high_water as f64);
         self.limit_requests.set(limit(snap.count.capacity));
         self.closed.set(if snap.closed { 1.0 } else { 0.0 });

@@ -90,6 +90,16 @@ impl Observer {
         Timer::default()
     }
 
+    /// A request admitted after waiting `waited` for a count slot.
+    #[cfg(feature = "tokio")]
+    #[allow(unused_variables)]
+    pub(crate) fn waited(&self, waited: std::time::Duration) {
+        #[cfg(feature = "metrics")]
+        if let Some(metrics) = &self.metrics {
+            metrics.waited(waited);
+        }
+    }
+
     /// A request refused (or, in a dry run, that would have been).
     #[allow(unused_variables)]
     pub(crate) fn refused(
