@@ -126,10 +126,54 @@ impl Shared {
         Some(classify(parts, classes))
     }
 
+    /// What the request (of class `priority`) claims of the gate, its key borrowed from
+    /// `key` ([`key_of`](Self::key_of)), and its body's declared length (0 without a byte
+    /// dimension). A body held to `rate` is charged at first only the grace period's worth
+    /// of its declared length.
+    fn claim_of<'k>(
+        &self,
+        parts: &Parts,
+        priority: Option<Priority>,
+        rate: Option<MinDataRate>,
+        key: Option<&'k Key>,
+    ) -> Result<(Claim<'k, Key>, u64), Rejection> {
+        let declared = match self.gate.bytes() {
+            Some(_) => content_length(&parts.headers)?.unwrap_or(0),
+            None => 0,
+        };
+        let now = rate.map_or(declared, |rate| declared.min(rate.grace_bytes()));
+        let mut claim = Claim::new().bytes(now).total(declared);
+        if let (Some(keys), Some(key)) = (self.keys.as_ref(), key) {
+            claim = claim.key(key);
+            if let Some(cap) = keys.cap_for(parts, key) {
+                claim = claim.key_cap(cap);
+            }
+        }
+        if let Some(priority) = priority {
+            claim = claim.priority(priority);
+        }
+        Ok((claim, declared))
+    }
+
+    /// The request's key, on a layer with a per-key dimension.
+    fn key_of(&self, parts: &Parts) -> Option<Key> {
+        self.keys.as_ref().and_then(|keys| keys.key(parts))
+    }
+
     /// Admits the request (of class `priority`) on every configured dimension, or says
     /// why not; with the permit, the body's declared length (0 without a byte dimension).
-    /// Reads only the head: the body is untouched either way. A body held to `rate` is
-    /// charged at first only the grace period's worth of its declared length.
+    /// Reads only the head: the body is untouched either way.
+    pub(crate) fn admit(
+        &self,
+        parts: &Parts,
+        priority: Option<Priority>,
+        rate: Option<MinDataRate>,
+    ) -> Result<(GatePermit, u64), Rejection> {
+        let key = self.key_of(parts);
+        let (claim, declared) = self.claim_of(parts, priority, rate, key.as_ref())?;
+        Ok((self.gate.try_claim(claim)?, declared))
+    }
+
     /// [`admit`](Self::admit), waiting for a count slot (see [`crate::Wait`]) for at most
     /// `budget`: a refusal names what refused (a wait out of time is `Refused::Count`).
     #[cfg(feature = "tokio")]
@@ -140,23 +184,8 @@ impl Shared {
         rate: Option<MinDataRate>,
         budget: std::time::Duration,
     ) -> Result<(GatePermit, u64), Rejection> {
-        let declared = match self.gate.bytes() {
-            Some(_) => content_length(&parts.headers)?.unwrap_or(0),
-            None => 0,
-        };
-        let now = rate.map_or(declared, |rate| declared.min(rate.grace_bytes()));
-        let keys = self.keys.as_ref();
-        let key: Option<Key> = keys.and_then(|keys| keys.key(parts));
-        let mut claim = Claim::new().bytes(now).total(declared);
-        if let (Some(keys), Some(key)) = (keys, &key) {
-            claim = claim.key(key);
-            if let Some(cap) = keys.cap_for(parts, key) {
-                claim = claim.key_cap(cap);
-            }
-        }
-        if let Some(priority) = priority {
-            claim = claim.priority(priority);
-        }
+        let key = self.key_of(parts);
+        let (claim, declared) = self.claim_of(parts, priority, rate, key.as_ref())?;
         match tokio::time::timeout(budget, self.gate.claim(claim)).await {
             Ok(claimed) => Ok((claimed?, declared)),
             Err(_) => {
@@ -175,33 +204,6 @@ impl Shared {
         self.observer.waited(waited);
     }
 
-    pub(crate) fn admit(
-        &self,
-        parts: &Parts,
-        priority: Option<Priority>,
-        rate: Option<MinDataRate>,
-    ) -> Result<(GatePermit, u64), Rejection> {
-        let declared = match self.gate.bytes() {
-            Some(_) => content_length(&parts.headers)?.unwrap_or(0),
-            None => 0,
-        };
-        let now = rate.map_or(declared, |rate| declared.min(rate.grace_bytes()));
-        let keys = self.keys.as_ref();
-        let key: Option<Key> = keys.and_then(|keys| keys.key(parts));
-        let mut claim = Claim::new().bytes(now).total(declared);
-        if let (Some(keys), Some(key)) = (keys, &key) {
-            claim = claim.key(key);
-            if let Some(cap) = keys.cap_for(parts, key) {
-                claim = claim.key_cap(cap);
-            }
-        }
-        if let Some(priority) = priority {
-            claim = claim.priority(priority);
-        }
-        Ok((self.gate.try_claim(claim)?, declared))
-    }
-
-    /// The cold path of a refusal: the hook, and the dry-run count.
     #[cold]
     pub(crate) fn refused(&self, parts: &Parts, rejection: Rejection, priority: Option<Priority>) {
         self.refused_after(parts, rejection, priority, std::time::Duration::ZERO);

@@ -267,6 +267,18 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             .as_ref()
             .map(|ledger| ledger.try_charge_unobserved(bytes))
             .transpose()?;
+        Ok(self.observed(count, keyed, charged))
+    }
+
+    /// Every dimension admitted: only now do the high-water marks of the keys and the
+    /// bytes see it (the count's is its caller's), and the permits make one.
+    #[inline(always)]
+    fn observed(
+        &self,
+        count: CountPermit,
+        keyed: Option<(KeyedPermit<K, S>, Option<u64>)>,
+        charged: Option<(BytePermit, u64)>,
+    ) -> GatePermit<K, S> {
         let keyed = keyed.map(|(permit, keys)| {
             if let (Some(ledger), Some(keys)) = (&self.keyed, keys) {
                 ledger.observe(keys);
@@ -279,11 +291,11 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             }
             permit
         });
-        Ok(GatePermit {
+        GatePermit {
             count,
             bytes,
             keyed,
-        })
+        }
     }
 
     #[inline(always)]
@@ -325,24 +337,8 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             .map(|ledger| ledger.try_charge_unobserved(bytes))
             .transpose()?;
         // Every dimension admitted: only now do the high-water marks see it.
-        let keyed = keyed.map(|(permit, keys)| {
-            if let (Some(ledger), Some(keys)) = (&self.keyed, keys) {
-                ledger.observe(keys);
-            }
-            permit
-        });
         self.count.observe(level);
-        let bytes = charged.map(|(permit, level)| {
-            if let Some(ledger) = &self.bytes {
-                ledger.observe(level);
-            }
-            permit
-        });
-        Ok(GatePermit {
-            count,
-            bytes,
-            keyed,
-        })
+        Ok(self.observed(count, keyed, charged))
     }
 }
 
