@@ -3,6 +3,10 @@
 //! - `cargo xtask loom`: the loom models of `admission-core`, built with
 //!   `--cfg admission_loom` in release mode with debug assertions, in `target/loom`.
 //! - `cargo xtask ci`: runs `.ci/run`, the one definition of what CI checks.
+//! - `cargo xtask publish --dry-run`: packages and verifies the published crates
+//!   (`admission-core`, `-http`, `-tower`, `-grpc`) and nothing else, each built from its
+//!   package alone against the others' packages; without `--dry-run`, publishes them to
+//!   crates.io in that order, each after what it depends on.
 //!
 //! Keep this crate free of dependencies: it is compiled on every call.
 
@@ -16,8 +20,16 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("loom") => loom(&args[1..]),
         Some("ci") => ci(),
+        Some("publish") => match &args[1..] {
+            [] => publish(false),
+            [flag] if flag == "--dry-run" => publish(true),
+            _ => {
+                eprintln!("usage: cargo xtask publish [--dry-run]");
+                return ExitCode::from(2);
+            }
+        },
         _ => {
-            eprintln!("usage: cargo xtask <loom [test filter] | ci>");
+            eprintln!("usage: cargo xtask <loom [test filter] | ci | publish [--dry-run]>");
             return ExitCode::from(2);
         }
     };
@@ -72,6 +84,42 @@ fn loom(filter: &[String]) -> Result<(), String> {
             env::var("LOOM_MAX_PREEMPTIONS").unwrap_or_else(|_| "3".into()),
         );
     run("loom models", &mut cmd)
+}
+
+/// The crates published to crates.io, each after the ones it depends on.
+const PUBLISHED: [&str; 4] = [
+    "admission-core",
+    "admission-http",
+    "admission-tower",
+    "admission-grpc",
+];
+
+fn publish(dry_run: bool) -> Result<(), String> {
+    if dry_run {
+        // One `cargo package` for the four: cargo packages them in dependency order and
+        // verifies each by building it from its `.crate` alone, its dependencies on the
+        // others resolved from the packages just made (not from the workspace, not from
+        // crates.io, where they are not yet). A target directory of its own, fresh: cargo
+        // reuses a stale extraction of a package at the same path.
+        let dir = env::temp_dir().join(format!("admission-publish-{}", std::process::id()));
+        let mut cmd = cargo();
+        cmd.arg("package").env("CARGO_TARGET_DIR", &dir);
+        for krate in PUBLISHED {
+            cmd.args(["-p", krate]);
+        }
+        let result = run("package and verify the published crates", &mut cmd);
+        let _ = std::fs::remove_dir_all(&dir);
+        return result;
+    }
+    for krate in PUBLISHED {
+        // Cargo waits for each to appear in the index before it returns, so the next one
+        // finds it.
+        run(
+            &format!("publish {krate}"),
+            cargo().args(["publish", "-p", krate]),
+        )?;
+    }
+    Ok(())
 }
 
 fn ci() -> Result<(), String> {
