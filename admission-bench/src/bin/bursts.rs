@@ -118,7 +118,7 @@ fn main() -> ExitCode {
         );
         println!(
             "  {:<22} {:>8} {:>7} {:>9} {:>9} {:>11}",
-            "limiter", "goodput", "shed", "p50 ms", "p99 ms", "queued p99"
+            "limiter", "goodput", "shed", "p50 ms", "p99 ms", "before work"
         );
         let mut rows = Vec::new();
         for row in ROWS {
