@@ -26,6 +26,14 @@ async fn server(layer: &AdmissionLayer) -> (SocketAddr, Arc<Seen>) {
     (addr, seen)
 }
 
+/// A `/stream` request that holds the count's one slot (its response has begun, its
+/// body stays open) until `seen.end_streams()` or until it is dropped.
+async fn hold(addr: SocketAddr) -> http::Response<hyper::body::Incoming> {
+    let mut holder = send(addr, get("/stream")).await;
+    assert_eq!(next_chunk(&mut holder).await.unwrap(), "first\n");
+    holder
+}
+
 fn waiting(layer: &AdmissionLayer) -> usize {
     layer.gate().count().waiting()
 }
@@ -42,8 +50,7 @@ fn wait(max_waiting: usize, max_wait: Duration) -> AdmissionLayer {
 async fn a_request_that_finds_the_count_full_waits_and_is_served_when_a_slot_frees() {
     let layer = wait(4, Duration::from_secs(5));
     let (addr, seen) = server(&layer).await;
-    let mut holder = send(addr, get("/stream")).await;
-    assert_eq!(next_chunk(&mut holder).await.unwrap(), "first\n");
+    let holder = hold(addr).await;
     let waiter = tokio::spawn(async move { send(addr, get("/")).await });
     eventually("the second request waits", || waiting(&layer) == 1).await;
     assert_eq!(
@@ -70,8 +77,7 @@ async fn a_request_that_finds_the_count_full_waits_and_is_served_when_a_slot_fre
 async fn beyond_the_waiters_a_request_is_refused_at_once() {
     let layer = wait(1, Duration::from_secs(5));
     let (addr, seen) = server(&layer).await;
-    let mut holder = send(addr, get("/stream")).await;
-    next_chunk(&mut holder).await;
+    let _holder = hold(addr).await;
     let _waiter = tokio::spawn(async move { send(addr, get("/")).await });
     eventually("one waits", || waiting(&layer) == 1).await;
     let refused = send(addr, get("/")).await;
@@ -84,8 +90,7 @@ async fn beyond_the_waiters_a_request_is_refused_at_once() {
 async fn a_wait_that_runs_out_is_refused_and_leaves_nothing_waiting() {
     let layer = wait(4, Duration::from_millis(100));
     let (addr, seen) = server(&layer).await;
-    let mut holder = send(addr, get("/stream")).await;
-    next_chunk(&mut holder).await;
+    let _holder = hold(addr).await;
     let started = tokio::time::Instant::now();
     let refused = send(addr, get("/")).await;
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -112,8 +117,7 @@ async fn the_refusal_hook_sees_the_wait() {
         .build()
         .unwrap();
     let (addr, seen) = server(&layer).await;
-    let mut holder = send(addr, get("/stream")).await;
-    next_chunk(&mut holder).await;
+    let _holder = hold(addr).await;
     assert_eq!(
         send(addr, get("/")).await.status(),
         StatusCode::SERVICE_UNAVAILABLE
@@ -138,8 +142,7 @@ async fn a_client_deadline_too_close_to_meet_is_refused_at_once() {
         .build()
         .unwrap();
     let (addr, seen) = server(&layer).await;
-    let mut holder = send(addr, get("/stream")).await;
-    next_chunk(&mut holder).await;
+    let _holder = hold(addr).await;
     let started = tokio::time::Instant::now();
     let refused = send(addr, with_header("/", "x-timeout-ms", "20")).await;
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -162,8 +165,7 @@ async fn a_client_deadline_too_close_to_meet_is_refused_at_once() {
 async fn a_client_that_hangs_up_while_waiting_leaves_nothing_waiting() {
     let layer = wait(4, Duration::from_secs(30));
     let (addr, seen) = server(&layer).await;
-    let mut holder = send(addr, get("/stream")).await;
-    next_chunk(&mut holder).await;
+    let holder = hold(addr).await;
     let waiter = tokio::spawn(async move { send(addr, get("/")).await });
     eventually("it waits", || waiting(&layer) == 1).await;
     // The client goes away: its connection closes, and the server drops the request.
@@ -182,8 +184,7 @@ async fn a_client_that_hangs_up_while_waiting_leaves_nothing_waiting() {
 async fn a_drain_refuses_every_waiter_at_once() {
     let layer = wait(4, Duration::from_secs(30));
     let (addr, seen) = server(&layer).await;
-    let mut holder = send(addr, get("/stream")).await;
-    next_chunk(&mut holder).await;
+    let holder = hold(addr).await;
     let waiter = tokio::spawn(async move { send(addr, get("/")).await });
     eventually("it waits", || waiting(&layer) == 1).await;
     let drain = layer.drain();
