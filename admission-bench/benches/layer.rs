@@ -11,7 +11,7 @@ use std::task::{Context, Waker};
 use admission_bench::layer::{drive, ok};
 use admission_tower::AdmissionLayer;
 use bytes::Bytes;
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{Criterion, criterion_group, criterion_main};
 use http_body_util::Empty;
 use tower::{Layer, ServiceBuilder};
 

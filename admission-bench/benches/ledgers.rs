@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use admission_bench::{ArcPermit, Floor, KeyedFloor};
 use admission_core::adaptive::{AdaptiveLimit, Gradient, Outcome};
 use admission_core::{ByteLedger, CountLedger, Gate, KeyedLedger, Priority};
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{Criterion, criterion_group, criterion_main};
 use dashmap::DashMap;
 use parking_lot::Mutex;
 use tokio::sync::Semaphore;
@@ -457,5 +457,7 @@ fn driven() -> (CountLedger, AdaptiveLimit, Instant) {
     (ledger, limit, epoch)
 }
 
-criterion_group!(benches, count, bytes, keyed, gate, contended, scaling, adaptive);
+criterion_group!(
+    benches, count, bytes, keyed, gate, contended, scaling, adaptive
+);
 criterion_main!(benches);

@@ -2,7 +2,7 @@
 //! to its response, and drop the response (so a permit's whole life is inside).
 
 use std::convert::Infallible;
-use std::future::{ready, Future, Ready};
+use std::future::{Future, Ready, ready};
 use std::hint::black_box;
 use std::pin::pin;
 use std::task::{Context, Poll};
@@ -47,8 +47,8 @@ pub fn ok<B>(_: Request<B>) -> Ready<Result<Response<Empty<Bytes>>, Infallible>>
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::task::Waker;
 
     use super::*;

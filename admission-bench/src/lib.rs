@@ -3,8 +3,8 @@
 //! Everything here exists to be measured beside `admission`'s own types in one run; see
 //! `benches/ledgers.rs` and the `report` binary.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 

@@ -99,7 +99,7 @@ pub use count::{Acquire, CountLedger, CountPermit, Drain};
 pub use gate::{Claim, Gate, GateBuilder, GatePermit, GateSnapshot};
 pub use key::Key;
 pub use keyed::{KeyedLedger, KeyedPermit, KeyedSnapshot};
-pub use priority::{ClassError, Classes, Priority, MAX_CLASSES};
+pub use priority::{ClassError, Classes, MAX_CLASSES, Priority};
 pub use refused::{CapacityError, Refused};
 pub use stats::Snapshot;
 

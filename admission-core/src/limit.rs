@@ -14,9 +14,5 @@ pub(crate) fn encode(value: u64, maximum: u64) -> Result<u64, CapacityError> {
 
 /// The configured form of a stored limit: 0 for unlimited.
 pub(crate) fn decode(stored: u64) -> u64 {
-    if stored == UNLIMITED {
-        0
-    } else {
-        stored
-    }
+    if stored == UNLIMITED { 0 } else { stored }
 }

@@ -6,8 +6,8 @@
 
 #[cfg(not(admission_loom))]
 mod imp {
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
     pub(crate) use std::sync::Arc;
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
     /// A mutex whose `lock` cannot fail (`parking_lot` has no poisoning).
     pub(crate) type Mutex<T> = parking_lot::Mutex<T>;

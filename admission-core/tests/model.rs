@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use admission_core::{
     ByteLedger, BytePermit, Claim, Classes, CountLedger, CountPermit, Gate, GatePermit,
-    KeyedLedger, KeyedPermit, Priority, Refused, MAX_CLASSES,
+    KeyedLedger, KeyedPermit, MAX_CLASSES, Priority, Refused,
 };
 use proptest::prelude::*;
 

@@ -52,7 +52,7 @@ pub fn set<T>(
 pub fn metadata(
     classes: &Classes,
     fallback: Priority,
-) -> impl Fn(&MetadataMap) -> Priority + Send + Sync + 'static {
+) -> impl Fn(&MetadataMap) -> Priority + Send + Sync + 'static + use<> {
     let classes = classes.clone();
     move |metadata| {
         metadata

@@ -10,7 +10,7 @@ use tonic::metadata::MetadataMap;
 use tonic::service::Interceptor;
 use tonic::{Request, Status};
 
-use crate::status::{refused_status_with, RefusalCode};
+use crate::status::{RefusalCode, refused_status_with};
 
 type KeyFn = Arc<dyn Fn(&MetadataMap) -> Option<Key> + Send + Sync>;
 type ClassifyFn = Arc<dyn Fn(&MetadataMap) -> Priority + Send + Sync>;

@@ -3,7 +3,7 @@
 use admission_tower::Refusals;
 use http::request::Parts;
 
-use crate::status::{body_status, trailers_only, RefusalCode};
+use crate::status::{RefusalCode, body_status, trailers_only};
 
 /// gRPC refusals, for [`AdmissionBuilder::refusals`]: the same gate and service as for
 /// HTTP, with a trailers-only gRPC response instead of 503 / 429 / 413.

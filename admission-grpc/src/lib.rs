@@ -106,7 +106,7 @@ mod status;
 pub use interceptor::{AdmissionInterceptor, HandlerPermit};
 pub use layer::{is_health_check, refusals, refusals_with};
 pub use service::NamedAdmission;
-pub use status::{refused_status, refused_status_with, RefusalCode, RETRY_PUSHBACK_MS};
+pub use status::{RETRY_PUSHBACK_MS, RefusalCode, refused_status, refused_status_with};
 
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]

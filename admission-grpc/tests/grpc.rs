@@ -6,15 +6,15 @@ mod support;
 use std::time::Duration;
 
 use admission_core::Gate;
-use admission_grpc::{is_health_check, refusals, refusals_with, AdmissionInterceptor, RefusalCode};
+use admission_grpc::{AdmissionInterceptor, RefusalCode, is_health_check, refusals, refusals_with};
 use admission_tower::AdmissionLayer;
 use http_body::Body as _;
 use http_body_util::BodyExt;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use support::{ack, channel, eventually, hold, put, serve, Batch, State};
+use support::{Batch, State, ack, channel, eventually, hold, put, serve};
+use tonic::Code;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
-use tonic::Code;
 use tonic_types::StatusExt;
 
 const RETRY: Duration = Duration::from_millis(250);
@@ -166,7 +166,7 @@ async fn a_server_stream_holds_its_permit_until_it_ends_and_a_cancel_frees_it() 
 
 #[tokio::test]
 async fn the_health_service_answers_while_other_methods_are_saturated() {
-    use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
     let layer = grpc_layer(1, RefusalCode::ResourceExhausted);
     let state = State::new(1000);
     let addr = start(&layer, &state).await;
@@ -306,8 +306,8 @@ async fn the_refusal_is_trailers_only_on_the_wire() {
 }
 
 #[tokio::test]
-async fn a_unary_request_refused_by_the_byte_budget_as_it_streams_gets_the_refusal_code_with_retry_info(
-) {
+async fn a_unary_request_refused_by_the_byte_budget_as_it_streams_gets_the_refusal_code_with_retry_info()
+ {
     for code in [RefusalCode::ResourceExhausted, RefusalCode::Unavailable] {
         let layer = byte_layer(Some(1_000), None, code);
         let state = State::new(1_000_000);
@@ -385,7 +385,7 @@ async fn a_bidi_stream_that_answered_first_ends_with_the_refusal_status_when_its
 #[tokio::test]
 async fn two_services_on_one_server_keep_limits_of_their_own() {
     use admission_grpc::NamedAdmission;
-    use tonic_health::pb::{health_client::HealthClient, HealthCheckRequest};
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
     let batch_limit = AdmissionLayer::builder()
         .count(1)
@@ -452,7 +452,7 @@ async fn two_services_on_one_server_keep_limits_of_their_own() {
 #[tokio::test]
 async fn a_call_stating_a_sheddable_class_is_shed_first_and_a_critical_one_is_served() {
     use admission_grpc::class::METADATA;
-    use admission_tower::{class, Classes, Priority};
+    use admission_tower::{Classes, Priority, class};
 
     let classes = Classes::standard();
     let layer = AdmissionLayer::builder()
@@ -572,7 +572,7 @@ impl<B> tower::Service<http::Request<B>> for NeverReady {
 
 #[test]
 fn the_small_parts_do_what_they_say() {
-    use admission_grpc::{class, HandlerPermit, NamedAdmission};
+    use admission_grpc::{HandlerPermit, NamedAdmission, class};
     use std::task::{Context, Poll, Waker};
     use tonic::service::Interceptor;
     use tower::Service;

@@ -71,11 +71,11 @@ mod refusal;
 
 pub use body::PermitBody;
 pub use meter::{
-    content_length, BodyRefused, BoxError, MeteredBody, MeteredRequest, Rejection, RequestCharge,
-    RequestMeter,
+    BodyRefused, BoxError, MeteredBody, MeteredRequest, Rejection, RequestCharge, RequestMeter,
+    content_length,
 };
 pub use pace::MinDataRate;
-pub use refusal::{jittered, BodyRefusalContext, RefusalBody, RefusalContext, Refusals};
+pub use refusal::{BodyRefusalContext, RefusalBody, RefusalContext, Refusals, jittered};
 
 pub use admission_core;
 

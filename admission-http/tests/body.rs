@@ -9,7 +9,7 @@ use admission_core::CountLedger;
 use admission_http::PermitBody;
 use http_body::{Body, SizeHint};
 use http_body_util::BodyExt;
-use support::{data, poll, Hint, Script, ScriptError, Step};
+use support::{Hint, Script, ScriptError, Step, data, poll};
 
 fn wrap(ledger: &CountLedger, script: Script) -> PermitBody<Script, admission_core::CountPermit> {
     PermitBody::new(script, ledger.try_acquire().unwrap())

@@ -7,7 +7,7 @@ use std::task::Poll;
 use admission_core::{ByteLedger, Refused};
 use admission_http::{BodyRefused, PermitBody, Refusals, Rejection, RequestMeter};
 use http::{Request, StatusCode};
-use support::{data, poll, Hint, Script, Step, Unread};
+use support::{Hint, Script, Step, Unread, data, poll};
 
 fn meter(budget: u64, max: u64) -> (ByteLedger, RequestMeter) {
     let ledger = ByteLedger::with_max_charge(budget, max).unwrap();

@@ -12,7 +12,7 @@ use admission_http::{
 };
 use bytes::Bytes;
 use http::StatusCode;
-use support::{poll, Hint, Script, Step};
+use support::{Hint, Script, Step, poll};
 
 fn request() -> http::Request<()> {
     http::Request::get("/api/items").body(()).unwrap()

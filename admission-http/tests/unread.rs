@@ -8,7 +8,7 @@ use std::task::{Context, Poll, Waker};
 
 use admission_core::ByteLedger;
 use admission_http::{MeteredBody, RequestCharge};
-use support::{poll, Hint, Script, Step};
+use support::{Hint, Script, Step, poll};
 
 fn poll_unread(charge: &RequestCharge) -> Poll<bool> {
     charge.poll_unread(&mut Context::from_waker(Waker::noop()))

@@ -18,8 +18,8 @@
 //! capacity then.
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use admission_tower::adaptive::{AdaptiveLimit, Gradient};

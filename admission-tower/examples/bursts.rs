@@ -14,8 +14,8 @@
 //! the capacity, or its p99 exceeds `MAX_WAIT` plus twice the service time.
 
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use admission_tower::{AdmissionLayer, MeteredBody, Wait};

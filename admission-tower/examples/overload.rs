@@ -28,8 +28,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use admission_tower::{
-    class, key, AdmissionLayer, Classes, Connections, MeteredBody, MinDataRate, PerKey, Priority,
-    SlowClients,
+    AdmissionLayer, Classes, Connections, MeteredBody, MinDataRate, PerKey, Priority, SlowClients,
+    class, key,
 };
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -387,7 +387,7 @@ async fn stalled_reader(addr: SocketAddr, key: String) -> Option<Duration> {
     stream.write_all(head.as_bytes()).await.ok()?;
     let start = Instant::now();
     tokio::time::sleep(GRACE * 3).await; // reads nothing
-                                         // Then reads what is left: a cut connection ends long before the 16 MiB.
+    // Then reads what is left: a cut connection ends long before the 16 MiB.
     let mut buf = vec![0; 64 << 10];
     let mut total = 0;
     let read_all = async {

@@ -2,8 +2,8 @@
 
 use std::fmt;
 
-use admission_core::adaptive::AdaptiveError;
 use admission_core::CapacityError;
+use admission_core::adaptive::AdaptiveError;
 
 /// Why [`AdmissionBuilder::build`](crate::AdmissionBuilder::build) could not make a layer.
 ///

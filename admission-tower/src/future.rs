@@ -13,10 +13,10 @@ use http::{Request, Response};
 use http_body::Body;
 use pin_project_lite::pin_project;
 
+use crate::ResponseBody;
 use crate::drain::{self, Drain};
 use crate::permit::AdmissionPermit;
 use crate::shared::Shared;
-use crate::ResponseBody;
 
 pin_project! {
     /// The response future of [`Admission`](crate::Admission): the inner future with the

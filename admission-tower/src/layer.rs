@@ -1,19 +1,19 @@
 //! `AdmissionLayer`: the layer, and what a running server does with it.
 
 use std::fmt;
-use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use admission_core::{AdaptiveLimit, Classes, Drain, Gate};
 use admission_http::Refusals;
 use tower_layer::Layer;
 
+#[cfg(feature = "tokio")]
+use crate::Connections;
 use crate::builder::{NewGate, SharedGate};
 use crate::drain::DrainLimits;
 use crate::observe::Observer;
 use crate::shared::Shared;
-#[cfg(feature = "tokio")]
-use crate::Connections;
 use crate::{Admission, AdmissionBuilder, AdmissionSnapshot, SlowClients};
 #[cfg(feature = "axum")]
 use crate::{Guarded, GuardedIo};

@@ -242,10 +242,10 @@ pub use slow::SlowClients;
 pub use wait::Wait;
 
 // What the layer takes and gives, from the crates beneath: one dependency for a server.
-pub use admission_core::{adaptive, Classes, Gate, GateSnapshot, Key, Priority, Refused};
+pub use admission_core::{Classes, Gate, GateSnapshot, Key, Priority, Refused, adaptive};
 pub use admission_http::{
-    class, key, BodyRefused, MeteredBody, MinDataRate, RefusalBody, RefusalContext, Refusals,
-    Rejection,
+    BodyRefused, MeteredBody, MinDataRate, RefusalBody, RefusalContext, Refusals, Rejection, class,
+    key,
 };
 
 /// The crates beneath, whole, for what is not re-exported above (the ledgers

@@ -7,9 +7,9 @@ use admission_core::{CountPermit, Key, KeyedPermit, Refused};
 use admission_http::RequestCharge;
 use http::{HeaderName, Response};
 
+use crate::SampleAt;
 use crate::future::LateRefusal;
 use crate::observe::Timer;
-use crate::SampleAt;
 
 /// What an admitted request holds until its response body ends: its count permit, and
 /// its key's permit, body charge and adaptive sample where the layer has those. Two

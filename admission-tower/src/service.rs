@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use admission_core::{Gate, Priority, Refused};
-use admission_http::{content_length, MeteredBody, Rejection, RequestCharge};
+use admission_http::{MeteredBody, Rejection, RequestCharge, content_length};
 use bytes::Bytes;
 use http::request::Parts;
 use http::{Request, Response};

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use admission_core::adaptive::AdaptiveSnapshot;
 use admission_core::{AdaptiveLimit, Claim, Classes, Gate, GatePermit, GateSnapshot, Priority};
 use admission_core::{Key, Refused};
-use admission_http::{content_length, MinDataRate, Refusals, Rejection};
+use admission_http::{MinDataRate, Refusals, Rejection, content_length};
 use http::request::Parts;
 
 use crate::drain::DrainLimits;

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Either, Full};
 use hyper::body::Incoming;
-use support::{eventually, get, send, serve, text, ChannelBody};
+use support::{ChannelBody, eventually, get, send, serve, text};
 use tokio::sync::mpsc;
 use tower::Layer;
 
@@ -55,8 +55,8 @@ fn app() -> impl tower::Service<
     Error = Infallible,
     Future = impl Send,
 > + Clone
-       + Send
-       + 'static {
++ Send
++ 'static {
     tower::service_fn(|req: Request<MeteredBody<Incoming>>| async move {
         let mut response = Response::new(Either::Left(Full::new(Bytes::from_static(b"ok"))));
         match req.uri().path() {

@@ -7,7 +7,7 @@ use std::error::Error as _;
 
 use admission_tower::adaptive::{AdaptiveLimit, Gradient};
 use admission_tower::{
-    key, AdmissionLayer, BuildError, Gate, Key, MeteredBody, PerKey, Refusals, Unkeyed,
+    AdmissionLayer, BuildError, Gate, Key, MeteredBody, PerKey, Refusals, Unkeyed, key,
 };
 use bytes::Bytes;
 use http::{HeaderName, Request, Response, StatusCode};
@@ -72,9 +72,11 @@ fn a_limit_of_zero_is_an_error_that_names_it_and_none_is_no_limit() {
         ),
         BuildError::ZeroLimit("max_keys")
     );
-    assert!(BuildError::ZeroLimit("count")
-        .to_string()
-        .contains("`count`"));
+    assert!(
+        BuildError::ZeroLimit("count")
+            .to_string()
+            .contains("`count`")
+    );
     let unlimited = AdmissionLayer::builder()
         .count(None)
         .bytes(None)

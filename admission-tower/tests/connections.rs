@@ -10,8 +10,8 @@ mod support;
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
 use admission_tower::{AdmissionLayer, Connections, MinDataRate, SlowClients};
@@ -19,10 +19,10 @@ use bytes::Bytes;
 use http::StatusCode;
 use hyper_util::rt::TokioIo;
 use hyper_util::service::TowerToHyperService;
-use support::{app, get, next_chunk, send, Seen};
+use support::{Seen, app, get, next_chunk, send};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::time::{sleep, timeout, Instant};
+use tokio::time::{Instant, sleep, timeout};
 use tower::Layer;
 
 /// Counts the bytes live on the heap, to see that closed connections leave nothing.
@@ -273,8 +273,8 @@ async fn over_the_cap_a_connection_is_closed_at_once() {
 #[cfg(feature = "axum")]
 #[tokio::test]
 async fn axum_serve_through_the_guard_keeps_connect_info_for_a_peer_key() {
-    use axum::routing::get as route_get;
     use axum::Router;
+    use axum::routing::get as route_get;
 
     let admission = AdmissionLayer::builder()
         .count(8)

@@ -10,16 +10,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use admission_tower::AdmissionLayer;
+use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
 use axum::routing::get;
-use axum::Router;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use support::{eventually, ChannelBody};
+use support::{ChannelBody, eventually};
 use tokio::sync::{mpsc, oneshot};
 
 const CHUNK: &[u8] = b"chunk\n";

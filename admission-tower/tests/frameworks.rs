@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use admission_tower::{AdmissionLayer, PerKey};
-use axum::routing::get;
 use axum::Router;
+use axum::routing::get;
 use http::StatusCode;
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
@@ -90,9 +90,9 @@ async fn axum_router_layer_sheds_at_the_limit_and_bypasses_health() {
 
 #[tokio::test]
 async fn tonic_server_builder_layer_composes_and_serves_grpc() {
+    use tonic_health::pb::HealthCheckRequest;
     use tonic_health::pb::health_check_response::ServingStatus;
     use tonic_health::pb::health_client::HealthClient;
-    use tonic_health::pb::HealthCheckRequest;
 
     let layer = AdmissionLayer::builder().count(8).build().unwrap();
     let (reporter, health) = tonic_health::server::health_reporter();

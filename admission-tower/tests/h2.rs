@@ -14,7 +14,7 @@ use http::StatusCode;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
-use support::{app, Seen};
+use support::{Seen, app};
 use tokio::net::{TcpListener, TcpStream};
 use tower::Layer;
 

@@ -10,11 +10,11 @@ mod support;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use admission_tower::{class, key, AdmissionLayer, Classes, PerKey, Priority};
+use admission_tower::{AdmissionLayer, Classes, PerKey, Priority, class, key};
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use metrics_exporter_prometheus::PrometheusBuilder;
-use support::{app, send, serve, text, Seen};
+use support::{Seen, app, send, serve, text};
 
 /// One series of the rendered text: its metric name, labels and value.
 struct Series {

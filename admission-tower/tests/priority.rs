@@ -5,10 +5,10 @@ mod support;
 
 use std::sync::{Arc, Mutex};
 
-use admission_tower::{class, key, AdmissionLayer, Classes, Key, PerKey, Priority};
+use admission_tower::{AdmissionLayer, Classes, Key, PerKey, Priority, class, key};
 use http::StatusCode;
 use hyper::body::Incoming;
-use support::{app, get, send, serve, with_header, Seen};
+use support::{Seen, app, get, send, serve, with_header};
 
 /// Opens a streaming response of class `class`; `Ok` with the open response if admitted.
 async fn open(

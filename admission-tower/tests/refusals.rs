@@ -6,20 +6,20 @@ mod support;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use admission_tower::{AdmissionLayer, Key, PerKey, Refusals};
-use axum::routing::post;
 use axum::Router;
+use axum::routing::post;
 use bytes::Bytes;
 use http::{Request, StatusCode, Version};
 use http_body_util::{BodyExt, Full};
-use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use support::{app, eventually, next_chunk, send, text, ChannelBody, Seen};
+use support::{ChannelBody, Seen, app, eventually, next_chunk, send, text};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tower::{Layer, ServiceExt};

@@ -2,13 +2,13 @@
 
 mod support;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use admission_tower::{AdmissionLayer, AdmissionSnapshot, Key, PerKey};
 use bytes::Bytes;
 use http::StatusCode;
-use support::{app, eventually, get, next_chunk, post, send, serve, text, with_header, Seen};
+use support::{Seen, app, eventually, get, next_chunk, post, send, serve, text, with_header};
 use tower::Layer;
 
 fn in_flight(layer: &AdmissionLayer) -> u64 {
@@ -34,8 +34,8 @@ async fn start(layer: &AdmissionLayer) -> (std::net::SocketAddr, Arc<Seen>) {
 }
 
 #[tokio::test]
-async fn at_the_limit_the_next_request_gets_503_with_retry_after_and_neither_service_nor_body_is_touched(
-) {
+async fn at_the_limit_the_next_request_gets_503_with_retry_after_and_neither_service_nor_body_is_touched()
+ {
     let layer = AdmissionLayer::builder().count(1).build().unwrap();
     let (addr, seen) = start(&layer).await;
 
@@ -248,8 +248,8 @@ async fn upload_chunked(
 }
 
 #[tokio::test]
-async fn a_chunked_body_refused_by_the_budget_mid_stream_gets_503_with_retry_after_not_the_handlers_answer(
-) {
+async fn a_chunked_body_refused_by_the_budget_mid_stream_gets_503_with_retry_after_not_the_handlers_answer()
+ {
     let layer = AdmissionLayer::builder().bytes(1_000).build().unwrap();
     let (addr, seen) = start(&layer).await;
     let bytes = layer.gate().bytes().unwrap().clone();

@@ -38,9 +38,10 @@ async fn an_off_layer_passes_requests_through_uncounted() {
     let calls = Arc::new(AtomicUsize::new(0));
     let service = layer.layer(ok_service(calls.clone()));
     let held: Vec<_> = futures_many(&service, 3).await;
-    assert!(held
-        .iter()
-        .all(|r| r.status() == StatusCode::OK && !r.body().holds_permit()));
+    assert!(
+        held.iter()
+            .all(|r| r.status() == StatusCode::OK && !r.body().holds_permit())
+    );
     assert_eq!(
         layer.snapshot().gate.count.in_flight,
         0,

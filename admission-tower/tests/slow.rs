@@ -3,20 +3,20 @@
 //! uploads, fast or slow, go through.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use admission_tower::{AdmissionLayer, PerKey, SlowClients};
+use axum::Router;
 use axum::body::Bytes;
 use axum::routing::post;
-use axum::Router;
 use http::StatusCode;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::time::{sleep, timeout, Instant};
+use tokio::time::{Instant, sleep, timeout};
 
 const BUDGET: u64 = 256 << 10;
 

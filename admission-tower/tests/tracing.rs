@@ -9,11 +9,11 @@ mod support;
 use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 
-use admission_tower::{key, AdmissionLayer, PerKey};
+use admission_tower::{AdmissionLayer, PerKey, key};
 use http::StatusCode;
-use support::{app, get, post, send, serve, text, with_header, Seen};
+use support::{Seen, app, get, post, send, serve, text, with_header};
 use tracing::field::{Field, Visit};
-use tracing::{span, Event, Level, Metadata, Subscriber};
+use tracing::{Event, Level, Metadata, Subscriber, span};
 
 /// Every event, as its level and its fields written out.
 #[derive(Clone, Default)]

@@ -15,7 +15,7 @@ use http::StatusCode;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
-use support::{app, eventually, get, next_chunk, send, serve, text, with_header, Seen};
+use support::{Seen, app, eventually, get, next_chunk, send, serve, text, with_header};
 use tokio::net::{TcpListener, TcpStream};
 use tower::Layer;
 

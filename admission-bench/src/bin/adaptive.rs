@@ -269,17 +269,19 @@ fn simulate(scenarios: &[Scenario], seeds: &[u64]) -> Results {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     std::thread::scope(|scope| {
         for _ in 0..threads {
-            scope.spawn(|| loop {
-                let index = {
-                    let mut next = next.lock().unwrap();
-                    *next += 1;
-                    *next - 1
-                };
-                let Some(&(s, k, l)) = jobs.get(index) else {
-                    break;
-                };
-                let outcome = sim::run(&scenarios[s], (limiters[s][l].1)(), seeds[k]);
-                results.lock().unwrap()[index] = Some(outcome);
+            scope.spawn(|| {
+                loop {
+                    let index = {
+                        let mut next = next.lock().unwrap();
+                        *next += 1;
+                        *next - 1
+                    };
+                    let Some(&(s, k, l)) = jobs.get(index) else {
+                        break;
+                    };
+                    let outcome = sim::run(&scenarios[s], (limiters[s][l].1)(), seeds[k]);
+                    results.lock().unwrap()[index] = Some(outcome);
+                }
             });
         }
     });
@@ -540,11 +542,21 @@ fn main() -> ExitCode {
     let scenarios = scenarios();
     let started = std::time::Instant::now();
     let results = simulate(&scenarios, seeds);
-    println!("adaptive concurrency: a server of C workers with service times of mean S, its own FIFO queue;");
-    println!("Poisson arrivals; shed requests are not retried; a client gives up (cancelling its request, the");
-    println!("limit told `Dropped`) at its deadline, 100 S unless the scenario says otherwise. Measured after");
-    println!("the warm-up (5 s unless the scenario says otherwise). Goodput counts answers as a share of what");
-    println!("could be answered (second by second, the arrivals or the capacity, whichever is fewer). Adaptive");
+    println!(
+        "adaptive concurrency: a server of C workers with service times of mean S, its own FIFO queue;"
+    );
+    println!(
+        "Poisson arrivals; shed requests are not retried; a client gives up (cancelling its request, the"
+    );
+    println!(
+        "limit told `Dropped`) at its deadline, 100 S unless the scenario says otherwise. Measured after"
+    );
+    println!(
+        "the warm-up (5 s unless the scenario says otherwise). Goodput counts answers as a share of what"
+    );
+    println!(
+        "could be answered (second by second, the arrivals or the capacity, whichever is fewer). Adaptive"
+    );
     println!(
         "limiters start far below (C/6, at least 2) and far above (4C), told neither C nor S."
     );
@@ -612,9 +624,15 @@ fn main() -> ExitCode {
     }
 
     println!();
-    println!("targets, scenario by scenario (worst seed). Where no static limit meets every target a static");
-    println!("limit can, the reference is the static limit that meets the most (then the best goodput), and a");
-    println!("target it misses asks for its figure within 10%; following a change always applies as stated.");
+    println!(
+        "targets, scenario by scenario (worst seed). Where no static limit meets every target a static"
+    );
+    println!(
+        "limit can, the reference is the static limit that meets the most (then the best goodput), and a"
+    );
+    println!(
+        "target it misses asks for its figure within 10%; following a change always applies as stated."
+    );
     let mut missed = Vec::new();
     let mut known = 0;
     for (s, scenario) in scenarios.iter().enumerate() {

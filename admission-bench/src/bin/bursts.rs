@@ -105,7 +105,9 @@ fn main() -> ExitCode {
         WAIT.max_waiting,
         WAIT.max_wait * 1e3
     );
-    println!("Latencies are of admitted requests, from arrival; \"before work\" is the p99 from arrival to a");
+    println!(
+        "Latencies are of admitted requests, from arrival; \"before work\" is the p99 from arrival to a"
+    );
     println!("worker (the wait for a slot and the server's own queue), in service times S.");
     let mut results = Vec::new();
     for scenario in [&bursts, &sustained] {

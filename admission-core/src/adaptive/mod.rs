@@ -113,8 +113,8 @@ mod gradient;
 
 pub use aimd::Aimd;
 pub use builder::AdaptiveBuilder;
-use driver::{micros, nanos};
 pub(crate) use driver::{Control, Driver, Steered};
+use driver::{micros, nanos};
 pub use gradient::Gradient;
 
 /// How an admitted piece of work ended, as the limit learns it.

@@ -1,7 +1,7 @@
 use std::sync::{Arc as StdArc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
-use super::driver::{Shard, COUNT_BITS, COUNT_FULL, MAX_MICROS, MICROS_FULL};
+use super::driver::{COUNT_BITS, COUNT_FULL, MAX_MICROS, MICROS_FULL, Shard};
 use super::*;
 use crate::Refused;
 
@@ -201,9 +201,11 @@ fn bounds_that_cannot_hold_and_a_second_controller_are_errors() {
         "a clone still drives it"
     );
     drop(clone);
-    assert!(AdaptiveLimit::builder(Aimd::default())
-        .build(&ledger)
-        .is_ok());
+    assert!(
+        AdaptiveLimit::builder(Aimd::default())
+            .build(&ledger)
+            .is_ok()
+    );
 }
 
 #[test]

@@ -26,7 +26,7 @@ use std::ptr::NonNull;
 use crossbeam_utils::CachePadded;
 
 use crate::limit;
-use crate::raw::{self, Counted, Owner, OWNER};
+use crate::raw::{self, Counted, OWNER, Owner};
 use crate::stats::{Snapshot, Stats};
 use crate::sync::{Arc, AtomicU64, Ordering, Track};
 use crate::{CapacityError, Refused};

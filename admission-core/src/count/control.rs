@@ -145,7 +145,7 @@ impl CountLedger {
 
     /// The ledger as its driver sees it.
     #[cfg(all(test, admission_loom))]
-    pub(crate) fn steering(&self) -> &impl Steered {
+    pub(crate) fn steering(&self) -> &(impl Steered + use<>) {
         self.inner()
     }
 

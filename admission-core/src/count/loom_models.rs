@@ -228,9 +228,11 @@ fn a_waiter_dropped_while_the_release_that_serves_it_runs() {
         ledger.set_max_waiting(1);
         let permit = ledger.try_acquire().unwrap();
         let mut waiter = ledger.acquire();
-        assert!(Pin::new(&mut waiter)
-            .poll(&mut Context::from_waker(Waker::noop()))
-            .is_pending());
+        assert!(
+            Pin::new(&mut waiter)
+                .poll(&mut Context::from_waker(Waker::noop()))
+                .is_pending()
+        );
         let t = loom::thread::spawn(move || drop(permit));
         drop(waiter);
         t.join().unwrap();

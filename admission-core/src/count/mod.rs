@@ -29,8 +29,8 @@ use std::time::{Duration, Instant};
 
 use crate::adaptive::{Control, Driver, Outcome, Steered};
 use crate::limit::{self, UNLIMITED};
-use crate::priority::{Priority, MAX_CLASSES};
-use crate::raw::{self, Counted, Owner, OWNER};
+use crate::priority::{MAX_CLASSES, Priority};
+use crate::raw::{self, Counted, OWNER, Owner};
 use crate::stats::{Snapshot, Stats};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, Track};
 use crate::{CapacityError, Refused};

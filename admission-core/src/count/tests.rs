@@ -327,9 +327,11 @@ fn closing_survives_capacity_changes_and_reopening_applies_the_latest() {
 fn a_blocking_wait_returns_only_after_the_last_release_and_a_timeout_says_so() {
     let ledger = CountLedger::new(1).unwrap();
     let permit = ledger.try_acquire().unwrap();
-    assert!(!ledger
-        .drain()
-        .wait_timeout(std::time::Duration::from_millis(20)));
+    assert!(
+        !ledger
+            .drain()
+            .wait_timeout(std::time::Duration::from_millis(20))
+    );
     let released = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let t = {
         let released = released.clone();

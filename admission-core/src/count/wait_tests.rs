@@ -1,7 +1,7 @@
 //! The wait for a slot: order, bounds, cancellation, and the hooks that grant.
 
-use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
 use std::sync::Arc as StdArc;
+use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
 use std::task::Wake;
 
 use super::*;
@@ -204,13 +204,17 @@ fn a_close_refuses_every_waiter_and_a_drain_completes() {
         noop(&mut ledger.acquire()),
         Poll::Ready(Err(Refused::Closed))
     ));
-    assert!(Pin::new(&mut drain)
-        .poll(&mut Context::from_waker(Waker::noop()))
-        .is_pending());
+    assert!(
+        Pin::new(&mut drain)
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_pending()
+    );
     drop(held);
-    assert!(Pin::new(&mut drain)
-        .poll(&mut Context::from_waker(Waker::noop()))
-        .is_ready());
+    assert!(
+        Pin::new(&mut drain)
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_ready()
+    );
 }
 
 #[test]

@@ -194,10 +194,12 @@ fn assert_nothing_away<S>(ledger: &KeyedLedger<u8, S>) {
     let inner = ledger.owner.get();
     let away = |e: &Entry<u8>| e.state.load(Ordering::Relaxed) & AWAY;
     assert!((inner.slots.iter().flatten()).all(|e| away(e) == 0));
-    assert!(inner
-        .shards
-        .iter()
-        .all(|s| s.away.load(Ordering::Relaxed) == 0));
+    assert!(
+        inner
+            .shards
+            .iter()
+            .all(|s| s.away.load(Ordering::Relaxed) == 0)
+    );
 }
 
 /// Two keys of one shard with the same home slot.

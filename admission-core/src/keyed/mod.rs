@@ -64,8 +64,8 @@ use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
 use crate::limit;
-use crate::raw::{self, Owner, OWNER};
-use crate::sync::{wait_while, Arc, AtomicU32, AtomicU64, Mutex, Ordering, Track, UnsafeCell};
+use crate::raw::{self, OWNER, Owner};
+use crate::sync::{Arc, AtomicU32, AtomicU64, Mutex, Ordering, Track, UnsafeCell, wait_while};
 use crate::{CapacityError, Refused};
 
 /// Number of shards: a power of two. More shards than cores keep two threads on
@@ -571,7 +571,7 @@ mod permit;
 mod probe;
 mod readings;
 
-use entry::{home, lower_away, window_bits, Entry, EntryPtr, LookAway, Shard, BOXED};
+use entry::{BOXED, Entry, EntryPtr, LookAway, Shard, home, lower_away, window_bits};
 use locked::Found;
 pub use permit::KeyedPermit;
 use probe::Fast;
@@ -603,11 +603,7 @@ mod test_hashers {
 
     impl Hasher for PlacedHasher {
         fn finish(&self) -> u64 {
-            if self.1 {
-                7 << 16
-            } else {
-                self.0
-            }
+            if self.1 { 7 << 16 } else { self.0 }
         }
         fn write(&mut self, bytes: &[u8]) {
             for &b in bytes {

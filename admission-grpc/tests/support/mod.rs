@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use admission_core::ByteLedger;
-use admission_grpc::{refused_status, HandlerPermit};
+use admission_grpc::{HandlerPermit, refused_status};
 use bytes::Bytes;
 use http::uri::PathAndQuery;
 use tokio::sync::mpsc;

@@ -85,8 +85,8 @@ pub fn app(
     Error = Infallible,
     Future = impl Future<Output = Result<Response<AppBody>, Infallible>> + Send,
 > + Clone
-       + Send
-       + 'static {
++ Send
++ 'static {
     tower::service_fn(move |req: Request<MeteredBody<Incoming>>| {
         let seen = seen.clone();
         async move {
