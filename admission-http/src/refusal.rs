@@ -1,6 +1,6 @@
 //! Refusal responses: status, `Retry-After`, and a body of the user's shape.
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -454,6 +454,17 @@ impl Refusals {
 
     /// The refusal for `request`'s head and `rejection`.
     ///
+    /// A gRPC call (`content-type: application/grpc`, with or without a `+codec`; not
+    /// gRPC-Web) is answered as gRPC defines an error without a message: a trailers-only
+    /// response, HTTP 200 with the status in its headers and no body, whatever body shape
+    /// is set (a gRPC client would fail to decode any other body, and report `INTERNAL`).
+    /// A retryable refusal is `UNAVAILABLE`, the code gRPC clients' retry policies retry,
+    /// with the delay in `grpc-retry-pushback-ms`; a request too large is
+    /// `RESOURCE_EXHAUSTED`, which they do not; a malformed `Content-Length` is
+    /// `INVALID_ARGUMENT`. For `RESOURCE_EXHAUSTED` with `RetryInfo` (the code and detail
+    /// the OpenTelemetry exporters retry), use the `admission-grpc` crate's refusals, a
+    /// [`response`](Self::response) of their own.
+    ///
     /// ```
     /// use admission_core::Refused;
     /// use admission_http::{Refusals, Rejection};
@@ -461,6 +472,15 @@ impl Refusals {
     /// let request = http::Request::get("/").body(())?;
     /// let response = Refusals::new().respond(&request, Rejection::Refused(Refused::Bytes));
     /// assert_eq!(response.status(), 503);
+    ///
+    /// let call = http::Request::post("/pkg.Service/Method")
+    ///     .header("content-type", "application/grpc")
+    ///     .body(())?;
+    /// let response = Refusals::new().respond(&call, Rejection::Refused(Refused::Count));
+    /// assert_eq!(response.status(), 200);
+    /// assert_eq!(response.headers()["grpc-status"], "14"); // UNAVAILABLE
+    /// assert_eq!(response.headers()["grpc-retry-pushback-ms"], "1000");
+    /// assert!(response.body().is_empty());
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn respond<B>(&self, request: &http::Request<B>, rejection: Rejection) -> Response<Bytes> {
@@ -509,6 +529,9 @@ impl Refusals {
         if let Some(whole) = &self.whole {
             return whole(&cx);
         }
+        if is_grpc(headers) {
+            return grpc_trailers_only(&cx);
+        }
         let body = match &self.shape {
             Some(shape) => shape(&cx),
             None => default_body(&cx),
@@ -544,6 +567,56 @@ fn default_body(cx: &RefusalContext<'_>) -> RefusalBody {
     RefusalBody::text(text)
 }
 
+/// Whether a request is a gRPC call: `application/grpc`, alone or with a `+codec` or
+/// parameters (gRPC-Web's `application/grpc-web` carries its status in the body: no).
+fn is_grpc(headers: &HeaderMap) -> bool {
+    headers.get(CONTENT_TYPE).is_some_and(|value| {
+        value
+            .as_bytes()
+            .strip_prefix(b"application/grpc")
+            .is_some_and(|rest| matches!(rest.first(), None | Some(b'+' | b';')))
+    })
+}
+
+/// A gRPC call's refusal, as [`Refusals::respond`] describes it.
+fn grpc_trailers_only(cx: &RefusalContext<'_>) -> Response<Bytes> {
+    // The codes gRPC numbers: UNAVAILABLE, RESOURCE_EXHAUSTED, INVALID_ARGUMENT.
+    let code: u16 = match cx.rejection {
+        rejection if rejection.is_retryable() => 14,
+        Rejection::Refused(_) => 8,
+        _ => 3,
+    };
+    let mut response = Response::new(Bytes::new());
+    let headers = response.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    headers.insert("grpc-status", HeaderValue::from(code));
+    let message = percent_encoded(&format!("admission refused: {}", cx.rejection));
+    if let Ok(message) = HeaderValue::from_str(&message) {
+        headers.insert("grpc-message", message);
+    }
+    if let Some(delay) = cx.retry_delay {
+        let millis = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
+        headers.insert("grpc-retry-pushback-ms", HeaderValue::from(millis));
+    }
+    if let Some(secs) = cx.retry_after {
+        headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    response
+}
+
+/// `grpc-message`'s encoding: printable ASCII but `%` as it is, every other byte as `%XX`.
+fn percent_encoded(text: &str) -> String {
+    let mut encoded = String::with_capacity(text.len());
+    for &byte in text.as_bytes() {
+        if (0x20..=0x7e).contains(&byte) && byte != b'%' {
+            encoded.push(byte as char);
+        } else {
+            let _ = write!(encoded, "%{byte:02X}");
+        }
+    }
+    encoded
+}
+
 impl fmt::Debug for Refusals {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Refusals")
@@ -554,5 +627,17 @@ impl fmt::Debug for Refusals {
             .field("body_error", &self.error.is_some())
             .field("drain_refused", &self.drain)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent_encoded;
+
+    #[test]
+    fn grpc_messages_percent_encode_all_but_printable_ascii() {
+        assert_eq!(percent_encoded("count limit: 5"), "count limit: 5");
+        assert_eq!(percent_encoded("100%\n"), "100%25%0A");
+        assert_eq!(percent_encoded("é~\u{7f}"), "%C3%A9~%7F");
     }
 }

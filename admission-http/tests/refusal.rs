@@ -160,3 +160,89 @@ fn jitter_draws_every_value_of_its_range_evenly_and_independently() {
         "{pairs:?}"
     );
 }
+
+fn call(content_type: &str) -> http::Request<()> {
+    http::Request::post("/pkg.Service/Method")
+        .header(http::header::CONTENT_TYPE, content_type)
+        .body(())
+        .unwrap()
+}
+
+/// A gRPC call's refusal is trailers-only: HTTP 200, the status in its headers, no body.
+#[test]
+fn a_grpc_call_is_refused_trailers_only_with_the_code_its_retry_policy_reads() {
+    // A body shape is for HTTP clients: a gRPC client could not decode it.
+    let refusals = Refusals::new()
+        .retry_after(Duration::from_millis(1500))
+        .body(|_| RefusalBody::json("{}"));
+    let cases = [
+        (Rejection::Refused(Refused::Count), "14", Some("1500")),
+        (Rejection::Refused(Refused::Key), "14", Some("1500")),
+        (Rejection::Refused(Refused::TooLarge), "8", None),
+        (Rejection::InvalidContentLength, "3", None),
+    ];
+    for (rejection, code, pushback) in cases {
+        let response = refusals.respond(&call("application/grpc"), rejection);
+        assert_eq!(response.status(), StatusCode::OK, "{rejection}");
+        let headers = response.headers();
+        assert_eq!(headers["content-type"], "application/grpc");
+        assert_eq!(headers["grpc-status"], code, "{rejection}");
+        assert_eq!(
+            headers["grpc-message"],
+            format!("admission refused: {rejection}").as_str()
+        );
+        assert_eq!(
+            headers
+                .get("grpc-retry-pushback-ms")
+                .map(|v| v.to_str().unwrap()),
+            pushback,
+            "{rejection}"
+        );
+        assert_eq!(headers.contains_key("retry-after"), pushback.is_some());
+        assert!(response.body().is_empty(), "{rejection}");
+    }
+}
+
+#[test]
+fn grpc_is_told_by_its_content_type_and_grpc_web_is_not_grpc() {
+    let refused = |content_type| {
+        Refusals::new()
+            .respond(&call(content_type), Rejection::Refused(Refused::Count))
+            .status()
+    };
+    for grpc in [
+        "application/grpc",
+        "application/grpc+proto",
+        "application/grpc;v=1",
+    ] {
+        assert_eq!(refused(grpc), StatusCode::OK, "{grpc}");
+    }
+    for other in [
+        "application/grpc-web",
+        "application/grpcx",
+        "application/json",
+    ] {
+        assert_eq!(refused(other), StatusCode::SERVICE_UNAVAILABLE, "{other}");
+    }
+    assert_eq!(
+        Refusals::new()
+            .respond(&request(), Rejection::Refused(Refused::Count))
+            .status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+}
+
+#[test]
+fn a_response_closure_answers_grpc_calls_too() {
+    let refusals = Refusals::new().response(|cx| {
+        let mut response = http::Response::new(Bytes::from_static(b"mine"));
+        *response.status_mut() = cx.status;
+        response
+    });
+    let response = refusals.respond(
+        &call("application/grpc"),
+        Rejection::Refused(Refused::Count),
+    );
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.body(), "mine");
+}

@@ -110,8 +110,9 @@
 //!
 //! With hyper directly, wrap the service with `tower::ServiceBuilder::new().layer(..)`
 //! and serve it through `hyper_util::service::TowerToHyperService`; with tonic,
-//! `tonic::transport::Server::builder().layer(..)` (and see `admission-grpc` for
-//! gRPC-shaped refusals).
+//! `tonic::transport::Server::builder().layer(..)`. A refused gRPC call is answered
+//! trailers-only with `UNAVAILABLE`, which gRPC clients retry (see
+//! [`Refusals::respond`]); `admission-grpc` adds `RESOURCE_EXHAUSTED` with `RetryInfo`.
 //!
 //! # How a request goes through
 //!
