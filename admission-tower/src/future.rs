@@ -44,11 +44,16 @@ pin_project! {
     #[project = StateProj]
     enum State<F> {
         Called { #[pin] future: F },
-        // Boxed: the cold path, kept out of every admitted request's future.
-        Refused { refusal: Box<Refusal> },
-        // Waiting for a count slot: what the request becomes once admitted or refused.
-        Waiting { wait: Pin<Box<dyn Future<Output = ResponseFuture<F>> + Send>> },
+        // Boxed: the cold paths, kept out of every admitted request's future (two
+        // variants keep its drop and its poll's dispatch one test).
+        Cold { cold: Box<Cold<F>> },
     }
+}
+
+enum Cold<F> {
+    Refused(Refusal),
+    /// Waiting for a count slot: what the request becomes once admitted or refused.
+    Waiting(Pin<Box<dyn Future<Output = ResponseFuture<F>> + Send>>),
 }
 
 /// A refusal, sent once `drain` (if any) has read the request's body.
@@ -133,7 +138,9 @@ impl<F> ResponseFuture<F> {
     #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn waiting(wait: Pin<Box<dyn Future<Output = ResponseFuture<F>> + Send>>) -> Self {
         Self {
-            state: State::Waiting { wait },
+            state: State::Cold {
+                cold: Box::new(Cold::Waiting(wait)),
+            },
             permit: None,
         }
     }
@@ -148,13 +155,13 @@ impl<F> ResponseFuture<F> {
         B: Body + Send + 'static,
     {
         Self {
-            state: State::Refused {
-                refusal: Box::new(Refusal {
+            state: State::Cold {
+                cold: Box::new(Cold::Refused(Refusal {
                     response: Some(response),
                     drain: drain
                         .map(|drain| Box::pin(drain) as Pin<Box<dyn Future<Output = bool> + Send>>),
                     http1,
-                }),
+                })),
             },
             permit: None,
         }
@@ -171,10 +178,12 @@ where
 
     #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if let StateProj::Waiting { wait } = self.as_mut().project().state.project() {
-            // Admitted (the inner future, with its permits) or refused: it becomes that.
-            let next = std::task::ready!(wait.as_mut().poll(cx));
-            self.as_mut().set(next);
+        if let StateProj::Cold { cold } = self.as_mut().project().state.project() {
+            if let Cold::Waiting(wait) = &mut **cold {
+                // Admitted (the inner future, with its permits) or refused: it becomes that.
+                let next = std::task::ready!(wait.as_mut().poll(cx));
+                self.as_mut().set(next);
+            }
         }
         let this = self.project();
         match this.state.project() {
@@ -215,12 +224,15 @@ where
                     Poll::Ready(Err(err))
                 }
             },
-            StateProj::Refused { refusal } => {
-                let Refusal {
+            StateProj::Cold { cold } => {
+                let Cold::Refused(Refusal {
                     response,
                     drain,
                     http1,
-                } = &mut **refusal;
+                }) = &mut **cold
+                else {
+                    unreachable!("a waiting future became what it waited for")
+                };
                 let mut close = false;
                 if let Some(pending) = drain {
                     match pending.as_mut().poll(cx) {
@@ -238,7 +250,6 @@ where
                 }
                 Poll::Ready(Ok(response.map(ResponseBody::refused)))
             }
-            StateProj::Waiting { .. } => unreachable!("a waiting future became what it waited for"),
         }
     }
 }
@@ -248,8 +259,10 @@ impl<F> std::fmt::Debug for ResponseFuture<F> {
         let state = match (&self.state, &self.permit) {
             (State::Called { .. }, Some(_)) => "admitted",
             (State::Called { .. }, None) => "unguarded",
-            (State::Refused { .. }, _) => "refused",
-            (State::Waiting { .. }, _) => "waiting",
+            (State::Cold { cold }, _) => match **cold {
+                Cold::Refused(_) => "refused",
+                Cold::Waiting(_) => "waiting",
+            },
         };
         f.debug_struct("ResponseFuture")
             .field("state", &state)
