@@ -92,6 +92,13 @@
 //! let refused = export(&decoded, vec![0; 100]).unwrap_err();
 //! assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
 //! ```
+//!
+//! # Compatibility
+//!
+//! tonic 0.14, whose `Status` this crate's API uses (a server of an older tonic would
+//! read it, in a body error, as `UNKNOWN`); in front of tonic 0.12 and 0.13, use
+//! `admission-tower` alone, whose refused calls read `UNAVAILABLE`. Rust 1.88 or newer,
+//! tonic 0.14's own floor.
 
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

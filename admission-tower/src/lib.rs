@@ -114,6 +114,13 @@
 //! trailers-only with `UNAVAILABLE`, which gRPC clients retry (see
 //! [`Refusals::respond`]); `admission-grpc` adds `RESOURCE_EXHAUSTED` with `RetryInfo`.
 //!
+//! # Compatibility
+//!
+//! Tested in CI against each: axum 0.8 (the connection guard too) and 0.7 (the layer; the
+//! guard is an axum 0.8 `serve::Listener`); tonic 0.14, 0.13 and 0.12, the last with a
+//! layer behind this one that boxes the request body into tonic 0.12's own
+//! (`request.map(tonic::body::boxed)`). Rust 1.85 or newer, every feature included.
+//!
 //! # How a request goes through
 //!
 //! [`AdmissionLayer`] wraps a service in [`Admission`], which for every request:
