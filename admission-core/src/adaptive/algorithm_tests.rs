@@ -373,6 +373,7 @@ fn spread_window(
             samples: squared,
             total: (micros * squared as f64) as u64,
             squares: (square * squared as f64) as u128,
+            ..Spread::default()
         },
         ..Window::default()
     }
@@ -505,5 +506,93 @@ fn light_load_does_not_cut_the_limit_below_what_the_work_uses() {
         limit = gradient.update(&window);
         // 32 × 1.1 + √35.2 = 41.1, approached by halves.
         assert!(limit >= 40, "{limit} for 32 in flight");
+    }
+}
+
+/// A window at `limit` of a server of `capacity` workers whose requests are mostly short,
+/// a tenth 25 times longer (mean 10 ms): each request waits what the queue adds alike
+/// (Little's law), and which requests are long is drawn by `seed`.
+fn skewed(limit: u64, capacity: u64, seed: &mut u64) -> Window {
+    let (short, long) = (10.0 / 3.4, 250.0 / 3.4);
+    let wait = 10.0 * (limit as f64 / capacity as f64 - 1.0).max(0.0);
+    let samples = (limit.min(capacity) as f64 / 0.010 * 0.1) as u64;
+    let mut window = Window::new(limit, Duration::from_millis(100));
+    for _ in 0..samples {
+        // A 64-bit linear congruential step: deterministic, and enough to vary the tail.
+        *seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let service = if (*seed >> 33) % 10 == 0 { long } else { short };
+        window.add(
+            Duration::from_secs_f64((service + wait) / 1e3),
+            Outcome::Success,
+            limit,
+        );
+    }
+    window
+}
+
+/// A skewed service's window means are too noisy to show a queue as long as a service
+/// time: the long requests move a window's mean more than such a queue does, and the
+/// limit follows the noise, up past the server's concurrency and a half. Read by its
+/// median, which the queue moves as much and the long requests little, it stays below.
+#[test]
+fn a_skewed_service_is_read_by_its_median_and_the_limit_follows_the_queue_not_the_tail() {
+    for start in [10, 256] {
+        for seed in 1..=4 {
+            let mut gradient = Gradient::default();
+            let (mut limit, mut state) = (start, seed);
+            let (mut low, mut high) = (u64::MAX, 0);
+            for round in 0..600 {
+                limit = gradient
+                    .update(&skewed(limit, 64, &mut state))
+                    .clamp(1, 10_000);
+                if round >= 200 {
+                    (low, high) = (low.min(limit), high.max(limit));
+                }
+            }
+            // 64 busy, and a queue of at most half a service time at 2x the throughput.
+            assert!(high <= 96, "from {start}, seed {seed}: up to {high}");
+            // And the probes, whose readings of a skewed service are low, go no lower
+            // than three quarters of the limit: here 55 and up, not 50.
+            assert!(low >= 55, "from {start}, seed {seed}: down to {low}");
+        }
+    }
+}
+
+#[test]
+fn a_window_s_median_is_its_middle_sample_within_a_bucket() {
+    let mut window = Window::new(8, Duration::from_millis(100));
+    assert_eq!(window.median_latency(), None);
+    // 1 ms to 99 ms: the median is 50 ms, read to within an eighth of a doubling.
+    for ms in 1..100 {
+        window.add(ms * MS, Outcome::Success, 1);
+    }
+    let median = window.median_latency().unwrap().as_secs_f64() * 1e3;
+    assert!((50.0 / 1.09..=50.0 * 1.09).contains(&median), "{median}");
+    // Merged windows: their samples together.
+    let mut later = Window::new(8, Duration::from_millis(100));
+    for _ in 0..200 {
+        later.add(200 * MS, Outcome::Success, 1);
+    }
+    window.merge(&later);
+    let median = window.median_latency().unwrap().as_secs_f64() * 1e3;
+    assert!((200.0 / 1.09..=200.0 * 1.09).contains(&median), "{median}");
+}
+
+#[test]
+fn latency_buckets_are_eighths_of_a_doubling_and_saturate() {
+    assert_eq!(Spread::bucket(0), 0);
+    assert_eq!(Spread::bucket(1), 0);
+    assert_eq!(Spread::bucket(2), 8);
+    assert_eq!(Spread::bucket(3), 12);
+    assert_eq!(Spread::bucket(1024), 80);
+    assert_eq!(Spread::bucket(1024 + 128), 81);
+    assert_eq!(Spread::bucket(2047), 87);
+    assert_eq!(Spread::bucket(u64::MAX), BUCKETS - 1);
+    for micros in [1, 7, 100, 1_000, 12_345, 1 << 20] {
+        let low = Spread::lower(Spread::bucket(micros));
+        let micros = micros as f64;
+        assert!(low <= micros && micros < low * 1.126, "{micros}");
     }
 }

@@ -34,6 +34,7 @@ pub(super) struct Shard {
     pub(super) squared: AtomicU64,
     pub(super) squared_micros: AtomicU64,
     pub(super) squares: AtomicU64,
+    pub(super) buckets: [AtomicU32; BUCKETS],
 }
 
 /// The sample-count field of a shard's packed word.
@@ -63,6 +64,7 @@ impl Shard {
             squared: AtomicU64::new(0),
             squared_micros: AtomicU64::new(0),
             squares: AtomicU64::new(0),
+            buckets: std::array::from_fn(|_| AtomicU32::new(0)),
         }
     }
 
@@ -91,6 +93,7 @@ impl Shard {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }
+        self.buckets[Spread::bucket(micros)].fetch_add(1, Ordering::Relaxed);
         if before & 7 == 0 {
             self.squared.fetch_add(1, Ordering::Relaxed);
             self.squared_micros
@@ -117,6 +120,9 @@ impl Shard {
         window.spread.samples += self.squared.swap(0, Ordering::Relaxed);
         window.spread.total += self.squared_micros.swap(0, Ordering::Relaxed);
         window.spread.squares += u128::from(self.squares.swap(0, Ordering::Relaxed));
+        for (bucket, count) in window.spread.buckets.iter_mut().zip(&self.buckets) {
+            *bucket += count.swap(0, Ordering::Relaxed);
+        }
     }
 }
 

@@ -55,6 +55,20 @@ use super::{Algorithm, Window};
 /// longer), or when a round is faster than `n` beyond its noise. Less demand sets off no
 /// probe: a round the work did not fill says nothing of the server.
 ///
+/// # Skewed service: read by its median
+///
+/// Where most requests are short and a few very long (a median under half the mean, as
+/// each probe reads them), a round's mean moves more with how many long requests it
+/// happened to hold than with a queue as long as a service time. A queue, though, adds
+/// to every request's latency alike, short ones included, so it moves the median as much
+/// as the mean, and the long requests barely move the median. For such a service the
+/// latency in the formula above is read as `n × (1 − shape) + median`, `shape` the
+/// median over the mean at no load, averaged over probes: the mean the round would show
+/// without its tail's noise. A probe's own reading is its median over `shape` (a short
+/// reading of a skewed service's mean reads low, its long requests unfinished), and a
+/// probe goes no lower than three quarters of the limit. The median is read from every
+/// sample's latency bucket (eight to a doubling), one relaxed add per sample.
+///
 /// # When it is slow to follow, and why
 ///
 /// It acts once per round, and a round needs samples: about 100 × CV² of them (CV the
@@ -62,8 +76,9 @@ use super::{Algorithm, Window};
 /// time. Where the server answers few requests a second (a small limit times a long
 /// service time: 10 in flight at 200 ms is 50 a second) a round lasts seconds, and so
 /// does every step. Heavy-tailed latencies (CV 2 and more) need four times the samples
-/// or more, and their probes take longer; and their rounds' noise moves the limit by
-/// 10-20%. A service that slows little by little reads as a queue until what is in
+/// or more, and their probes take longer. Started far below a mixture of very unequal
+/// requests, the first estimates come from the short requests that end first, and the
+/// limit may settle high enough to queue past one service time. A service that slows little by little reads as a queue until what is in
 /// flight has fallen by a quarter, or the throughput by 10%, so the limit sags
 /// meanwhile, and a probe sized from the stale estimate goes below the server. Growth
 /// after capacity comes back takes four or five rounds (half a second with 100 ms
@@ -153,6 +168,10 @@ pub struct Gradient {
     /// The windows since then that show the limit in force, merged.
     round: Window,
     phase: Phase,
+    /// The median latency over the mean at no load, as probes read it (averaged).
+    shape: Option<f64>,
+    /// The probe's measuring windows, merged (for their median).
+    probed: Window,
 }
 
 /// Samples gathered over a probe's measuring windows.
@@ -227,6 +246,9 @@ const MEASURE_SAMPLES: u64 = 200;
 const MEASURE_WINDOWS: u32 = 10;
 /// The most a probe raises the estimate by: more waits for the next probe, soon.
 const MAX_RAISE: f64 = 1.5;
+/// A service whose median latency is below this share of its mean is read by its median.
+const SKEWED: f64 = 0.5;
+
 /// What a probe that found the estimate high multiplies its limit by for the next.
 const DESCENT: f64 = 0.7;
 
@@ -255,6 +277,8 @@ impl Default for Gradient {
             since_change: 0.0,
             round: Window::default(),
             phase: Phase::Normal,
+            shape: None,
+            probed: Window::default(),
         }
     }
 }
@@ -335,7 +359,13 @@ impl Gradient {
         latency: f64,
         before: Option<f64>,
     ) -> u64 {
-        let probe = (concurrency.unwrap_or(limit).min(limit) * self.probe).max(1.0) as u64;
+        let mut probe = concurrency.unwrap_or(limit).min(limit) * self.probe;
+        if self.shape.is_some_and(|shape| shape < SKEWED) {
+            // A skewed service's estimate reads low: no probe below three quarters of
+            // the limit the work filled.
+            probe = probe.max(0.75 * limit);
+        }
+        let probe = probe.max(1.0) as u64;
         self.streak = 0;
         self.phase = Phase::Draining {
             resume: limit,
@@ -360,7 +390,18 @@ impl Gradient {
         descended: bool,
         before: Option<f64>,
     ) -> u64 {
-        let latency = reading.mean();
+        let median = self.probed.median_latency().map(|m| m.as_secs_f64());
+        self.probed = Window::default();
+        // A skewed service's short reading of the mean reads low (the short requests end
+        // first): its median, scaled by the shape, does not.
+        let latency = match (self.shape, median) {
+            (Some(shape), Some(median)) if shape < SKEWED => median / shape,
+            _ => reading.mean(),
+        };
+        if let Some(median) = median {
+            let shape = median / reading.mean().max(f64::MIN_POSITIVE);
+            self.shape = Some(self.shape.map_or(shape, |old| (old + shape) / 2.0));
+        }
         // The estimate is itself a reading about as noisy: their difference is √2 times
         // as noisy as one.
         let margin = Self::margin(std::f64::consts::SQRT_2 * reading.noise());
@@ -491,6 +532,7 @@ impl Algorithm for Gradient {
                         before,
                     }
                 } else {
+                    self.probed = Window::default();
                     Phase::Measuring {
                         resume,
                         probe,
@@ -509,6 +551,7 @@ impl Algorithm for Gradient {
                 mut reading,
             } => {
                 reading.add(window, latency, self.cv());
+                self.probed.merge(window);
                 // Enough samples for the spread, over long enough for the long requests
                 // begun in it to end (a short reading of a heavy tail reads low: the
                 // short ones end first): ten latencies, more as the spread grows.
@@ -632,6 +675,14 @@ impl Algorithm for Gradient {
                 None => self.anchor = Some((in_flight, latency, window.samples)),
             }
         }
+        // The latency a queue adds, read from the median (which the tail moves little),
+        // over the no-load mean: what the mean would read without the tail's noise.
+        let latency = match (self.shape, window.median_latency()) {
+            (Some(shape), Some(median)) if shape < SKEWED => {
+                noload * (1.0 - shape) + median.as_secs_f64()
+            }
+            _ => latency,
+        };
         let overloaded = window.overloaded as f64 / samples;
         let allowance = self.baseline + self.threshold + 3.0 * (self.baseline / samples).sqrt();
         let target = if overloaded > allowance {
