@@ -596,3 +596,13 @@ fn latency_buckets_are_eighths_of_a_doubling_and_saturate() {
         assert!(low <= micros && micros < low * 1.126, "{micros}");
     }
 }
+
+#[test]
+fn a_window_s_debug_sums_its_buckets_rather_than_listing_them() {
+    let mut window = Window::new(8, Duration::from_millis(100));
+    window.add(3 * MS, Outcome::Success, 1);
+    window.add(5 * MS, Outcome::Success, 1);
+    let shown = format!("{window:?}");
+    assert!(shown.contains("bucketed: 2"), "{shown}");
+    assert!(shown.len() < 400, "{shown}");
+}

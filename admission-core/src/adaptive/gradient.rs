@@ -78,8 +78,9 @@ use super::{Algorithm, Window};
 /// does every step. Heavy-tailed latencies (CV 2 and more) need four times the samples
 /// or more, and their probes take longer. Started far below a mixture of very unequal
 /// requests, the first estimates come from the short requests that end first, and the
-/// limit may settle high enough to queue past one service time. A service that slows little by little reads as a queue until what is in
-/// flight has fallen by a quarter, or the throughput by 10%, so the limit sags
+/// limit may settle high enough to queue past one service time. A service that slows
+/// little by little reads as a queue until what is in flight has fallen by a quarter, or
+/// the throughput by 10%, so the limit sags
 /// meanwhile, and a probe sized from the stale estimate goes below the server. Growth
 /// after capacity comes back takes four or five rounds (half a second with 100 ms
 /// windows). In `admission-bench`'s simulator these are where it still misses a target

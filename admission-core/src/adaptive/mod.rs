@@ -168,7 +168,7 @@ pub struct Window {
 
 /// Squared latencies of a sample of a window's samples (one in eight of each shard's,
 /// the same ones whose permits in flight are read): enough for the spread.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Spread {
     /// Samples squared.
     pub(crate) samples: u64,
@@ -178,6 +178,21 @@ pub(crate) struct Spread {
     pub(crate) squares: u128,
     /// Their latencies by bucket (see [`Spread::bucket`]).
     pub(crate) buckets: [u32; BUCKETS],
+}
+
+// The buckets summed, not listed: a window's `Debug` stays readable.
+impl fmt::Debug for Spread {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Spread")
+            .field("samples", &self.samples)
+            .field("total", &self.total)
+            .field("squares", &self.squares)
+            .field(
+                "bucketed",
+                &self.buckets.iter().map(|&c| u64::from(c)).sum::<u64>(),
+            )
+            .finish()
+    }
 }
 
 impl Default for Spread {
