@@ -391,8 +391,8 @@ impl Gradient {
         descended: bool,
         before: Option<f64>,
     ) -> u64 {
+        // (The probe's windows: emptied when its measuring began.)
         let median = self.probed.median_latency().map(|m| m.as_secs_f64());
-        self.probed = Window::default();
         // A skewed service's short reading of the mean reads low (the short requests end
         // first): its median, scaled by the shape, does not.
         let latency = match (self.shape, median) {
