@@ -554,8 +554,8 @@ fn a_skewed_service_is_read_by_its_median_and_the_limit_follows_the_queue_not_th
             // 64 busy, and a queue of at most half a service time at 2x the throughput.
             assert!(high <= 96, "from {start}, seed {seed}: up to {high}");
             // And the probes, whose readings of a skewed service are low, go no lower
-            // than three quarters of the limit: here 55 and up, not 50.
-            assert!(low >= 55, "from {start}, seed {seed}: down to {low}");
+            // than three quarters of the limit: here 54 and up, not 45.
+            assert!(low >= 54, "from {start}, seed {seed}: down to {low}");
         }
     }
 }
@@ -605,4 +605,140 @@ fn a_window_s_debug_sums_its_buckets_rather_than_listing_them() {
     let shown = format!("{window:?}");
     assert!(shown.contains("bucketed: 2"), "{shown}");
     assert!(shown.len() < 400, "{shown}");
+}
+
+/// Capacity comes back (a quarter to the whole) just as a probe falls due on its schedule:
+/// the limit, found again round after round, would be cut at once to 0.9 of the server
+/// for the probe, twice the cost in the second it recovers. A scheduled probe waits for
+/// the limit to settle, ten rounds after it last grew for sure (at most ten rounds late).
+#[test]
+fn a_scheduled_probe_waits_for_the_limit_to_settle_after_it_grew() {
+    let mut gradient = Gradient::default();
+    let limit = run(&mut gradient, 64, 64, 300);
+    let limit = run(&mut gradient, limit, 16, 30);
+    // Capacity back after each number of windows a probe's period spans, so that for one
+    // of them the probe falls due as the limit grows.
+    for offset in 0..110 {
+        let mut gradient = gradient.clone();
+        let mut limit = run(&mut gradient, limit, 16, offset);
+        let mut found = false;
+        let mut below = Vec::new();
+        // (Found in three rounds; then seven that leave it be, a probe overdue included.)
+        for _ in 0..10 {
+            limit = gradient.update(&saturated(limit, 64));
+            found |= limit >= 64;
+            if found && limit < 64 {
+                below.push(limit);
+            }
+        }
+        assert!(found, "after {offset}: not found again in 3 rounds");
+        assert!(
+            below.is_empty(),
+            "after {offset}: cut to {below:?} as it landed"
+        );
+    }
+}
+
+/// A probe of a service that slowed reads above the estimate: a short reading only reads
+/// low (the long requests unfinished), so one above it beyond its noise is taken once it
+/// has its samples, without waiting the ten latencies a reading below would need. Each
+/// window it waits, the probe (sized from the stale estimate) holds the limit far below
+/// the server.
+#[test]
+fn a_probe_that_reads_higher_ends_once_it_has_its_samples() {
+    // 256 workers at 100 ms, then 130 ms: a probe's windows hold about 140 samples each,
+    // ten latencies are thirteen windows.
+    let mut gradient = Gradient::default();
+    let limit = run_at(&mut gradient, 256, 256, 100 * MS, 300);
+    let (mut limit, mut measuring, mut longest) = (limit, 0, 0);
+    for _ in 0..100 {
+        limit = gradient.update(&saturated_at(limit, 256, 130 * MS));
+        measuring = if format!("{gradient:?}").contains("Measuring") {
+            measuring + 1
+        } else {
+            0
+        };
+        longest = longest.max(measuring);
+    }
+    // Two windows for its 200 samples; the ten a reading below would need, before.
+    assert!(longest <= 3, "measured for {longest} windows");
+    let noload = gradient.no_load_latency().unwrap();
+    assert!(noload.abs_diff(130 * MS) < 5 * MS, "{noload:?}");
+}
+
+/// A skewed service's probe reads its median over the shape (the median over the mean at
+/// no load): the mean of a short reading is low. But a probe that queued (the capacity
+/// fell as it began) has the queue in its median too, and over the shape (a third) the
+/// queue would count three times: capped at the reading's mean, it counts once.
+#[test]
+fn a_skewed_probe_that_queued_counts_its_queue_once() {
+    for seed in 1..=4 {
+        let mut gradient = Gradient::default();
+        let (mut limit, mut state) = (64, seed);
+        for _ in 0..600 {
+            limit = gradient.update(&skewed(limit, 64, &mut state));
+        }
+        let mut capacity = 64;
+        let mut highest = Duration::ZERO;
+        for _ in 0..300 {
+            limit = gradient.update(&skewed(limit, capacity, &mut state));
+            if format!("{gradient:?}").contains("Draining") {
+                capacity = 40;
+            }
+            highest = highest.max(gradient.no_load_latency().unwrap());
+        }
+        assert_eq!(capacity, 40, "seed {seed}: no probe in 300 rounds");
+        // The queue of a probe at 0.9 × 64 on 40 workers adds 4 ms to every request: the
+        // reading is at most 10 + 4 ms and its noise, not 10 + 3 × 4.
+        assert!(
+            highest < 20 * MS,
+            "seed {seed}: the estimate rose to {highest:?}"
+        );
+    }
+}
+
+/// `skewed`, just after the limit rose from `before`: the requests admitted in the new
+/// slots that have ended within the window are the short ones (a long one takes most of
+/// a window).
+fn skewed_after(limit: u64, before: u64, capacity: u64, seed: &mut u64) -> Window {
+    let window = skewed(limit, capacity, seed);
+    let (now, then) = (limit.min(capacity), before.min(capacity));
+    if now <= then {
+        return window;
+    }
+    let fresh = window.samples * (now - then) / now;
+    let mut biased = skewed(then, capacity, seed);
+    biased.limit = limit;
+    biased.max_in_flight = limit;
+    for _ in 0..fresh {
+        biased.add(
+            Duration::from_secs_f64(10.0 / 3.4 / 1e3),
+            Outcome::Success,
+            limit,
+        );
+    }
+    biased
+}
+
+/// Growth from below on a skewed service: in the window just after the limit rises, the
+/// new slots' ended requests are their short ones, and the window reads faster than the
+/// server is: the limit doubled on it, far past the server. A skewed round spans its
+/// tail (the 95th percentile) since the change, as a round spans the mean latency.
+#[test]
+fn a_skewed_round_waits_for_its_long_requests_before_growing() {
+    for seed in 1..=4 {
+        let mut gradient = Gradient::default();
+        let (mut limit, mut before, mut state) = (10, 10, seed);
+        let mut highest = 0;
+        for _ in 0..300 {
+            let window = skewed_after(limit, before, 64, &mut state);
+            before = limit;
+            limit = gradient.update(&window).clamp(1, 10_000);
+            highest = highest.max(limit);
+        }
+        // A growth streak may overshoot (up to 142 here, once, with an estimate read high
+        // from the first samples); doubling on windows of short requests, the limit ran
+        // past 230, nearly four times the server.
+        assert!(highest < 3 * 64, "seed {seed}: up to {highest}");
+    }
 }

@@ -30,13 +30,17 @@ use super::{Algorithm, Window};
 /// [`probe`](Self::probe) (90%) of the concurrency the server showed (throughput × `n`),
 /// waits one and a half latencies for the queue to drain, and measures: until it has
 /// enough samples for the latencies' spread (100 × CV², at least 200) over at least ten
-/// latencies (more as the spread grows: a short reading of a heavy tail reads low). A
+/// latencies (more as the spread grows: a short reading of a heavy tail reads low; one
+/// already above the estimate beyond its noise is taken once it has its samples). A
 /// reading within its noise of the estimate is averaged in; one lower beyond its noise
 /// means the estimate was high (the probe may itself have queued): it is taken and the
 /// next probe goes 30% lower at once, until one finds no less. A higher one is taken,
 /// but at most 1.5 times the estimate per probe unless the probe's throughput shows it
 /// ran below the knee. The limit then resumes where the probe found the server
-/// (throughput × the new estimate, plus the allowance), not at the limit before it.
+/// (throughput × the new estimate, plus the allowance), not at the limit before it. A
+/// probe due on its schedule waits until ten rounds after the limit last grew for sure
+/// (at most ten rounds late): a probe as the limit lands, after capacity came back, would
+/// cut it again within the same second.
 ///
 /// The first estimate is the first hundred samples' mean; it is replaced when a round
 /// with half as much again in flight reads no queue, and the first probe comes when two
@@ -65,9 +69,15 @@ use super::{Algorithm, Window};
 /// latency in the formula above is read as `n × (1 − shape) + median`, `shape` the
 /// median over the mean at no load, averaged over probes: the mean the round would show
 /// without its tail's noise. A probe's own reading is its median over `shape` (a short
-/// reading of a skewed service's mean reads low, its long requests unfinished), and a
-/// probe goes no lower than three quarters of the limit. The median is read from every
-/// sample's latency bucket (eight to a doubling), one relaxed add per sample.
+/// reading of a skewed service's mean reads low, its long requests unfinished), but no
+/// more than its mean and the mean's noise (a probe that queued has the queue in its
+/// median once, which over `shape` would count several times), and a probe goes no lower
+/// than three quarters of the limit. A round of a skewed service (as the probes read it,
+/// or as its own median does) spans, since the limit changed, the latency of its long
+/// requests (the 95th percentile) rather than its mean: what has ended of the work
+/// admitted since is its short requests, and reads faster than the server is. The
+/// median and the percentile are read from every sample's latency bucket (eight to a
+/// doubling), one relaxed add per sample.
 ///
 /// # When it is slow to follow, and why
 ///
@@ -76,15 +86,17 @@ use super::{Algorithm, Window};
 /// time. Where the server answers few requests a second (a small limit times a long
 /// service time: 10 in flight at 200 ms is 50 a second) a round lasts seconds, and so
 /// does every step. Heavy-tailed latencies (CV 2 and more) need four times the samples
-/// or more, and their probes take longer. Started far below a mixture of very unequal
-/// requests, the first estimates come from the short requests that end first, and the
-/// limit may settle high enough to queue past one service time. A service that slows
-/// little by little reads as a queue until what is in flight has fallen by a quarter, or
-/// the throughput by 10%, so the limit sags
-/// meanwhile, and a probe sized from the stale estimate goes below the server. Growth
-/// after capacity comes back takes four or five rounds (half a second with 100 ms
-/// windows). In `admission-bench`'s simulator these are where it still misses a target
-/// (see that crate's README for the figures).
+/// or more, and their probes take longer; a skewed service's rounds span its long
+/// requests, not its mean. Started far below a mixture of very unequal requests, the
+/// first estimates come from the short requests that end first, and it takes a few
+/// probes (seconds) to find the estimate. A service that slows little by little reads as
+/// a queue until what is in flight has fallen by a quarter, or the throughput by 10%, so
+/// the limit sags meanwhile, and a probe sized from the stale estimate goes below the
+/// server until its reading is in (a few windows). Growth after capacity comes back
+/// takes four or five rounds (half a second with 100 ms windows): the first rounds still
+/// hold requests that queued before, and read near the knee. In `admission-bench`'s
+/// simulator that last is where it still misses a target (see that crate's README for
+/// the figures).
 ///
 /// # When to use it
 ///
@@ -145,6 +157,9 @@ pub struct Gradient {
     streak: u32,
     /// Rounds in a row read as queued, while the estimate is unconfirmed.
     queued_rounds: u32,
+    /// Rounds since the limit last grew by a sure step (a second round in a row with no
+    /// queue).
+    since_growth: u32,
     /// The saturated round with the most in flight since the estimate was last set: that
     /// many, its latency and its samples. A queue's latency falls with what is in
     /// flight; a slower service's does not.
@@ -250,6 +265,11 @@ const MAX_RAISE: f64 = 1.5;
 /// A service whose median latency is below this share of its mean is read by its median.
 const SKEWED: f64 = 0.5;
 
+/// Rounds a scheduled probe waits after the limit last grew by a sure step (and at most
+/// this many past its time): a probe as the limit lands, after capacity came back, would
+/// cut it again within the same second.
+const SETTLE: u32 = 10;
+
 /// What a probe that found the estimate high multiplies its limit by for the next.
 const DESCENT: f64 = 0.7;
 
@@ -269,6 +289,7 @@ impl Default for Gradient {
             since_probe: 0,
             streak: 0,
             queued_rounds: 0,
+            since_growth: u32::MAX,
             anchor: None,
             reference: (0, 0.0),
             recent: None,
@@ -396,7 +417,11 @@ impl Gradient {
         // A skewed service's short reading of the mean reads low (the short requests end
         // first): its median, scaled by the shape, does not.
         let latency = match (self.shape, median) {
-            (Some(shape), Some(median)) if shape < SKEWED => median / shape,
+            // But no more than its mean and the mean's noise: a probe that queued has the
+            // queue in its median once, which over the shape would count 1 / shape times.
+            (Some(shape), Some(median)) if shape < SKEWED => {
+                (median / shape).min(reading.mean() * (1.0 + 3.0 * reading.noise()))
+            }
             _ => reading.mean(),
         };
         if let Some(median) = median {
@@ -567,8 +592,15 @@ impl Algorithm for Gradient {
                 let decided = self.noload.is_some_and(|n| {
                     (reading.mean() / n - 1.0).abs() > 0.25 + 3.0 * reading.noise()
                 });
+                // A reading above the estimate beyond its noise needs no more time: a
+                // short reading only reads low (and the probe, sized from the stale
+                // estimate, holds the limit below the server while it lasts).
+                let margin = Self::margin(std::f64::consts::SQRT_2 * reading.noise());
+                let high = self
+                    .noload
+                    .is_some_and(|n| reading.mean() > n * (1.0 + margin));
                 if !decided
-                    && (reading.samples < enough || !long)
+                    && (reading.samples < enough || !(long || high))
                     && reading.windows < MEASURE_WINDOWS
                 {
                     self.phase = Phase::Measuring {
@@ -608,9 +640,27 @@ impl Algorithm for Gradient {
         // large part of it, and the limit moves once per round: windows merged until
         // they span one and a half latencies since the change (one window, where latency is short
         // next to it). Acting faster than the work answers would overshoot.
+        // For a skewed service (as the probes read it, or as the window's own latencies
+        // do) the latency its long requests take, the 95th percentile: of the work
+        // admitted since the change, what has ended within a mean latency is the short
+        // requests, and reads faster than the server is.
+        let skewed = |window: &Window, latency: f64| {
+            self.shape.is_some_and(|shape| shape < SKEWED)
+                || window
+                    .median_latency()
+                    .is_some_and(|median| median.as_secs_f64() < SKEWED * latency)
+        };
+        let reach = |window: &Window, latency: f64| {
+            let tail = window
+                .spread
+                .quantile(0.95)
+                .filter(|_| skewed(window, latency));
+            tail.map_or(latency, |micros| latency.max(micros / 1e6))
+        };
         let start = self.since_change;
         self.since_change += window.elapsed.as_secs_f64();
-        if start >= latency || latency <= 0.25 * window.elapsed.as_secs_f64() {
+        let span = reach(window, latency);
+        if start >= span || span <= 0.25 * window.elapsed.as_secs_f64() {
             self.round.merge(window);
         }
         let round = self.round;
@@ -620,7 +670,9 @@ impl Algorithm for Gradient {
         // Enough samples to act on: for the spread, or (to grow, which the next round
         // corrects if wrong) a hundred that read no queue.
         let clear = round.samples >= 100 && latency <= noload * (1.0 + self.tolerance);
-        if self.since_change < 1.5 * latency || (round.samples < self.enough() && !clear) {
+        if self.since_change < 1.5 * reach(&round, latency)
+            || (round.samples < self.enough() && !clear)
+        {
             return self.limit as u64;
         }
         self.round = Window::default();
@@ -774,6 +826,11 @@ impl Algorithm for Gradient {
             self.smoothing
         };
         self.limit = (limit + step * (target - limit)).max(1.0);
+        self.since_growth = if sure && target > limit {
+            0
+        } else {
+            self.since_growth.saturating_add(1)
+        };
         if self.limit as u64 != limit as u64 {
             self.changed();
         }
@@ -819,7 +876,9 @@ impl Algorithm for Gradient {
         // Nor while the limit grows round after round with no queue: the limit is below
         // the knee, and the estimate reads true (or it would read faster, or queued).
         let due = if self.confirmed {
-            self.since_probe >= self.probe_every && self.streak == 0
+            self.since_probe >= self.probe_every
+                && self.streak == 0
+                && (self.since_growth >= SETTLE || self.since_probe >= self.probe_every + SETTLE)
         } else {
             // Two rounds in a row read as queued: one alone may be the noise of a
             // long service's few samples, and the first probe is a costly one.
