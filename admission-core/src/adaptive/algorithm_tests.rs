@@ -742,3 +742,31 @@ fn a_skewed_round_waits_for_its_long_requests_before_growing() {
         assert!(highest < 3 * 64, "seed {seed}: up to {highest}");
     }
 }
+
+/// Capacity comes back (a quarter to the whole), and the first rounds still read near
+/// the knee (requests that queued before, and noise): within its noise, the formula's
+/// step alone, damped, and the limit took half a second to find the server. But the
+/// server answers more a second than it did at the same limit, beyond how much that
+/// varied: it runs more at once. Twice in a row, that is as sure as a second round with
+/// no queue, and the limit grows by half.
+#[test]
+fn a_rise_in_throughput_at_the_same_limit_grows_the_limit_like_a_round_with_no_queue() {
+    let mut gradient = Gradient::default();
+    let limit = run(&mut gradient, 64, 64, 300);
+    let mut limit = run(&mut gradient, limit, 16, 100);
+    assert!((16..=26).contains(&limit), "{limit} for 16");
+    let (start, mut highest) = (limit, 0);
+    for _ in 0..4 {
+        // 12% above the 10 ms no-load latency (in the knee's noise), every slot busy.
+        let latency = 0.0112;
+        let samples = (limit as f64 / latency * 0.1) as u64;
+        let window = spread_window(limit, samples, latency, 1.0, 100 * MS, limit);
+        limit = gradient.update(&window);
+        highest = highest.max(limit);
+    }
+    // Damped formula steps: 22, 24, 26, 28. A rise read twice: 36 by the second round.
+    assert!(
+        highest >= start * 3 / 2,
+        "{start} to at most {highest} in 4 rounds"
+    );
+}

@@ -19,7 +19,12 @@ use super::{Algorithm, Window};
 /// never goes below what the work used when the work did not fill the limit (such a round
 /// made no queue, whatever its latency reads). Growth needs the work to fill the limit,
 /// and speeds up round after round with no queue (`√limit`, then half the limit, then the
-/// limit), so a server four times larger is found in four rounds.
+/// limit), so a server four times larger is found in four rounds. When capacity comes
+/// back, the first rounds still hold requests that queued before, and read near the knee,
+/// within its noise; but the server answers more a second than the saturated rounds
+/// before it did at about the same limit (beyond how much that varied round to round,
+/// and not faster than `n`, which would be a faster service, probed): two such rounds in
+/// a row count as rounds with no queue.
 ///
 /// # The no-load estimate, and why it is probed
 ///
@@ -93,10 +98,10 @@ use super::{Algorithm, Window};
 /// a queue until what is in flight has fallen by a quarter, or the throughput by 10%, so
 /// the limit sags meanwhile, and a probe sized from the stale estimate goes below the
 /// server until its reading is in (a few windows). Growth after capacity comes back
-/// takes four or five rounds (half a second with 100 ms windows): the first rounds still
-/// hold requests that queued before, and read near the knee. In `admission-bench`'s
-/// simulator that last is where it still misses a target (see that crate's README for
-/// the figures).
+/// takes three or four rounds (most of a second with 100 ms windows): the first rounds
+/// still hold requests that queued before, and a rise in throughput is read only when two
+/// rounds show it. In `admission-bench`'s simulator each of these still meets its
+/// targets, some by a small margin (see that crate's README for the figures).
 ///
 /// # When to use it
 ///
@@ -170,6 +175,14 @@ pub struct Gradient {
     reference: (u64, f64),
     /// The throughput of the saturated rounds since, averaged (a weight of 0.3 each).
     recent: Option<f64>,
+    /// The limits of those rounds, averaged alike; and their throughputs' squared
+    /// relative deviation from `recent`, averaged alike (how much it varies round to
+    /// round: more than the count's noise where long requests end in bunches).
+    recent_limit: f64,
+    recent_spread: f64,
+    /// Rounds in a row whose throughput rose above `recent` beyond its noise, at a limit
+    /// not much above theirs.
+    rising: u32,
     /// In a descent, the last probe's throughput and samples.
     chain: Option<(f64, u64)>,
     /// The share of overloaded samples the last probe saw: what the service fails with
@@ -293,6 +306,9 @@ impl Default for Gradient {
             anchor: None,
             reference: (0, 0.0),
             recent: None,
+            recent_limit: 0.0,
+            recent_spread: 0.0,
+            rising: 0,
             chain: None,
             baseline: 0.0,
             spread: (0.0, 0.0, 0.0),
@@ -522,6 +538,12 @@ impl Gradient {
         self.limit as u64
     }
 
+    /// Whether `limit` is about that of the recent saturated rounds: at most a step of
+    /// the formula's (√) above.
+    fn about(&self, limit: f64) -> bool {
+        limit <= self.recent_limit + self.recent_limit.sqrt() + 1.0
+    }
+
     /// The limit changed: what follows is measured afresh.
     fn changed(&mut self) {
         self.since_change = 0.0;
@@ -736,6 +758,23 @@ impl Algorithm for Gradient {
             }
             _ => latency,
         };
+        // The server answers more a second than the rounds the work filled before,
+        // beyond how much those vary, at about their limit, with no queue, and not
+        // faster than the estimate (a faster service answers more too, and is probed):
+        // it runs more at once (capacity came back). Twice in a row, it is as sure as a
+        // second round with no queue.
+        let rose = self.recent.is_some_and(|recent| {
+            let margin = (2.5 * self.cv() / samples.sqrt())
+                .max(2.0 * self.recent_spread.sqrt())
+                .max(0.1);
+            let knee = noload * (1.0 + self.tolerance);
+            saturated
+                && latency <= knee * (1.0 + 2.0 * noise)
+                && latency >= (1.0 - Self::margin(noise).max(0.1)) * noload
+                && self.about(limit)
+                && throughput > recent * (1.0 + margin)
+        });
+        self.rising = if rose { self.rising + 1 } else { 0 };
         let overloaded = window.overloaded as f64 / samples;
         let allowance = self.baseline + self.threshold + 3.0 * (self.baseline / samples).sqrt();
         let target = if overloaded > allowance {
@@ -791,7 +830,10 @@ impl Algorithm for Gradient {
                 // No queue (the latency at most the knee): grow, faster round after round
                 // (until a round is queued beyond its noise), so that a server far above
                 // the limit is found in a few rounds.
-                if latency > knee {
+                if self.rising >= 2 {
+                    self.streak = self.streak.max(1);
+                }
+                if latency > knee && self.rising < 2 {
                     // Within the noise of the knee: the formula's step alone.
                     if queued {
                         self.streak = 0;
@@ -846,11 +888,22 @@ impl Algorithm for Gradient {
         // The recent throughput (rounds the work filled, averaged), against the reference:
         // a fall of a tenth, or of several times the noise of one round (a quarter of a
         // round's noise for the average of several).
-        if saturated {
-            self.recent = Some(match self.recent {
-                Some(recent) => 0.7 * recent + 0.3 * throughput,
-                None => throughput,
-            });
+        // (A rise is not folded in: the next round is measured against the level before.)
+        if saturated && !rose {
+            (self.recent, self.recent_limit, self.recent_spread) = match self.recent {
+                Some(recent) => (
+                    Some(0.7 * recent + 0.3 * throughput),
+                    0.7 * self.recent_limit + 0.3 * limit,
+                    // (At about the same limit: growth is no noise.)
+                    if self.about(limit) {
+                        0.7 * self.recent_spread + 0.3 * (throughput / recent - 1.0).powi(2)
+                    } else {
+                        self.recent_spread
+                    },
+                ),
+                // (At first, as much as a quarter: nothing reads as a rise yet.)
+                None => (Some(throughput), limit, 0.0625),
+            };
         }
         let fell = saturated
             && count >= 200
