@@ -8,7 +8,8 @@
 //! non-zero if a target of `Gradient` is missed, other than those listed in `OPEN` (known
 //! misses, printed as such; a listed one that is met fails the run too).
 //!
-//! `--quick` runs one seed of each scenario (for trying a change; CI runs them all).
+//! `--quick` runs one seed of each scenario (for trying a change; CI runs them all);
+//! `--seeds 4,5,6` runs the seeds listed instead (those CI does not gate on).
 //! `--trace NAME [below|above]` prints each window `Gradient` sees in the first scenario
 //! whose name contains NAME, started below (the default) or above, on the first seed (or
 //! `--seed N`).
@@ -102,8 +103,9 @@ fn trace(name: &str, above: bool, seed: u64) -> ExitCode {
 const ADAPTIVE_ROWS: usize = 3;
 /// The static sweep, in multiples of the server's initial concurrency.
 const SWEEP: [f64; 10] = [0.5, 0.75, 0.9, 1.0, 1.0625, 1.125, 1.25, 1.5, 2.0, 4.0];
-/// Seeds: three per scenario. Each scenario's runs are long enough that its targets hold
-/// or fail alike across seeds (the tuned scenarios were checked on ten).
+/// Seeds: three per scenario, the ones CI gates on. The targets do not hold alike on
+/// every seed: on the held-out seeds 4, 5 and 6 (`--seeds 4,5,6`) `Gradient` misses some
+/// (see the crate's README), which is why issue 33 stays open.
 const SEEDS: [u64; 3] = [1, 2, 3];
 
 const MS: f64 = 0.001;
@@ -522,7 +524,22 @@ fn main() -> ExitCode {
         return trace(name, above, seed);
     }
     let quick = std::env::args().any(|a| a == "--quick");
-    let seeds: &[u64] = if quick { &SEEDS[..1] } else { &SEEDS };
+    // `--seeds 4,5,6`: other seeds than CI's (held out from tuning).
+    let chosen: Option<Vec<u64>> = args
+        .iter()
+        .position(|a| a == "--seeds")
+        .and_then(|at| args.get(at + 1))
+        .map(|list| {
+            list.split(',')
+                .filter_map(|s| s.trim().parse().ok())
+                .collect()
+        })
+        .filter(|list: &Vec<u64>| !list.is_empty());
+    let seeds: &[u64] = match &chosen {
+        Some(list) => list,
+        None if quick => &SEEDS[..1],
+        None => &SEEDS,
+    };
     let scenarios = scenarios();
     let started = std::time::Instant::now();
     let results = simulate(&scenarios, seeds);

@@ -770,3 +770,23 @@ fn a_rise_in_throughput_at_the_same_limit_grows_the_limit_like_a_round_with_no_q
         "{start} to at most {highest} in 4 rounds"
     );
 }
+
+/// The rise in throughput that grows the limit must come with a fall in latency (Little's
+/// law at the same limit): a count that rose alone, latency steady, is more often the
+/// count's noise, and growing on it doubled a limit already above the server.
+#[test]
+fn a_rise_in_throughput_alone_with_the_latency_steady_grows_nothing() {
+    let mut gradient = Gradient::default().probe_every(1_000);
+    run(&mut gradient, 64, 64, 300);
+    // Held at 70 (the answers not applied): rounds just above the knee (3%, within its
+    // noise), 620 answers each; then three with 800, the latency as it was.
+    let knee = gradient.no_load_latency().unwrap().as_secs_f64() * 1.1;
+    let near = |samples: u64| spread_window(70, samples, knee * 1.03, 1.0, 100 * MS, 70);
+    for _ in 0..30 {
+        gradient.update(&near(620));
+    }
+    let answers: Vec<u64> = (0..3).map(|_| gradient.update(&near(800))).collect();
+    // The formula's damped step (70 + √70, half of it), each round: 73. Read as a rise,
+    // the second and third would be 105 and 140.
+    assert!(answers.iter().all(|&a| a <= 80), "{answers:?}");
+}
