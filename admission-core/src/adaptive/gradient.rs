@@ -22,8 +22,8 @@ use super::{Algorithm, Window};
 /// limit), so a server four times larger is found in four rounds. When capacity comes
 /// back, the first rounds still hold requests that queued before, and read near the knee,
 /// within its noise; but the server answers more a second than the saturated rounds
-/// before it did at about the same limit (beyond how much that varied round to round),
-/// and the latency fell with it (Little's law read the other way), though not below `n`
+/// before it did (beyond how much that varied round to round), and the latency fell with
+/// it (Little's law read the other way), though not below `n`
 /// (a faster service, which is probed): two such rounds in a row count as rounds with no
 /// queue.
 ///
@@ -178,10 +178,9 @@ pub struct Gradient {
     reference: (u64, f64),
     /// The throughput of the saturated rounds since, averaged (a weight of 0.3 each).
     recent: Option<f64>,
-    /// The limits of those rounds, averaged alike; and their throughputs' squared
-    /// relative deviation from `recent`, averaged alike (how much it varies round to
-    /// round: more than the count's noise where long requests end in bunches).
-    recent_limit: f64,
+    /// Their throughputs' squared relative deviation from `recent`, averaged alike (how
+    /// much it varies round to round: more than the count's noise where long requests
+    /// end in bunches).
     recent_spread: f64,
     /// Their latency, averaged alike.
     recent_latency: f64,
@@ -283,9 +282,9 @@ const MAX_RAISE: f64 = 1.5;
 /// A service whose median latency is below this share of its mean is read by its median.
 const SKEWED: f64 = 0.5;
 
-/// Rounds a scheduled probe waits after the limit last grew by a sure step (and at most
-/// this many past its time): a probe as the limit lands, after capacity came back, would
-/// cut it again within the same second.
+/// Rounds a scheduled probe waits after the limit last grew by a sure step: a probe as the
+/// limit lands, after capacity came back, would cut it again within the same second.
+/// (While it grows for sure no probe is due: the streak holds it.)
 const SETTLE: u32 = 10;
 
 /// What a probe that found the estimate high multiplies its limit by for the next.
@@ -311,7 +310,6 @@ impl Default for Gradient {
             anchor: None,
             reference: (0, 0.0),
             recent: None,
-            recent_limit: 0.0,
             recent_spread: 0.0,
             recent_latency: 0.0,
             rising: 0,
@@ -545,12 +543,6 @@ impl Gradient {
         self.limit as u64
     }
 
-    /// Whether `limit` is about that of the recent saturated rounds: at most a step of
-    /// the formula's (√) above.
-    fn about(&self, limit: f64) -> bool {
-        limit <= self.recent_limit + self.recent_limit.sqrt() + 1.0
-    }
-
     /// The limit changed: what follows is measured afresh.
     fn changed(&mut self) {
         self.since_change = 0.0;
@@ -767,7 +759,8 @@ impl Algorithm for Gradient {
             _ => latency,
         };
         // The server answers more a second than the rounds the work filled before,
-        // beyond how much those vary, at about their limit, with no queue, and not
+        // beyond how much those vary, and its latency fell (at a limit grown, the count
+        // rises with it, the latency does not fall), with no queue, and not
         // faster than the estimate (a faster service answers more too, and is probed):
         // it runs more at once (capacity came back). Twice in a row, it is as sure as a
         // second round with no queue.
@@ -779,7 +772,6 @@ impl Algorithm for Gradient {
             saturated
                 && latency <= knee * (1.0 + 2.0 * noise)
                 && latency >= (1.0 - Self::margin(noise).max(0.1)) * noload
-                && self.about(limit)
                 && throughput > recent * (1.0 + margin)
                 // (And the latency fell with it, beyond one round's noise: Little's law
                 // at the same limit, read the other way. A rise in the count alone is
@@ -901,19 +893,18 @@ impl Algorithm for Gradient {
         // a fall of a tenth, or of several times the noise of one round (a quarter of a
         // round's noise for the average of several).
         if saturated {
-            (self.recent, self.recent_limit, self.recent_spread) = match self.recent {
+            (self.recent, self.recent_spread) = match self.recent {
                 Some(recent) => (
                     Some(0.7 * recent + 0.3 * throughput),
-                    0.7 * self.recent_limit + 0.3 * limit,
-                    // (At about the same limit, and no rise: growth is no noise.)
-                    if self.about(limit) && !rose {
-                        0.7 * self.recent_spread + 0.3 * (throughput / recent - 1.0).powi(2)
-                    } else {
+                    // (A rise is no noise.)
+                    if rose {
                         self.recent_spread
+                    } else {
+                        0.7 * self.recent_spread + 0.3 * (throughput / recent - 1.0).powi(2)
                     },
                 ),
                 // (At first, as much as a quarter: nothing reads as a rise yet.)
-                None => (Some(throughput), limit, 0.0625),
+                None => (Some(throughput), 0.0625),
             };
             self.recent_latency = if self.recent_latency > 0.0 {
                 0.7 * self.recent_latency + 0.3 * latency
@@ -945,9 +936,7 @@ impl Algorithm for Gradient {
         // Nor while the limit grows round after round with no queue: the limit is below
         // the knee, and the estimate reads true (or it would read faster, or queued).
         let due = if self.confirmed {
-            self.since_probe >= self.probe_every
-                && self.streak == 0
-                && (self.since_growth >= SETTLE || self.since_probe >= self.probe_every + SETTLE)
+            self.since_probe >= self.probe_every && self.streak == 0 && self.since_growth >= SETTLE
         } else {
             // Two rounds in a row read as queued: one alone may be the noise of a
             // long service's few samples, and the first probe is a costly one.
