@@ -760,17 +760,15 @@ impl Algorithm for Gradient {
         };
         // The server answers more a second than the rounds the work filled before,
         // beyond how much those vary, and its latency fell (at a limit grown, the count
-        // rises with it, the latency does not fall), with no queue, and not
-        // faster than the estimate (a faster service answers more too, and is probed):
-        // it runs more at once (capacity came back). Twice in a row, it is as sure as a
-        // second round with no queue.
+        // rises with it, the latency does not fall), though not below the estimate (a
+        // faster service answers more too, and is probed): it runs more at once
+        // (capacity came back). Twice in a row, where the limit would grow, it is as
+        // sure as a second round with no queue.
         let rose = self.recent.is_some_and(|recent| {
             let margin = (2.5 * self.cv() / samples.sqrt())
                 .max(1.5 * self.recent_spread.sqrt())
                 .max(0.1);
-            let knee = noload * (1.0 + self.tolerance);
             saturated
-                && latency <= knee * (1.0 + 2.0 * noise)
                 && latency >= (1.0 - Self::margin(noise).max(0.1)) * noload
                 && throughput > recent * (1.0 + margin)
                 // (And the latency fell with it, beyond one round's noise: Little's law
