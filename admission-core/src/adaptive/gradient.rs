@@ -176,16 +176,10 @@ pub struct Gradient {
     /// The first saturated rounds after the last probe: their samples and seconds (their
     /// throughput, the reference a fall is measured from).
     reference: (u64, f64),
-    /// The throughput of the saturated rounds since, averaged (a weight of 0.3 each).
-    recent: Option<f64>,
-    /// Their throughputs' squared relative deviation from `recent`, averaged alike (how
-    /// much it varies round to round: more than the count's noise where long requests
-    /// end in bunches).
-    recent_spread: f64,
-    /// Their latency, averaged alike.
-    recent_latency: f64,
-    /// Rounds in a row whose throughput rose above `recent` beyond its noise, at a limit
-    /// not much above theirs.
+    /// The saturated rounds since, averaged (a weight of 0.3 each).
+    recent: Option<Recent>,
+    /// Rounds in a row whose throughput rose above `recent`'s beyond how much it varies,
+    /// their latency falling.
     rising: u32,
     /// In a descent, the last probe's throughput and samples.
     chain: Option<(f64, u64)>,
@@ -205,6 +199,18 @@ pub struct Gradient {
     shape: Option<f64>,
     /// The probe's measuring windows, merged (for their median).
     probed: Window,
+}
+
+/// The saturated rounds since the last probe, averaged.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Recent {
+    /// Answers a second.
+    throughput: f64,
+    /// The throughputs' squared relative deviation from the average: how much it varies
+    /// round to round (more than the count's noise where long requests end in bunches).
+    spread: f64,
+    /// Latency, seconds.
+    latency: f64,
 }
 
 /// Samples gathered over a probe's measuring windows.
@@ -310,8 +316,6 @@ impl Default for Gradient {
             anchor: None,
             reference: (0, 0.0),
             recent: None,
-            recent_spread: 0.0,
-            recent_latency: 0.0,
             rising: 0,
             chain: None,
             baseline: 0.0,
@@ -520,7 +524,6 @@ impl Gradient {
         self.anchor = None;
         self.reference = (0, 0.0);
         self.recent = None;
-        self.recent_latency = 0.0;
         self.chain = None;
         self.since_probe = if soon {
             self.probe_every.saturating_sub(10)
@@ -738,7 +741,6 @@ impl Algorithm for Gradient {
                             self.since_probe.max(self.probe_every.saturating_sub(10));
                         self.reference = (0, 0.0);
                         self.recent = None;
-                        self.recent_latency = 0.0;
                     }
                 }
                 // Near the most in flight: the latency there now (a queue that formed
@@ -766,15 +768,15 @@ impl Algorithm for Gradient {
         // sure as a second round with no queue.
         let rose = self.recent.is_some_and(|recent| {
             let margin = (2.5 * self.cv() / samples.sqrt())
-                .max(1.5 * self.recent_spread.sqrt())
+                .max(1.5 * recent.spread.sqrt())
                 .max(0.1);
             saturated
                 && latency >= (1.0 - Self::margin(noise).max(0.1)) * noload
-                && throughput > recent * (1.0 + margin)
+                && throughput > recent.throughput * (1.0 + margin)
                 // (And the latency fell with it, beyond one round's noise: Little's law
                 // at the same limit, read the other way. A rise in the count alone is
                 // more often its noise.)
-                && latency < self.recent_latency * (1.0 - noise)
+                && latency < recent.latency * (1.0 - noise)
         });
         self.rising = if rose { self.rising + 1 } else { 0 };
         let overloaded = window.overloaded as f64 / samples;
@@ -891,29 +893,30 @@ impl Algorithm for Gradient {
         // a fall of a tenth, or of several times the noise of one round (a quarter of a
         // round's noise for the average of several).
         if saturated {
-            (self.recent, self.recent_spread) = match self.recent {
-                Some(recent) => (
-                    Some(0.7 * recent + 0.3 * throughput),
+            self.recent = Some(match self.recent {
+                Some(recent) => Recent {
+                    throughput: 0.7 * recent.throughput + 0.3 * throughput,
                     // (A rise is no noise.)
-                    if rose {
-                        self.recent_spread
+                    spread: if rose {
+                        recent.spread
                     } else {
-                        0.7 * self.recent_spread + 0.3 * (throughput / recent - 1.0).powi(2)
+                        let deviation = throughput / recent.throughput - 1.0;
+                        0.7 * recent.spread + 0.3 * deviation * deviation
                     },
-                ),
+                    latency: 0.7 * recent.latency + 0.3 * latency,
+                },
                 // (At first, as much as a quarter: nothing reads as a rise yet.)
-                None => (Some(throughput), 0.0625),
-            };
-            self.recent_latency = if self.recent_latency > 0.0 {
-                0.7 * self.recent_latency + 0.3 * latency
-            } else {
-                latency
-            };
+                None => Recent {
+                    throughput,
+                    spread: 0.0625,
+                    latency,
+                },
+            });
         }
         let fell = saturated
             && count >= 200
             && self.recent.is_some_and(|recent| {
-                recent
+                recent.throughput
                     < count as f64 / seconds * (1.0 - (2.5 * self.cv() / samples.sqrt()).max(0.1))
             });
         // The reference is the throughput of the rounds just after the probe (enough of
