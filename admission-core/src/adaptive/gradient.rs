@@ -406,7 +406,7 @@ impl Gradient {
         before: Option<f64>,
     ) -> u64 {
         let mut probe = concurrency.unwrap_or(limit).min(limit) * self.probe;
-        if self.shape.is_some_and(|shape| shape < SKEWED) {
+        if self.skewed() {
             // A skewed service's estimate reads low: no probe below three quarters of
             // the limit the work filled.
             probe = probe.max(0.75 * limit);
@@ -546,6 +546,23 @@ impl Gradient {
         self.limit as u64
     }
 
+    /// Whether the probes read the service as skewed (its median under `SKEWED` of its
+    /// mean at no load).
+    fn skewed(&self) -> bool {
+        self.shape.is_some_and(|shape| shape < SKEWED)
+    }
+
+    /// Whether a probe is draining the queue (`Some(false)`) or measuring (`Some(true)`);
+    /// `None` outside a probe.
+    #[cfg(test)]
+    pub(super) fn probing(&self) -> Option<bool> {
+        match self.phase {
+            Phase::Normal => None,
+            Phase::Draining { .. } => Some(false),
+            Phase::Measuring { .. } => Some(true),
+        }
+    }
+
     /// The limit changed: what follows is measured afresh.
     fn changed(&mut self) {
         self.since_change = 0.0;
@@ -668,8 +685,9 @@ impl Algorithm for Gradient {
         // do) the latency its long requests take, the 95th percentile: of the work
         // admitted since the change, what has ended within a mean latency is the short
         // requests, and reads faster than the server is.
+        let by_probes = self.skewed();
         let skewed = |window: &Window, latency: f64| {
-            self.shape.is_some_and(|shape| shape < SKEWED)
+            by_probes
                 || window
                     .median_latency()
                     .is_some_and(|median| median.as_secs_f64() < SKEWED * latency)
