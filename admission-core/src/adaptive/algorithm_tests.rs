@@ -797,3 +797,55 @@ fn a_rise_in_throughput_alone_with_the_latency_steady_grows_nothing() {
     // the second and third would be 105 and 140.
     assert!(answers.iter().all(|&a| a <= 80), "{answers:?}");
 }
+
+/// The first estimate's rounds begin as the work ramps up: their throughput counts the
+/// time before the first answers, so Little's law read what the work ran at once low (18
+/// of the 32 the limit let in). A later round at the same limit then read as "half as
+/// much again in flight, no more latency", confirmed the estimate (a queue four service
+/// times long), and no probe ever questioned it. What the work ran at once is at least
+/// the most it had in flight.
+#[test]
+fn a_first_estimate_taken_as_the_work_ramps_up_is_not_confirmed_by_the_same_limit() {
+    let mut gradient = Gradient::default();
+    // The ramp: 20 answers in the first 100 ms, the first ones, at 25 ms.
+    let ramp = spread_window(32, 20, 0.025, 1.0, 100 * MS, 32);
+    let mut limit = gradient.update(&ramp);
+    // Then a server of 8 at 10 ms, saturated at 32: a queue of three service times.
+    for _ in 0..400 {
+        limit = gradient
+            .update(&saturated_at(limit, 8, 10 * MS))
+            .clamp(1, 10_000);
+    }
+    let noload = gradient.no_load_latency().unwrap();
+    assert!(
+        noload < 15 * MS,
+        "the queue became the estimate: {noload:?}"
+    );
+    assert!(limit <= 16, "{limit} for a server of 8");
+}
+
+/// A probe the work does not fill queues no more than the work brought (the limit never
+/// held anything back), so a lower probe finds nothing a higher one did not, and only
+/// sheds. At light load, the first probe went on down regardless (its estimate was
+/// unconfirmed) and cut the limit below what the work used.
+#[test]
+fn a_probe_the_work_does_not_fill_goes_no_lower() {
+    let mut gradient = Gradient::default();
+    let mut limit = 32;
+    let (mut lowest, mut probed) = (u64::MAX, false);
+    for i in 0..400 {
+        // Light load on a server of 64: at 10 ms, no queue, up to 10 in flight; under a
+        // probe, up to 7 (the bursts are short). Two rounds read slow (a patch of long
+        // requests), which sets off the first probe.
+        let used = if gradient.probing().is_some() { 7 } else { 10 };
+        let latency = if (10..16).contains(&i) { 0.016 } else { 0.010 };
+        let window = spread_window(limit, 40, latency, 1.0, 100 * MS, used.min(limit));
+        limit = gradient.update(&window);
+        lowest = lowest.min(limit);
+        probed |= gradient.probing().is_some();
+    }
+    assert!(probed && gradient.probing().is_none());
+    // The probe: 0.9 × 10 = 9, unfilled. A descent's next step: 6, below what the work
+    // used.
+    assert!(lowest >= 9, "the limit went down to {lowest}");
+}

@@ -49,8 +49,10 @@ use super::{Algorithm, Window};
 /// cut it again within the same second.
 ///
 /// The first estimate is the first hundred samples' mean; it is replaced when a round
-/// with half as much again in flight reads no queue, and the first probe comes when two
-/// rounds in a row read as queued (a limit started far above the server's).
+/// with half as much again in flight (than the most in flight then) reads no queue, and
+/// the first probe comes when two rounds in a row read as queued (a limit started far
+/// above the server's). A probe the work did not fill goes no lower: the limit held
+/// nothing back, and a lower one would only shed work.
 ///
 /// The estimate may go stale. A service that slows (a dependency taking longer) reads,
 /// against the old `n`, like a queue, and the limit comes down; but a queue's latency
@@ -482,7 +484,10 @@ impl Gradient {
             latency < (1.0 - margin) * n
                 || ((held || (descended && sharp)) && latency < (1.0 + DESCENT) / 2.0 * n)
         });
-        if (lower || !self.confirmed) && probe > 1 {
+        // A probe the work did not fill queued no more than the work brought: a lower one
+        // would only shed it.
+        let filled = self.probed.max_in_flight as f64 >= 0.9 * probe as f64;
+        if (lower || !self.confirmed) && filled && probe > 1 {
             // Lower than the estimate: the estimate was high, and this probe may still
             // have queued; or the first probe, whose limit came from an unmeasured
             // estimate and may have queued just as much. Take it, and probe lower at
@@ -671,7 +676,10 @@ impl Algorithm for Gradient {
             if self.round.samples >= 100 {
                 self.noload = self.round.mean_latency().map(|m| m.as_secs_f64());
                 // What the work ran at once then (Little's law).
-                self.first = self.round.throughput() * self.noload.unwrap_or(0.0);
+                // (At least the most in flight: the first round's throughput counts the
+                // time before its first answers, and reads low.)
+                self.first = (self.round.throughput() * self.noload.unwrap_or(0.0))
+                    .max(self.round.max_in_flight as f64);
                 self.round = Window::default();
             }
             return window.limit;
