@@ -260,7 +260,9 @@ fn every_setting_of_the_algorithms_changes_their_answer() {
     );
     assert_eq!(
         probes(Gradient::default().probe(0.5)),
-        [64, 71, 75, 77, 38, 38, 38, 26, 26, 26]
+        // (The last probe, below the server by a third, ends once its throughput says
+        // so.)
+        [64, 71, 75, 77, 38, 38, 38, 26, 26, 78]
     );
 }
 
@@ -848,4 +850,67 @@ fn a_probe_the_work_does_not_fill_goes_no_lower() {
     // The probe: 0.9 × 10 = 9, unfilled. A descent's next step: 6, below what the work
     // used.
     assert!(lowest >= 9, "the limit went down to {lowest}");
+}
+
+/// The first estimate is the first hundred samples' mean, within 10% of the service's
+/// (one standard error) and biased low (the short requests end first). Read 20% low
+/// against a long service, every round after it read within the noise of a queue, and
+/// the limit crept up a request a round while the server had room for six times as
+/// many. Rounds at no more in flight than the first, with no queue beyond their noise,
+/// are readings of the same latency: averaged in, the estimate is the service's, and the
+/// server is found in ten seconds rather than twenty.
+#[test]
+fn an_unconfirmed_estimate_averages_the_rounds_at_the_same_limit() {
+    let mut gradient = Gradient::default();
+    let (capacity, service) = (64, 0.200);
+    // Fifty answers a window of a second at 10 in flight; the first hundred read 160 ms.
+    let mut limit = 10;
+    for _ in 0..2 {
+        limit = gradient.update(&spread_window(limit, 50, 0.160, 1.0, 1000 * MS, limit));
+    }
+    let mut windows = 0;
+    while limit < capacity && windows < 15 {
+        let latency = service * (limit as f64 / capacity as f64).max(1.0);
+        let samples = (limit.min(capacity) as f64 / service) as u64;
+        limit = gradient.update(&spread_window(
+            limit,
+            samples,
+            latency,
+            1.0,
+            1000 * MS,
+            limit,
+        ));
+        windows += 1;
+    }
+    assert!(
+        limit >= capacity,
+        "{limit} after {windows} s for a server of {capacity}"
+    );
+    let noload = gradient.no_load_latency().unwrap();
+    assert!(noload >= 180 * MS, "{noload:?}");
+}
+
+/// A descent's probes measure 400 × CV² samples, to tell a step from none. Its last
+/// probe, the one that finds no less, runs well below the server (for a server of 8 the
+/// descent from 32 ends 11, 7, 4) and sheds while it measures. Its throughput fell from
+/// that of the round before the probes beyond its noise, which says it ran below the
+/// knee: a hundred × CV² samples then do, half the time.
+#[test]
+fn a_descent_probe_below_the_server_ends_once_its_throughput_shows_it() {
+    let mut gradient = Gradient::default();
+    let mut limit = 32;
+    let mut far_below = 0;
+    for _ in 0..200 {
+        limit = gradient
+            .update(&saturated_at(limit, 8, 10 * MS))
+            .clamp(1, 10_000);
+        if gradient.probing() == Some(true) && limit <= 5 {
+            far_below += 1;
+        }
+    }
+    assert!(far_below > 0, "no probe went far below the server");
+    assert!(
+        far_below <= 6,
+        "{far_below} windows measured far below the server"
+    );
 }

@@ -40,7 +40,10 @@ use super::{Algorithm, Window};
 /// already above the estimate beyond its noise is taken once it has its samples). A
 /// reading within its noise of the estimate is averaged in; one lower beyond its noise
 /// means the estimate was high (the probe may itself have queued): it is taken and the
-/// next probe goes 30% lower at once, until one finds no less. A higher one is taken,
+/// next probe goes 30% lower at once, until one finds no less. Such a probe measures 400 ×
+/// CV² samples, to tell one step from none, unless its throughput fell from the round's
+/// before the probes beyond its noise (it ran below the knee): the last of a descent runs
+/// below the server, and sheds while it measures. A higher one is taken,
 /// but at most 1.5 times the estimate per probe unless the probe's throughput shows it
 /// ran below the knee. The limit then resumes where the probe found the server
 /// (throughput × the new estimate, plus the allowance), not at the limit before it. A
@@ -48,8 +51,11 @@ use super::{Algorithm, Window};
 /// (at most ten rounds late): a probe as the limit lands, after capacity came back, would
 /// cut it again within the same second.
 ///
-/// The first estimate is the first hundred samples' mean; it is replaced when a round
-/// with half as much again in flight (than the most in flight then) reads no queue, and
+/// The first estimate is the first hundred samples' mean (within 10%, and biased low: the
+/// short requests end first). Until it is confirmed, the rounds with no more in flight
+/// (within 10%) that read no queue beyond their noise are averaged in; it is replaced
+/// when a round with half as much again in flight (than the most in flight then) reads
+/// no queue, and
 /// the first probe comes when two rounds in a row read as queued (a limit started far
 /// above the server's). A probe the work did not fill goes no lower: the limit held
 /// nothing back, and a lower one would only shed work.
@@ -161,6 +167,8 @@ pub struct Gradient {
     /// What the work ran at once (throughput × latency) when the first estimate was
     /// taken.
     first: f64,
+    /// The samples the unconfirmed estimate averages.
+    first_samples: u64,
     /// Windows since the last probe ended.
     since_probe: u32,
     /// Rounds in a row that found no queue and grew the limit while the work filled it.
@@ -311,6 +319,7 @@ impl Default for Gradient {
             noload: None,
             confirmed: false,
             first: 0.0,
+            first_samples: 0,
             since_probe: 0,
             streak: 0,
             queued_rounds: 0,
@@ -461,9 +470,7 @@ impl Gradient {
         // The probe lowered the throughput (by more than its noise) from a window the
         // work filled: it ran below the knee, so nothing queued in it.
         let throughput = reading.samples as f64 / reading.elapsed.max(1e-9);
-        let unqueued = before.is_some_and(|before| {
-            throughput < before * (1.0 - 3.0 / (reading.samples as f64).sqrt()).min(0.95)
-        });
+        let unqueued = Self::unqueued(&reading, before);
         // Lower by more than its noise; or by half a descent's step while the throughput
         // held (a probe that queued reads the limit's share lower at the next step down,
         // as the latency of a queue is in proportion to what is in flight, and the server
@@ -551,6 +558,15 @@ impl Gradient {
         self.limit as u64
     }
 
+    /// Whether a probe's reading shows it ran below the knee: its throughput fell from
+    /// that of the saturated round before the probe (`before`) beyond its noise.
+    fn unqueued(reading: &Reading, before: Option<f64>) -> bool {
+        let throughput = reading.samples as f64 / reading.elapsed.max(1e-9);
+        before.is_some_and(|before| {
+            throughput < before * (1.0 - 3.0 / (reading.samples as f64).sqrt()).min(0.95)
+        })
+    }
+
     /// Whether the probes read the service as skewed (its median under `SKEWED` of its
     /// mean at no load).
     fn skewed(&self) -> bool {
@@ -628,8 +644,14 @@ impl Algorithm for Gradient {
                 // begun in it to end (a short reading of a heavy tail reads low: the
                 // short ones end first): ten latencies, more as the spread grows.
                 let cv = reading.cv().clamp(1.0, 4.0);
-                // (A descent tells one step from none: 5% noise, where 10% does else.)
-                let per = if descended { 400.0 } else { 100.0 };
+                // (A descent tells one step from none: 5% noise, where 10% does else;
+                // unless its throughput fell from the round before the probes beyond
+                // its noise, which says it ran below the knee.)
+                let per = if descended && !Self::unqueued(&reading, before) {
+                    400.0
+                } else {
+                    100.0
+                };
                 let enough = MEASURE_SAMPLES.max((per * cv * cv) as u64);
                 let long = reading.elapsed >= (10.0 * cv * cv).min(50.0) * reading.mean();
                 // A reading far from the estimate, beyond its noise, is decided at once: a
@@ -680,6 +702,7 @@ impl Algorithm for Gradient {
                 // time before its first answers, and reads low.)
                 self.first = (self.round.throughput() * self.noload.unwrap_or(0.0))
                     .max(self.round.max_in_flight as f64);
+                self.first_samples = self.round.samples;
                 self.round = Window::default();
             }
             return window.limit;
@@ -832,6 +855,15 @@ impl Algorithm for Gradient {
                 if latency > noload {
                     self.noload = Some(latency);
                 }
+            } else if !self.confirmed && !queued && window.max_in_flight as f64 <= 1.1 * self.first
+            {
+                // No more at once than when the first estimate was taken, and no queue
+                // beyond the noise: a reading of the same latency, averaged in (a hundred
+                // samples' mean is within 10%, and the short requests that end first bias
+                // it low).
+                let count = self.first_samples as f64;
+                self.noload = Some((noload * count + latency * samples) / (count + samples));
+                self.first_samples += window.samples;
             }
             if target < limit {
                 self.streak = 0;
