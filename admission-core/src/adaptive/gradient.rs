@@ -41,9 +41,9 @@ use super::{Algorithm, Window};
 /// reading within its noise of the estimate is averaged in; one lower beyond its noise
 /// means the estimate was high (the probe may itself have queued): it is taken and the
 /// next probe goes 30% lower at once, until one finds no less. Such a probe measures 400 ×
-/// CV² samples, to tell one step from none, unless its throughput fell from the round's
-/// before the probes beyond its noise (it ran below the knee): the last of a descent runs
-/// below the server, and sheds while it measures. A higher one is taken,
+/// CV² samples, to tell one step from none, unless its throughput fell from that of the
+/// round before the probes beyond its noise (it ran below the knee): the last of a
+/// descent runs below the server, and sheds while it measures. A higher one is taken,
 /// but at most 1.5 times the estimate per probe unless the probe's throughput shows it
 /// ran below the knee. The limit then resumes where the probe found the server
 /// (throughput × the new estimate, plus the allowance), not at the limit before it. A
@@ -55,10 +55,9 @@ use super::{Algorithm, Window};
 /// short requests end first). Until it is confirmed, the rounds with no more in flight
 /// (within 10%) that read no queue beyond their noise are averaged in; it is replaced
 /// when a round with half as much again in flight (than the most in flight then) reads
-/// no queue, and
-/// the first probe comes when two rounds in a row read as queued (a limit started far
-/// above the server's). A probe the work did not fill goes no lower: the limit held
-/// nothing back, and a lower one would only shed work.
+/// no queue, and the first probe comes when two rounds in a row read as queued (a limit
+/// started far above the server's). A probe the work did not fill goes no lower: the
+/// limit held nothing back, and a lower one would only shed work.
 ///
 /// The estimate may go stale. A service that slows (a dependency taking longer) reads,
 /// against the old `n`, like a queue, and the limit comes down; but a queue's latency
