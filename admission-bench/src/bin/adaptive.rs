@@ -516,11 +516,6 @@ fn asks(scenario: &Scenario, results: &Results, s: usize) -> Vec<(Target, Ask)> 
 const OPEN: &[(&str, &str, &str)] = &[
     ("C = 8, 2x", "above", "goodput >= 98%"),
     (
-        "steps: 0.5x, 1x, 2x, 4x, 1x, 0.5x every 5 s",
-        "above",
-        "queued p99 <= 1 S",
-    ),
-    (
         "2x, service time drifts up 3x from 10 s to 30 s",
         "below",
         "goodput >= 98%",

@@ -923,3 +923,34 @@ fn a_descent_probe_below_the_server_ends_once_its_throughput_shows_it() {
     assert!(*near.1 >= 6, "{measured:?}");
     assert!(*far.1 <= 5, "{measured:?}");
 }
+
+/// A load at the server's capacity fills no limit on average, but its queue is a random
+/// walk and reaches near any limit now and then: such rounds read no queue and bind, and
+/// the growth that speeds up round after round (half the limit, then the limit) took the
+/// limit to twice the server's and the queue's tail past a service time. The larger
+/// steps need the work to have filled the limit, as a ramp's does each round.
+#[test]
+fn a_load_that_touches_the_limit_now_and_then_grows_it_by_steps_of_its_root() {
+    let at_capacity = |limit: u64, full: bool| {
+        let mut window = saturated(64, 64);
+        window.limit = limit;
+        window.max_in_flight = if full { limit } else { limit - limit / 20 };
+        window
+    };
+    let mut gradient = Gradient::default();
+    let settled = run(&mut gradient, 64, 64, 250);
+    let (mut limit, mut ramp) = (settled, gradient.clone());
+    for _ in 0..4 {
+        let before = limit;
+        limit = gradient.update(&at_capacity(limit, false));
+        assert!(gradient.probing().is_none());
+        // The formula's step (the knee's 10% and √ of it) at most.
+        assert!(limit * 4 <= before * 5, "{before} -> {limit}");
+    }
+    // The same rounds with the limit full: a ramp, which doubles.
+    let mut limit = settled;
+    for _ in 0..4 {
+        limit = ramp.update(&at_capacity(limit, true));
+    }
+    assert!(limit >= 4 * settled, "{settled} -> {limit}");
+}

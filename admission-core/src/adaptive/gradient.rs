@@ -19,7 +19,9 @@ use super::{Algorithm, Window};
 /// never goes below what the work used when the work did not fill the limit (such a round
 /// made no queue, whatever its latency reads). Growth needs the work to fill the limit,
 /// and speeds up round after round with no queue (`√limit`, then half the limit, then the
-/// limit), so a server four times larger is found in four rounds. When capacity comes
+/// limit, where the round held the limit full), so a server four times larger is found in
+/// four rounds, while a load at the server's capacity, whose queue nears any limit now
+/// and then, grows it by the formula's step alone. When capacity comes
 /// back, the first rounds still hold requests that queued before, and read near the knee,
 /// within its noise; but the server answers more a second than the saturated rounds
 /// before it did (beyond how much that varied round to round), and the latency fell with
@@ -903,11 +905,15 @@ impl Algorithm for Gradient {
                 } else {
                     self.streak += 1;
                     // √limit, then half the limit, then the limit: a server that grew four
-                    // times over is found in four rounds.
+                    // times over is found in four rounds. (The larger steps only where the
+                    // round held the limit full, as a ramp does: a load at the server's
+                    // capacity nears any limit now and then, its queue a random walk, and
+                    // a doubled limit there only lengthens the queue's tail.)
+                    let full = window.max_in_flight >= window.limit;
                     let step = match self.streak {
-                        1 => limit.sqrt(),
-                        2 => limit / 2.0,
-                        _ => limit,
+                        2 if full => limit / 2.0,
+                        3.. if full => limit,
+                        _ => limit.sqrt(),
                     };
                     target.max(limit + step.max(limit.sqrt()))
                 }
