@@ -954,3 +954,26 @@ fn a_load_that_touches_the_limit_now_and_then_grows_it_by_steps_of_its_root() {
     }
     assert!(limit >= 4 * settled, "{settled} -> {limit}");
 }
+
+/// A service that slows little by little reads, against the estimate, like a queue that
+/// grew by as much; its throughput falls a tenth and a probe comes at once, sized from
+/// throughput × the estimate: for a server that slowed by a tenth and more, a tenth and
+/// more below the 90% meant, and it shed while it measured. Where the latency stands
+/// within half again of the estimate (a fall in capacity's queue soon stands higher), the
+/// probe is sized from the geometric mean of the two: near 90% of the server either way.
+#[test]
+fn a_probe_set_off_by_a_slow_drift_is_sized_near_the_server() {
+    let mut gradient = Gradient::default();
+    let mut limit = run(&mut gradient, 64, 64, 300);
+    let mut service = 10.0;
+    let probe = (0..60).find_map(|_| {
+        service *= 1.01;
+        limit = run_at(&mut gradient, limit, 64, MS.mul_f64(service), 1);
+        gradient.probing().map(|_| (limit, service))
+    });
+    let (probe, service) = probe.expect("a probe within 60 windows");
+    // Slowed by a tenth and more when the probe came.
+    assert!(service >= 11.0, "{service}");
+    assert!(probe >= 54, "a probe at {probe} for a server of 64");
+    assert!(probe <= 64, "a probe at {probe} for a server of 64");
+}

@@ -72,7 +72,11 @@ use super::{Algorithm, Window};
 /// rounds the work filled falls below what it was after the last probe, by more than its
 /// noise and at least 10% (the server runs fewer at once, or each request takes
 /// longer), or when a round is faster than `n` beyond its noise. Less demand sets off no
-/// probe: a round the work did not fill says nothing of the server.
+/// probe: a round the work did not fill says nothing of the server. A probe set off by a
+/// fall while the latency stands within half again of `n` is sized from the geometric
+/// mean of `n` and the latency rather than from `n`: a service slowing little by little
+/// reads as a queue as long, and a probe sized from the stale `n` went as far below the
+/// server as the service had slowed.
 ///
 /// # Skewed service: read by its median
 ///
@@ -106,14 +110,16 @@ use super::{Algorithm, Window};
 /// first estimates come from the short requests that end first, and it takes a few
 /// probes (seconds) to find the estimate. A service that slows little by little reads as
 /// a queue until what is in flight has fallen by a quarter, or the throughput by 10%, so
-/// the limit sags meanwhile, and a probe sized from the stale estimate goes below the
-/// server until its reading is in (a few windows). Growth after capacity comes back
-/// takes three or four rounds (most of a second with 100 ms windows): the first rounds
-/// still hold requests that queued before, and a rise in throughput is read only when two
-/// rounds show it. In `admission-bench`'s simulator each of these meets its targets on
-/// the seeds CI runs, some by a small margin; on other seeds some do not (a long service
-/// started far below, a server of a handful started far above): see that crate's README
-/// for the figures.
+/// the limit sags meanwhile, and the probe that follows, sized from an estimate that is
+/// partly stale, runs a little below the server until its reading is in (a few
+/// windows). Growth after capacity comes back takes three or four rounds (most of a
+/// second with 100 ms windows): the first rounds still hold requests that queued before,
+/// and a rise in throughput is read only when two rounds show it. Started far above a
+/// server of a handful, the first probe's descent takes seconds and ends below the
+/// server. In `admission-bench`'s simulator each of these meets its targets on the seeds
+/// CI runs, some by a small margin, but the last; on other seeds some do not (a long
+/// service or a mixture started far below, a server of a handful): see that crate's
+/// README for the figures.
 ///
 /// # When to use it
 ///
@@ -1022,7 +1028,18 @@ impl Algorithm for Gradient {
             // most what it ran: a faster server has a stale, high estimate.)
             // An unconfirmed estimate may read low (the short requests end first), so
             // the first probe is sized from the limit alone.
-            let concurrency = self.confirmed.then(|| throughput * noload.min(latency));
+            // A fall with the latency within half again of the estimate may be a service
+            // slowing little by little (read against the stale estimate as a queue as
+            // long) as much as a smaller server (whose queue, under a limit set for a
+            // larger one, soon stands higher): sized from the geometric mean of the two,
+            // a smaller server is probed at most a tenth above (0.9 × √1.5), a slower one
+            // far nearer 90% of it than throughput × the estimate would put it.
+            let reading = if fell && !due && latency <= 1.5 * noload {
+                (noload * latency).sqrt()
+            } else {
+                noload
+            };
+            let concurrency = self.confirmed.then(|| throughput * reading.min(latency));
             let before = saturated.then_some(throughput);
             return self.start_probe(from, concurrency, latency, before);
         }
