@@ -890,14 +890,14 @@ fn an_unconfirmed_estimate_averages_the_rounds_at_the_same_limit() {
     assert!(noload >= 180 * MS, "{noload:?}");
 }
 
-/// A descent's probes measure 400 × CV² samples, to tell a step from none. Its last
-/// probe, the one that finds no less, runs well below the server (for a server of 8 the
-/// descent from 32 ends 11, 7, 4) and sheds while it measures. Its throughput fell from
-/// that of the round before the probes beyond its noise, which says it ran below the
-/// knee: a hundred × CV² samples then do, half the time. A probe whose throughput fell
-/// less than that (7 for 8: an eighth, within the noise of 400 samples) measures them all.
+/// A descent's probes measured 400 × CV² samples, to tell a step from none by their
+/// latency alone: for a server of 8 started at 32, half a second each, and the descent
+/// ran five seconds into the work, shedding at each step below the server. A probe that
+/// queued as the one before did tells by its throughput, which held (Little's law); one
+/// below the knee by its throughput, which fell: a descent's probe measures what any
+/// other does, 100 × CV² samples (at least 200) over ten latencies.
 #[test]
-fn a_descent_probe_below_the_server_ends_once_its_throughput_shows_it() {
+fn a_descent_probe_measures_as_long_as_any_other() {
     let mut gradient = Gradient::default();
     let mut limit = 32;
     // Windows measured at each limit, in the first descent.
@@ -916,12 +916,17 @@ fn a_descent_probe_below_the_server_ends_once_its_throughput_shows_it() {
             _ => {}
         }
     }
-    let below: Vec<_> = measured.iter().filter(|&(&l, _)| l < 8).collect();
-    assert_eq!(below.len(), 2, "{measured:?}");
-    // 7: 70 answers a window, 400 of them. 4: 40 a window, 200 of them.
-    let (near, far) = (below[1], below[0]);
-    assert!(*near.1 >= 6, "{measured:?}");
-    assert!(*far.1 <= 5, "{measured:?}");
+    // 36 (the first probe, from 40), then 25, 17, 11, 7 and 4: the last two below the
+    // server, the last serving half of it.
+    assert_eq!(measured.len(), 6, "{measured:?}");
+    assert_eq!(measured.keys().next(), Some(&4), "{measured:?}");
+    // The descent's (the first probe's is ten latencies of a long queue): at 80 answers
+    // a window (70 at 7, 40 at 4), 200 samples or ten latencies, in three or four
+    // windows (five at 4), not 400 samples in five or six.
+    for (limit, windows) in measured.iter().take(5) {
+        let most = if *limit < 5 { 5 } else { 4 };
+        assert!(*windows <= most, "{measured:?}");
+    }
 }
 
 /// A load at the server's capacity fills no limit on average, but its queue is a random

@@ -42,10 +42,11 @@ use super::{Algorithm, Window};
 /// already above the estimate beyond its noise is taken once it has its samples). A
 /// reading within its noise of the estimate is averaged in; one lower beyond its noise
 /// means the estimate was high (the probe may itself have queued): it is taken and the
-/// next probe goes 30% lower at once, until one finds no less. Such a probe measures 400 ×
-/// CV² samples, to tell one step from none, unless its throughput fell from that of the
-/// round before the probes beyond its noise (it ran below the knee): the last of a
-/// descent runs below the server, and sheds while it measures. A higher one is taken,
+/// next probe goes 30% lower at once, until one finds no less. Such a probe measures as
+/// long as any other: where its latency is too noisy to tell one step from none, its
+/// throughput tells, held at the step before's where both queued (Little's law), fallen
+/// where it ran below the knee (as the last of a descent does, shedding while it
+/// measures). A higher one is taken,
 /// but at most 1.5 times the estimate per probe unless the probe's throughput shows it
 /// ran below the knee. The limit then resumes where the probe found the server
 /// (throughput × the new estimate, plus the allowance), not at the limit before it. A
@@ -651,15 +652,7 @@ impl Algorithm for Gradient {
                 // begun in it to end (a short reading of a heavy tail reads low: the
                 // short ones end first): ten latencies, more as the spread grows.
                 let cv = reading.cv().clamp(1.0, 4.0);
-                // (A descent tells one step from none: 5% noise, where 10% does else;
-                // unless its throughput fell from the round before the probes beyond
-                // its noise, which says it ran below the knee.)
-                let per = if descended && !Self::unqueued(&reading, before) {
-                    400.0
-                } else {
-                    100.0
-                };
-                let enough = MEASURE_SAMPLES.max((per * cv * cv) as u64);
+                let enough = MEASURE_SAMPLES.max((100.0 * cv * cv) as u64);
                 let long = reading.elapsed >= (10.0 * cv * cv).min(50.0) * reading.mean();
                 // A reading far from the estimate, beyond its noise, is decided at once: a
                 // service that doubled its time need not be measured to the last percent
