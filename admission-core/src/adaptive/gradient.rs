@@ -21,13 +21,12 @@ use super::{Algorithm, Window};
 /// and speeds up round after round with no queue (`√limit`, then half the limit, then the
 /// limit, where the round held the limit full), so a server four times larger is found in
 /// four rounds, while a load at the server's capacity, whose queue nears any limit now
-/// and then, grows it by the formula's step alone. When capacity comes
-/// back, the first rounds still hold requests that queued before, and read near the knee,
-/// within its noise; but the server answers more a second than the saturated rounds
-/// before it did (beyond how much that varied round to round), and the latency fell with
-/// it (Little's law read the other way), though not below `n`
-/// (a faster service, which is probed): two such rounds in a row count as rounds with no
-/// queue.
+/// and then, grows it by the formula's step alone. When capacity comes back, the first
+/// rounds still hold requests that queued before, and read near the knee, within its
+/// noise; but the server answers more a second than the saturated rounds before it did
+/// (beyond how much that varied round to round), and the latency fell with it (Little's
+/// law read the other way), though not below `n` (a faster service, which is probed):
+/// two such rounds in a row count as rounds with no queue.
 ///
 /// # The no-load estimate, and why it is probed
 ///
@@ -46,13 +45,12 @@ use super::{Algorithm, Window};
 /// long as any other: where its latency is too noisy to tell one step from none, its
 /// throughput tells, held at the step before's where both queued (Little's law), fallen
 /// where it ran below the knee (as the last of a descent does, shedding while it
-/// measures). A higher one is taken,
-/// but at most 1.5 times the estimate per probe unless the probe's throughput shows it
-/// ran below the knee. The limit then resumes where the probe found the server
-/// (throughput × the new estimate, plus the allowance), not at the limit before it. A
-/// probe due on its schedule waits until ten rounds after the limit last grew for sure
-/// (at most ten rounds late): a probe as the limit lands, after capacity came back, would
-/// cut it again within the same second.
+/// measures). A higher one is taken, but at most 1.5 times the estimate per probe unless
+/// the probe's throughput shows it ran below the knee. The limit then resumes where the
+/// probe found the server (throughput × the new estimate, plus the allowance), not at the
+/// limit before it. A probe due on its schedule waits until ten rounds after the limit
+/// last grew for sure (at most ten rounds late): a probe as the limit lands, after
+/// capacity came back, would cut it again within the same second.
 ///
 /// The first estimate is the first hundred samples' mean (within 10%, and biased low: the
 /// short requests end first). Until it is confirmed, the rounds with no more in flight
@@ -1027,12 +1025,12 @@ impl Algorithm for Gradient {
             // larger one, soon stands higher): sized from the geometric mean of the two,
             // a smaller server is probed at most a tenth above (0.9 × √1.5), a slower one
             // far nearer 90% of it than throughput × the estimate would put it.
-            let reading = if fell && !due && latency <= 1.5 * noload {
+            let sized = if fell && !due && latency <= 1.5 * noload {
                 (noload * latency).sqrt()
             } else {
                 noload
             };
-            let concurrency = self.confirmed.then(|| throughput * reading.min(latency));
+            let concurrency = self.confirmed.then(|| throughput * sized.min(latency));
             let before = saturated.then_some(throughput);
             return self.start_probe(from, concurrency, latency, before);
         }
