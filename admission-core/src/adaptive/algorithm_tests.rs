@@ -892,7 +892,7 @@ fn an_unconfirmed_estimate_averages_the_rounds_at_the_same_limit() {
 
 /// A descent's probes measured 400 × CV² samples, to tell a step from none by their
 /// latency alone: for a server of 8 started at 32, half a second each, and the descent
-/// ran five seconds into the work, shedding at each step below the server. A probe that
+/// took three seconds, shedding at each step below the server. A probe that
 /// queued as the one before did tells by its throughput, which held (Little's law); one
 /// below the knee by its throughput, which fell: a descent's probe measures what any
 /// other does, 100 × CV² samples (at least 200) over ten latencies.
