@@ -1010,3 +1010,40 @@ fn a_probe_of_a_spread_service_measures_100_cv_squared_samples() {
     let total: u64 = measured.iter().sum();
     assert!(total >= 400, "{measured:?}");
 }
+
+/// Capacity halves as the load comes back from a pause: the round at the fall spans the
+/// pause, so the work did not fill it, and the limit is cut on it (the latency rose
+/// beyond doubt). Anchored before the fall, the rounds at the cut limit would read like a
+/// slower service (a quarter less in flight, as much latency) and the estimate would
+/// take their queued latency as the no-load one. `held` is the limit the rounds before
+/// ran at, over a server of 64 (above 64, a queue); `paused` the mean latency of the
+/// round that spans the pause.
+fn after_a_pause(held: u64, paused: Duration) -> (Duration, u64) {
+    let mut gradient = Gradient::default();
+    run(&mut gradient, 64, 64, 300);
+    let mut limit = 0;
+    for _ in 0..5 {
+        limit = gradient.update(&saturated(held, 64));
+    }
+    assert_eq!(gradient.probing(), None);
+    // A second of few samples (a pause), at the end of which capacity halved.
+    let pause = spread_window(limit, 600, paused.as_secs_f64(), 1.0, 1000 * MS, limit);
+    let cut = gradient.update(&pause);
+    assert!(cut * 5 < limit * 4, "cut from {limit} to {cut}");
+    let limit = run(&mut gradient, cut, 32, 20);
+    (gradient.no_load_latency().unwrap(), limit)
+}
+
+#[test]
+fn a_fall_in_capacity_on_a_round_the_work_did_not_fill_is_not_a_slower_service() {
+    // Rounds near the server's concurrency (72 in flight for 64: 11.25 ms), then a round
+    // whose latency rose beyond their noise (30 ms).
+    let (noload, limit) = after_a_pause(72, 30 * MS);
+    assert!(noload.abs_diff(10 * MS) < MS, "{noload:?}");
+    assert!((32..=48).contains(&limit), "{limit}");
+    // Rounds under a queue (110 in flight for 64: 17.2 ms), then one whose latency is
+    // within their noise (19.5 ms) but beyond doubt over the estimate: the cut is sure.
+    let (noload, limit) = after_a_pause(110, 19 * MS + MS / 2);
+    assert!(noload.abs_diff(10 * MS) < MS, "{noload:?}");
+    assert!((32..=48).contains(&limit), "{limit}");
+}

@@ -65,12 +65,15 @@ use super::{Algorithm, Window};
 /// falls in proportion to what is in flight, a slower service's does not. So once what
 /// the work runs at once (throughput × latency) has come down by a quarter from the most
 /// it ran, and the latency has not come down with it (beyond three times the noise of the
-/// two rounds; measured from the last round whose latency rose beyond its noise, since
-/// a fall in capacity raises it too), the latency now is taken as the estimate, with no
-/// probe; a probe follows within ten rounds to check it. A probe also comes early when the throughput of the
-/// rounds the work filled falls below what it was after the last probe, by more than its
-/// noise and at least 10% (the server runs fewer at once, or each request takes
-/// longer), or when a round is faster than `n` beyond its noise. Less demand sets off no
+/// two rounds), the latency now is taken as the estimate, with no probe; a probe follows
+/// within ten rounds to check it. The most it ran counts from the last rise in latency
+/// beyond its noise or beyond doubt over `n`, on any round: a fall in capacity raises the
+/// latency too, and may come as a pause in the load ends, on a round the work did not
+/// fill; measured across it, the cut that follows would read like a slower service. A
+/// probe also comes early when the throughput of the rounds the work filled falls below
+/// what it was after the last probe, by more than its noise and at least 10% (the server
+/// runs fewer at once, or each request takes longer), or when a round is faster than `n`
+/// beyond its noise. Less demand sets off no
 /// probe: a round the work did not fill says nothing of the server. A probe set off by a
 /// fall while the latency stands within half again of `n` is sized from the geometric
 /// mean of `n` and the latency rather than from `n`: a service slowing little by little
@@ -184,9 +187,9 @@ pub struct Gradient {
     /// Rounds since the limit last grew by a sure step (a second round in a row with no
     /// queue).
     since_growth: u32,
-    /// The saturated round with the most in flight since the estimate was last set: that
-    /// many, its latency and its samples. A queue's latency falls with what is in
-    /// flight; a slower service's does not.
+    /// The saturated round with the most in flight since the estimate was last set, or
+    /// since the latency last rose: that many, its latency and its samples. A queue's
+    /// latency falls with what is in flight; a slower service's does not.
     anchor: Option<(f64, f64, u64)>,
 
     /// The first saturated rounds after the last probe: their samples and seconds (their
@@ -767,14 +770,25 @@ impl Algorithm for Gradient {
         let in_flight = throughput * latency;
         // (Only a round of work admitted under this limit: none above it in flight.)
         let clean = window.max_in_flight <= window.limit;
-        if saturated && binds && clean && self.confirmed {
+        if self.confirmed {
             let spread = |count: u64| self.cv() * (1.0 / count as f64 + 1.0 / samples).sqrt();
+            let filled = saturated && binds && clean;
+            let jumped = latency > 1.5 * noload * (1.0 + self.tolerance) * (1.0 + 2.0 * noise);
             match self.anchor {
                 // The latency rose beyond the noise: something changed (capacity, or the
-                // service), and only what follows tells which. Measured from here.
-                Some((_, anchored, count)) if latency > anchored * (1.0 + 3.0 * spread(count)) => {
-                    self.anchor = Some((in_flight, latency, window.samples));
+                // service), and only what follows tells which. Measured from here: from
+                // this round if the work filled it, else from the next that it fills.
+                // (Any round: the limit may be cut for a fall in capacity on a round the
+                // work did not fill, one that spans a pause in the load. Anchored before
+                // the fall, the cut's rounds would read like a slower service. Such a
+                // round's mean is diluted by the pause's: a rise beyond doubt over the
+                // estimate, a sure cut's, counts too.)
+                Some((_, anchored, count))
+                    if latency > anchored * (1.0 + 3.0 * spread(count)) || jumped =>
+                {
+                    self.anchor = filled.then_some((in_flight, latency, window.samples));
                 }
+                _ if !filled => {}
                 Some((high, anchored, count)) if in_flight <= 0.75 * high => {
                     // (A queue's would be in proportion: the latency must stand above
                     // that by three times the noise of the two rounds.)
