@@ -1047,3 +1047,55 @@ fn a_fall_in_capacity_on_a_round_the_work_did_not_fill_is_not_a_slower_service()
     assert!(noload.abs_diff(10 * MS) < MS, "{noload:?}");
     assert!((32..=48).contains(&limit), "{limit}");
 }
+
+/// A limit started far above a small server holds a queue from the first window: its
+/// first estimate is taken as the queue forms, and the queue then stands a fifth or so
+/// above it. Its latencies, each a sum of many waits, spread far less than a service's
+/// (a CV of a quarter): read with the noise of a spread of 1, every round was within the
+/// noise of the knee, the rounds were averaged into the estimate, and the limit grew
+/// with the queue for three seconds before two rounds read as queued. Read with the
+/// spread it has, the first probe comes within a second and a half.
+#[test]
+fn a_queue_from_the_first_window_sets_off_the_first_probe_by_its_own_spread() {
+    let mut gradient = Gradient::default();
+    let (capacity, service) = (8, 0.010);
+    let mut limit = 32;
+    let mut first_probe = None;
+    for window in 0..40 {
+        // The queue forms over the first three windows, then stands at the limit's
+        // (Little's law: 40 ms at 32).
+        let standing = service * limit as f64 / capacity as f64;
+        let latency = standing * [0.78, 0.85, 0.95].get(window).copied().unwrap_or(1.0);
+        let samples = (capacity as f64 / service * 0.1) as u64;
+        let spread = spread_window(limit, samples, latency, 0.25, 100 * MS, limit);
+        limit = gradient.update(&spread).clamp(1, 10_000);
+        if gradient.probing().is_some() {
+            first_probe.get_or_insert(window);
+        }
+    }
+    let first_probe = first_probe.expect("no probe in 4 s");
+    assert!(
+        first_probe < 15,
+        "the first probe came at window {first_probe}"
+    );
+}
+
+/// The spread the queue test reads by is measured from a hundred samples at least: fewer
+/// read a heavy tail low (the long requests are rare), and two windows that caught a
+/// patch of them then read as queued, setting off the first probe for nothing.
+#[test]
+fn the_queue_test_reads_the_spread_of_a_hundred_samples_at_least() {
+    let mut gradient = Gradient::default();
+    // A server of 64 at 10 ms, far below it: no queue. The first windows' spread reads
+    // a CV of 0.2 from a dozen samples each; windows 2 and 3 caught long requests.
+    let mut limit = 10;
+    for window in 0..6 {
+        let latency = if (2..4).contains(&window) {
+            0.0125
+        } else {
+            0.010
+        };
+        limit = gradient.update(&spread_window(limit, 100, latency, 0.2, 100 * MS, limit));
+        assert_eq!(gradient.probing(), None, "a probe at window {window}");
+    }
+}

@@ -57,8 +57,12 @@ use super::{Algorithm, Window};
 /// (within 10%) that read no queue beyond their noise are averaged in; it is replaced
 /// when a round with half as much again in flight (than the most in flight then) reads
 /// no queue, and the first probe comes when two rounds in a row read as queued (a limit
-/// started far above the server's). A probe the work did not fill goes no lower: the
-/// limit held nothing back, and a lower one would only shed work.
+/// started far above the server's). Whether a round queued is read against its noise,
+/// and the noise from the latencies' spread as measured (over a hundred samples at
+/// least) where that is below 1: the queue of a limit started far above a small server,
+/// each latency a sum of many waits, spreads far less than a service, and stands only a
+/// fifth or so above a first estimate taken as it formed. A probe the work did not fill
+/// goes no lower: the limit held nothing back, and a lower one would only shed work.
 ///
 /// The estimate may go stale. A service that slows (a dependency taking longer) reads,
 /// against the old `n`, like a queue, and the limit comes down; but a queue's latency
@@ -117,8 +121,9 @@ use super::{Algorithm, Window};
 /// windows). Growth after capacity comes back takes three or four rounds (most of a
 /// second with 100 ms windows): the first rounds still hold requests that queued before,
 /// and a rise in throughput is read only when two rounds show it. Started far above a
-/// server of a handful, the first probe's descent takes seconds and ends below the
-/// server. In `admission-bench`'s simulator each of these meets its targets on the seeds
+/// server of a handful, the first probe comes within a second or so, its descent takes
+/// two seconds more (a step of 0.7 each half second) and ends below the server, and the
+/// probe that checks it a few seconds later runs an eighth or more below it too. In `admission-bench`'s simulator each of these meets its targets on the seeds
 /// CI runs, some by a small margin, but the last; on other seeds some do not (a long
 /// service or a mixture started far below, a server of a handful): see that crate's
 /// README for the figures.
@@ -396,13 +401,19 @@ impl Gradient {
     /// The latencies' coefficient of variation, over the last hundred windows or so,
     /// taken as between 1 and 4 (an estimate from few samples reads low).
     fn cv(&self) -> f64 {
+        self.measured_cv(1.0).map_or(1.0, |cv| cv.clamp(1.0, 4.0))
+    }
+
+    /// The latencies' coefficient of variation over the last hundred windows or so, as
+    /// measured, once they hold `least` samples' spread.
+    fn measured_cv(&self, least: f64) -> Option<f64> {
         let (n, total, squares) = self.spread;
-        if n < 1.0 || total <= 0.0 {
-            return 1.0;
+        if n < least || total <= 0.0 {
+            return None;
         }
         let mean = total / n;
         let square = squares * 1024.0 / n;
-        ((square - mean * mean).max(0.0).sqrt() / mean).clamp(1.0, 4.0)
+        Some((square - mean * mean).max(0.0).sqrt() / mean)
     }
 
     /// Samples enough for a mean within about 10% (one standard error): 100 × the
@@ -855,6 +866,17 @@ impl Algorithm for Gradient {
             // between arrivals, short next to a small server.
             let target = concurrency + concurrency.sqrt();
             // Queued beyond the round's noise.
+            // (By the latencies' spread as measured, where it is below the 1 `cv` takes
+            // it as at least: a limit started far above a small server holds a queue
+            // whose latencies, each a sum of many waits, spread far less than a
+            // service's. Its first estimate was taken as the queue formed, and the queue
+            // then stands a fifth or so above it: within the noise of a spread of 1,
+            // far beyond that of the spread it has.)
+            // (From a hundred samples' spread at least: fewer read a heavy tail low.)
+            let noise = match self.measured_cv(100.0) {
+                Some(cv) => noise.min(cv.max(0.25) / samples.sqrt()),
+                None => noise,
+            };
             let queued = latency > knee * (1.0 + 2.0 * noise);
             self.queued_rounds = if queued { self.queued_rounds + 1 } else { 0 };
             // Half as many again in flight as when the first estimate was taken, and no
