@@ -874,7 +874,7 @@ impl Algorithm for Gradient {
             // far beyond that of the spread it has.)
             // (From a hundred samples' spread at least: fewer read a heavy tail low.)
             let noise = match self.measured_cv(100.0) {
-                Some(cv) => noise.min(cv.max(0.25) / samples.sqrt()),
+                Some(cv) => noise.min(cv / samples.sqrt()),
                 None => noise,
             };
             let queued = latency > knee * (1.0 + 2.0 * noise);
