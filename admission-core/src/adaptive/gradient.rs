@@ -123,10 +123,11 @@ use super::{Algorithm, Window};
 /// and a rise in throughput is read only when two rounds show it. Started far above a
 /// server of a handful, the first probe comes within a second or so, its descent takes
 /// two seconds more (a step of 0.7 each half second) and ends below the server, and the
-/// probe that checks it a few seconds later runs an eighth or more below it too. In `admission-bench`'s simulator each of these meets its targets on the seeds
-/// CI runs, some by a small margin, but the last; on other seeds some do not (a long
-/// service or a mixture started far below, a server of a handful): see that crate's
-/// README for the figures.
+/// probe that checks it a few seconds later runs an eighth or more below it too. In
+/// `admission-bench`'s simulator each of these meets its targets on the seeds CI runs,
+/// some by a small margin, but the last; on other seeds some do not (a long service or a
+/// mixture started far below, a server of a handful): see that crate's README for the
+/// figures.
 ///
 /// # When to use it
 ///
@@ -865,18 +866,16 @@ impl Algorithm for Gradient {
             // Just above it, with a queue of √ of it: enough to keep the server busy
             // between arrivals, short next to a small server.
             let target = concurrency + concurrency.sqrt();
-            // Queued beyond the round's noise.
-            // (By the latencies' spread as measured, where it is below the 1 `cv` takes
-            // it as at least: a limit started far above a small server holds a queue
-            // whose latencies, each a sum of many waits, spread far less than a
-            // service's. Its first estimate was taken as the queue formed, and the queue
-            // then stands a fifth or so above it: within the noise of a spread of 1,
-            // far beyond that of the spread it has.)
-            // (From a hundred samples' spread at least: fewer read a heavy tail low.)
-            let noise = match self.measured_cv(100.0) {
-                Some(cv) => noise.min(cv / samples.sqrt()),
-                None => noise,
-            };
+            // Queued beyond the round's noise, read by the latencies' spread as measured
+            // (from a hundred samples at least: fewer read a heavy tail low) where it is
+            // below the 1 `cv` takes it as at least. A limit started far above a small
+            // server holds a queue whose latencies, each a sum of many waits, spread far
+            // less than a service's; its first estimate was taken as the queue formed,
+            // and the queue then stands a fifth or so above it: within the noise of a
+            // spread of 1, far beyond that of the spread it has.
+            let noise = self
+                .measured_cv(100.0)
+                .map_or(noise, |cv| noise.min(cv / samples.sqrt()));
             let queued = latency > knee * (1.0 + 2.0 * noise);
             self.queued_rounds = if queued { self.queued_rounds + 1 } else { 0 };
             // Half as many again in flight as when the first estimate was taken, and no
