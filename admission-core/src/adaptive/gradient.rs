@@ -127,7 +127,10 @@ use super::{Algorithm, Window};
 /// `admission-bench`'s simulator each of these meets its targets on the seeds CI runs,
 /// some by a small margin, but the last; on other seeds some do not (a long service or a
 /// mixture started far below, a server of a handful): see that crate's README for the
-/// figures.
+/// figures. And a probe that begins just as capacity falls queues at the smaller server
+/// and reads its queue as a slower service (the latency up, the throughput down): the
+/// limit then sits at two to three times the new server's until the next probe, ten
+/// seconds on (on the seeds CI runs, no probe begins so).
 ///
 /// # When to use it
 ///
