@@ -607,6 +607,25 @@ fn latency_buckets_are_eighths_of_a_doubling_and_saturate() {
 }
 
 #[test]
+fn a_window_s_buckets_read_its_spread_from_their_middles() {
+    let mut window = Window::new(8, Duration::from_millis(100));
+    assert_eq!(window.spread.bucketed_cv(), None);
+    for _ in 0..50 {
+        window.add(12 * MS, Outcome::Success, 1);
+    }
+    assert_eq!(window.spread.bucketed_cv(), Some(0.0));
+    // 10 ms and 30 ms alike: a mean of 20, a deviation of 10, a CV of a half.
+    let mut even = Window::new(8, Duration::from_millis(100));
+    for latency in [10 * MS, 30 * MS].repeat(50) {
+        even.add(latency, Outcome::Success, 1);
+    }
+    // (Each bucket's middle is within a sixteenth of its latencies; its lower bound, as
+    // much as an eighth below, would read 0.514.)
+    let cv = even.spread.bucketed_cv().unwrap();
+    assert!((cv - 0.5).abs() < 0.01, "{cv}");
+}
+
+#[test]
 fn a_window_s_debug_sums_its_buckets_rather_than_listing_them() {
     let mut window = Window::new(8, Duration::from_millis(100));
     window.add(3 * MS, Outcome::Success, 1);
@@ -1098,4 +1117,83 @@ fn the_queue_test_reads_the_spread_of_a_hundred_samples_at_least() {
         limit = gradient.update(&spread_window(limit, 100, latency, 0.2, 100 * MS, limit));
         assert_eq!(gradient.probing(), None, "a probe at window {window}");
     }
+}
+
+/// A window of 100 ms at `limit`, a server of `capacity` workers whose service times are
+/// exponential with a mean of `service` seconds, each latency that plus `wait` (the queue
+/// of a full server: each request waits for many to end, so about alike; a tenth's
+/// spread). Drawn by `seed`.
+fn drawn(limit: u64, capacity: u64, service: f64, wait: f64, seed: &mut u64) -> Window {
+    let samples = (limit.min(capacity) as f64 / (service + wait) * 0.1) as u64;
+    let mut window = Window::new(limit, Duration::from_millis(100));
+    let mut uniform = || {
+        *seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((*seed >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    for _ in 0..samples {
+        let latency = -service * uniform().ln() + wait * (0.9 + 0.2 * uniform());
+        window.add(Duration::from_secs_f64(latency), Outcome::Success, limit);
+    }
+    window
+}
+
+/// A probe that begins as capacity falls (here to a quarter) queues at the smaller
+/// server: its latency reads about three times the estimate, and its throughput falls as
+/// if it had run below the knee, which alone let a reading that high be taken whole (and
+/// the limit resume at several times the new server's, until the next probe ten seconds
+/// on). But a queue's latencies, each a wait for many services plus its own, spread far
+/// less than a service's: such a reading is taken and checked by a probe a step lower at
+/// once, as a descent is, and the descent finds the service's latency. A service as
+/// slow, spread as before, is taken whole by the one probe.
+#[test]
+fn a_probe_begun_as_capacity_falls_does_not_read_the_queue_as_a_slower_service() {
+    // Until the scheduled probe begins, at a server of 64 at 10 ms; then the probe, its
+    // descent included, at `during(limit)`: capacity and queue. The estimate before and
+    // after, and the lowest limit the probe set.
+    let probe_with = |during: &dyn Fn(u64) -> (u64, f64, f64)| {
+        let (mut gradient, mut limit, mut seed) = (Gradient::default(), 72, 7);
+        let mut probes = 0;
+        for _ in 0..400 {
+            let was = gradient.probing();
+            let wait = 0.010 * (limit as f64 / 64.0 - 1.0).max(0.0);
+            limit = gradient
+                .update(&drawn(limit, 64, 0.010, wait, &mut seed))
+                .clamp(1, 10_000);
+            if was.is_none() && gradient.probing().is_some() {
+                probes += 1;
+                if probes == 2 {
+                    break;
+                }
+            }
+        }
+        assert_eq!(probes, 2, "no scheduled probe in 400 windows");
+        let before = gradient.no_load_latency().unwrap().as_secs_f64();
+        let probe = limit;
+        let mut lowest = limit;
+        while gradient.probing().is_some() {
+            let (capacity, service, wait) = during(limit);
+            limit = gradient
+                .update(&drawn(limit, capacity, service, wait, &mut seed))
+                .clamp(1, 10_000);
+            lowest = lowest.min(limit);
+        }
+        let after = gradient.no_load_latency().unwrap().as_secs_f64();
+        (before, after, probe, lowest)
+    };
+    // A queue: in flight over 16 workers (Little's law).
+    let (before, after, ..) =
+        probe_with(&|limit| (16, 0.010, 0.010 * (limit as f64 / 16.0 - 1.0).max(0.0)));
+    assert!(
+        after < 1.25 * before,
+        "a queue read as a slower service: {before} -> {after} s"
+    );
+    // A service four times slower at every limit, spread as before.
+    let (before, after, probe, lowest) = probe_with(&|_| (64, 0.040, 0.0));
+    assert!(
+        after > 3.0 * before,
+        "a slower service held back: {before} -> {after} s"
+    );
+    assert_eq!(lowest, probe, "a slower service was probed lower again");
 }

@@ -46,11 +46,18 @@ use super::{Algorithm, Window};
 /// throughput tells, held at the step before's where both queued (Little's law), fallen
 /// where it ran below the knee (as the last of a descent does, shedding while it
 /// measures). A higher one is taken, but at most 1.5 times the estimate per probe unless
-/// the probe's throughput shows it ran below the knee. The limit then resumes where the
-/// probe found the server (throughput × the new estimate, plus the allowance), not at the
-/// limit before it. A probe due on its schedule waits until ten rounds after the limit
-/// last grew for sure (at most ten rounds late): a probe as the limit lands, after
-/// capacity came back, would cut it again within the same second.
+/// the probe's throughput shows it ran below the knee. But one more than 1.5 times it
+/// whose latencies spread as a queue's do is taken and checked at once by a probe a step
+/// lower, as in a descent: a probe that begins as capacity falls queues at the smaller
+/// server, and its throughput falls too, as if it had run below the knee. A queue adds a
+/// wait for many services to each latency, so they spread about `1 / k` as much as the
+/// service's (`k` the reading over the estimate), where a slower service's spread as
+/// before: the probe's coefficient of variation (from every sample's bucket) under the
+/// service's over `√k` reads as a queue. The limit then resumes where the probe found the
+/// server (throughput × the new estimate, plus the allowance), not at the limit before
+/// it. A probe due on its schedule waits until ten rounds after the limit last grew for
+/// sure (at most ten rounds late): a probe as the limit lands, after capacity came back,
+/// would cut it again within the same second.
 ///
 /// The first estimate is the first hundred samples' mean (within 10%, and biased low: the
 /// short requests end first). Until it is confirmed, the rounds with no more in flight
@@ -127,10 +134,11 @@ use super::{Algorithm, Window};
 /// `admission-bench`'s simulator each of these meets its targets on the seeds CI runs,
 /// some by a small margin, but the last; on other seeds some do not (a long service or a
 /// mixture started far below, a server of a handful): see that crate's README for the
-/// figures. And a probe that begins just as capacity falls queues at the smaller server
-/// and reads its queue as a slower service (the latency up, the throughput down): the
-/// limit then sits at two to three times the new server's until the next probe, ten
-/// seconds on (on the seeds CI runs, no probe begins so).
+/// figures. And a probe that begins just as capacity falls queues at the smaller server;
+/// where its reading is under 1.5 times the estimate (capacity halved, say) a queue's
+/// spread is too near a service's to tell, and it reads as a slower service (the latency
+/// up, the throughput down): the limit then sits near twice the new server's until the
+/// next probe, ten seconds on.
 ///
 /// # When to use it
 ///
@@ -518,13 +526,20 @@ impl Gradient {
         // A probe the work did not fill queued no more than the work brought: a lower one
         // would only shed it.
         let filled = self.probed.max_in_flight as f64 >= 0.9 * probe as f64;
-        if (lower || !self.confirmed) && filled && probe > 1 {
+        // Far above the estimate, and spread as a queue: it may have queued at a server
+        // that shrank as it began. Taken, and checked by a probe a step lower at once (a
+        // slower service reads the same there, and ends the descent). Nearer the estimate
+        // the two spreads are within a probe's noise of each other, and it is not read.
+        let queued = self
+            .noload
+            .is_some_and(|n| latency > MAX_RAISE * n && !self.spreads_as_a_service(latency, n));
+        if (lower || !self.confirmed || queued) && filled && probe > 1 {
             // Lower than the estimate: the estimate was high, and this probe may still
             // have queued; or the first probe, whose limit came from an unmeasured
             // estimate and may have queued just as much. Take it, and probe lower at
             // once, until a probe no longer finds less.
             self.noload = Some(match self.noload {
-                Some(n) if self.confirmed => n.min(latency),
+                Some(n) if self.confirmed && !queued => n.min(latency),
                 _ => latency,
             });
             self.confirmed = true;
@@ -589,6 +604,19 @@ impl Gradient {
         before.is_some_and(|before| {
             throughput < before * (1.0 - 3.0 / (reading.samples as f64).sqrt()).min(0.95)
         })
+    }
+
+    /// Whether a probe's reading `k` times the estimate `n` spreads as a slower service's
+    /// latencies do rather than as a queue's: a coefficient of variation at least the
+    /// service's (over the last hundred windows or so) over `√k`, the geometric midpoint
+    /// of a slower service's (the same) and a queue's (`1 / k` of it). The probe's is read
+    /// from its buckets, which hold every sample, rather than from the one in eight
+    /// squared: a probe has a few hundred samples, and a few dozen squares cannot tell.
+    /// Where either is unmeasured, the throughput alone decides.
+    fn spreads_as_a_service(&self, latency: f64, n: f64) -> bool {
+        self.measured_cv(100.0)
+            .zip(self.probed.spread.bucketed_cv())
+            .is_none_or(|(service, probe)| probe >= service * (n / latency).sqrt())
     }
 
     /// Whether the probes read the service as skewed (its median under `SKEWED` of its

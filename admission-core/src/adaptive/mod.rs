@@ -254,6 +254,26 @@ impl Spread {
         None
     }
 
+    /// The latencies' coefficient of variation as their buckets read it (every sample,
+    /// each at its bucket's middle: within 1/16 of its value).
+    pub(crate) fn bucketed_cv(&self) -> Option<f64> {
+        let (mut n, mut total, mut squares) = (0.0, 0.0, 0.0);
+        for (bucket, &count) in self.buckets.iter().enumerate() {
+            if count > 0 {
+                let middle = (Self::lower(bucket) + Self::lower(bucket + 1)) / 2.0;
+                let count = f64::from(count);
+                n += count;
+                total += count * middle;
+                squares += count * middle * middle;
+            }
+        }
+        if n == 0.0 {
+            return None;
+        }
+        let mean = total / n;
+        Some((squares / n - mean * mean).max(0.0).sqrt() / mean)
+    }
+
     /// The longest latency squared as it is (about 67 s); longer ones count as this.
     pub(crate) const CAP_MICROS: u64 = 1 << 26;
 
