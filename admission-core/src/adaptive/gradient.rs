@@ -536,8 +536,9 @@ impl Gradient {
         if (lower || !self.confirmed || queued) && filled && probe > 1 {
             // Lower than the estimate: the estimate was high, and this probe may still
             // have queued; or the first probe, whose limit came from an unmeasured
-            // estimate and may have queued just as much. Take it, and probe lower at
-            // once, until a probe no longer finds less.
+            // estimate and may have queued just as much; or far above, spread as a
+            // queue. Take it, and probe lower at once, until a probe no longer finds
+            // less.
             self.noload = Some(match self.noload {
                 Some(n) if self.confirmed && !queued => n.min(latency),
                 _ => latency,
