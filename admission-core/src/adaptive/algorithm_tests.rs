@@ -1172,13 +1172,18 @@ fn a_probe_begun_as_capacity_falls_does_not_read_the_queue_as_a_slower_service()
         let before = gradient.no_load_latency().unwrap().as_secs_f64();
         let probe = limit;
         let mut lowest = limit;
-        while gradient.probing().is_some() {
+        // (Bounded: a probe that never ends fails here rather than hanging the test.)
+        for _ in 0..200 {
+            if gradient.probing().is_none() {
+                break;
+            }
             let (capacity, service, wait) = during(limit);
             limit = gradient
                 .update(&drawn(limit, capacity, service, wait, &mut seed))
                 .clamp(1, 10_000);
             lowest = lowest.min(limit);
         }
+        assert_eq!(gradient.probing(), None, "still probing after 20 s");
         let after = gradient.no_load_latency().unwrap().as_secs_f64();
         (before, after, probe, lowest)
     };
