@@ -1124,7 +1124,7 @@ fn the_queue_test_reads_the_spread_of_a_hundred_samples_at_least() {
 /// of a full server: each request waits for many to end, so about alike; a tenth's
 /// spread). Drawn by `seed`.
 fn drawn(limit: u64, capacity: u64, service: f64, wait: f64, seed: &mut u64) -> Window {
-    let samples = (limit.min(capacity) as f64 / (service + wait) * 0.1) as u64;
+    let samples = (limit.min(capacity) as f64 / service * 0.1) as u64;
     let mut window = Window::new(limit, Duration::from_millis(100));
     let mut uniform = || {
         *seed = seed
@@ -1185,20 +1185,75 @@ fn a_probe_begun_as_capacity_falls_does_not_read_the_queue_as_a_slower_service()
         }
         assert_eq!(gradient.probing(), None, "still probing after 20 s");
         let after = gradient.no_load_latency().unwrap().as_secs_f64();
-        (before, after, probe, lowest)
+        (before, after, probe, lowest, limit)
     };
     // A queue: in flight over 16 workers (Little's law).
-    let (before, after, ..) =
+    let (before, after, .., resumed) =
         probe_with(&|limit| (16, 0.010, 0.010 * (limit as f64 / 16.0 - 1.0).max(0.0)));
     assert!(
         after < 1.25 * before,
         "a queue read as a slower service: {before} -> {after} s"
     );
+    // And the limit resumes at the smaller server's concurrency (its queued probe's
+    // throughput × the estimate), not at what the server answered before it shrank.
+    assert!(resumed <= 24, "resumed at {resumed} for a server of 16");
     // A service four times slower at every limit, spread as before.
-    let (before, after, probe, lowest) = probe_with(&|_| (64, 0.040, 0.0));
+    let (before, after, probe, lowest, _) = probe_with(&|_| (64, 0.040, 0.0));
     assert!(
         after > 3.0 * before,
         "a slower service held back: {before} -> {after} s"
     );
     assert_eq!(lowest, probe, "a slower service was probed lower again");
+}
+
+/// The spread a probe's is held against is the service's at no load. The rounds hold a
+/// short queue (here their latency is a quarter more than the service), which narrows
+/// their spread; against theirs, a probe that began as capacity fell by two fifths and
+/// queued (reading 1.6 times the estimate) spread too much for a queue, and was taken as
+/// a slower service. Against the last probe's, it is a queue.
+#[test]
+fn a_queue_is_read_against_the_service_s_spread_at_no_load() {
+    let (mut gradient, mut limit, mut seed) = (Gradient::default(), 72, 3);
+    // A server whose queue starts at 50 (its work comes in bursts): a probe runs with
+    // none, the rounds above it with a short one.
+    let wait = |limit: u64, from: f64| 0.010 * (limit as f64 / from - 1.0).max(0.0);
+    let mut probes = 0;
+    for _ in 0..400 {
+        let was = gradient.probing();
+        limit = gradient
+            .update(&drawn(limit, 64, 0.010, wait(limit, 50.0), &mut seed))
+            .clamp(1, 10_000);
+        if was.is_none() && gradient.probing().is_some() {
+            probes += 1;
+            if probes == 2 {
+                break;
+            }
+        }
+    }
+    assert_eq!(probes, 2, "no scheduled probe in 400 windows");
+    let before = gradient.no_load_latency().unwrap().as_secs_f64();
+    let probe = limit;
+    for _ in 0..200 {
+        if gradient.probing().is_none() {
+            break;
+        }
+        let capacity = (probe as f64 / 1.6) as u64;
+        limit = gradient
+            .update(&drawn(
+                limit,
+                capacity,
+                0.010,
+                wait(limit, capacity as f64),
+                &mut seed,
+            ))
+            .clamp(1, 10_000);
+    }
+    assert_eq!(gradient.probing(), None, "still probing after 20 s");
+    let after = gradient.no_load_latency().unwrap().as_secs_f64();
+    // (Held against the rounds' spread, it read 0.0161 s here. Over twelve seeds, the
+    // queue is read as one on eleven against the probe's spread, on one against theirs.)
+    assert!(
+        after < 1.25 * before,
+        "a queue read as a slower service: {before} -> {after} s"
+    );
 }

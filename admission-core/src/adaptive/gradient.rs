@@ -53,11 +53,15 @@ use super::{Algorithm, Window};
 /// wait for many services to each latency, so they spread about `1 / k` as much as the
 /// service's (`k` the reading over the estimate), where a slower service's spread as
 /// before: the probe's coefficient of variation (from every sample's bucket) under the
-/// service's over `√k` reads as a queue. The limit then resumes where the probe found the
-/// server (throughput × the new estimate, plus the allowance), not at the limit before
-/// it. A probe due on its schedule waits until ten rounds after the limit last grew for
-/// sure (at most ten rounds late): a probe as the limit lands, after capacity came back,
-/// would cut it again within the same second.
+/// service's over `√k` reads as a queue. The service's is the larger of the rounds' (over
+/// the last hundred windows or so) and the last probe's: the rounds hold a short queue,
+/// which narrows their spread, and a probe runs with none. The limit then resumes where
+/// the probe found the server (throughput × the new estimate, plus the allowance), not at
+/// the limit before it; after a descent that began with such a queue, at the throughput
+/// of the probe that queued (the smaller server's, as busy as it can be), not at the one
+/// before the server shrank. A probe due on its schedule waits until ten rounds after
+/// the limit last grew for sure (at most ten rounds late): a probe as the limit lands,
+/// after capacity came back, would cut it again within the same second.
 ///
 /// The first estimate is the first hundred samples' mean (within 10%, and biased low: the
 /// short requests end first). Until it is confirmed, the rounds with no more in flight
@@ -84,12 +88,11 @@ use super::{Algorithm, Window};
 /// probe also comes early when the throughput of the rounds the work filled falls below
 /// what it was after the last probe, by more than its noise and at least 10% (the server
 /// runs fewer at once, or each request takes longer), or when a round is faster than `n`
-/// beyond its noise. Less demand sets off no
-/// probe: a round the work did not fill says nothing of the server. A probe set off by a
-/// fall while the latency stands within half again of `n` is sized from the geometric
-/// mean of `n` and the latency rather than from `n`: a service slowing little by little
-/// reads as a queue as long, and a probe sized from the stale `n` went as far below the
-/// server as the service had slowed.
+/// beyond its noise. Less demand sets off no probe: a round the work did not fill says
+/// nothing of the server. A probe set off by a fall while the latency stands within
+/// half again of `n` is sized from the geometric mean of `n` and the latency rather than
+/// from `n`: a service slowing little by little reads as a queue as long, and a probe
+/// sized from the stale `n` went as far below the server as the service had slowed.
 ///
 /// # Skewed service: read by its median
 ///
@@ -135,10 +138,10 @@ use super::{Algorithm, Window};
 /// some by a small margin, but the last; on other seeds some do not (a long service or a
 /// mixture started far below, a server of a handful): see that crate's README for the
 /// figures. And a probe that begins just as capacity falls queues at the smaller server;
-/// where its reading is under 1.5 times the estimate (capacity halved, say) a queue's
-/// spread is too near a service's to tell, and it reads as a slower service (the latency
-/// up, the throughput down): the limit then sits near twice the new server's until the
-/// next probe, ten seconds on.
+/// where its reading is under 1.5 times the estimate (capacity down by a third, say) a
+/// queue's spread is too near a service's to tell, and it reads as a slower service (the
+/// latency up, the throughput down): the limit then sits near twice the new server's
+/// until the next probe, ten seconds on.
 ///
 /// # When to use it
 ///
@@ -235,6 +238,12 @@ pub struct Gradient {
     shape: Option<f64>,
     /// The probe's measuring windows, merged (for their median).
     probed: Window,
+    /// The latencies' coefficient of variation at no load, as the last probe that ended
+    /// read it.
+    quiet_cv: Option<f64>,
+    /// In a descent, what a probe read as queued (by its spread) answered a second: all
+    /// the server can, where it shrank as the probes began.
+    shrunk: Option<f64>,
 }
 
 /// The saturated rounds since the last probe, averaged.
@@ -362,6 +371,8 @@ impl Default for Gradient {
             phase: Phase::Normal,
             shape: None,
             probed: Window::default(),
+            quiet_cv: None,
+            shrunk: None,
         }
     }
 }
@@ -545,6 +556,9 @@ impl Gradient {
             });
             self.confirmed = true;
             self.chain = Some((throughput, reading.samples));
+            if queued {
+                self.shrunk = Some(throughput);
+            }
             let next = ((probe as f64 * DESCENT) as u64).max(1);
             self.phase = Phase::Draining {
                 resume,
@@ -556,6 +570,7 @@ impl Gradient {
             return next;
         }
         let mut soon = descended;
+        self.quiet_cv = self.probed.spread.bucketed_cv();
         self.noload = Some(match self.noload {
             Some(n) if latency > (1.0 + margin) * n => {
                 // Slower. Unless the probe ran below the knee, a bounded step, so that a
@@ -587,6 +602,8 @@ impl Gradient {
         // capacity the old limit overshoots, and after a slower service it had sunk
         // (read against the old estimate, the service's slowing looked like a queue).
         let noload = self.noload.unwrap_or(latency);
+        // (A server that shrank as the probe began answers what its queued probe did.)
+        let before = before.map(|b| self.shrunk.take().map_or(b, |s| b.min(s)));
         let found = before.map_or(f64::INFINITY, |throughput| {
             let concurrency = throughput * noload * (1.0 + self.tolerance);
             concurrency + concurrency.sqrt()
@@ -609,13 +626,18 @@ impl Gradient {
 
     /// Whether a probe's reading `k` times the estimate `n` spreads as a slower service's
     /// latencies do rather than as a queue's: a coefficient of variation at least the
-    /// service's (over the last hundred windows or so) over `√k`, the geometric midpoint
-    /// of a slower service's (the same) and a queue's (`1 / k` of it). The probe's is read
-    /// from its buckets, which hold every sample, rather than from the one in eight
-    /// squared: a probe has a few hundred samples, and a few dozen squares cannot tell.
-    /// Where either is unmeasured, the throughput alone decides.
+    /// service's (the larger of the rounds', over the last hundred windows or so, and the
+    /// last probe's: the rounds' short queue narrows theirs) over `√k`, the geometric
+    /// midpoint of a slower service's (the same) and a queue's (`1 / k` of it). The
+    /// probe's is read from its buckets, which hold every sample, rather than from the one
+    /// in eight squared: a probe has a few hundred samples, and a few dozen squares cannot
+    /// tell. Where either is unmeasured, the throughput alone decides.
     fn spreads_as_a_service(&self, latency: f64, n: f64) -> bool {
-        self.measured_cv(100.0)
+        let service = match (self.measured_cv(100.0), self.quiet_cv) {
+            (Some(rounds), Some(quiet)) => Some(rounds.max(quiet)),
+            (rounds, quiet) => rounds.or(quiet),
+        };
+        service
             .zip(self.probed.spread.bucketed_cv())
             .is_none_or(|(service, probe)| probe >= service * (n / latency).sqrt())
     }
