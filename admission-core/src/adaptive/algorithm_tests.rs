@@ -625,6 +625,35 @@ fn a_window_s_buckets_read_its_spread_from_their_middles() {
     assert!((cv - 0.5).abs() < 0.01, "{cv}");
 }
 
+/// The interquartile range, from the buckets: a queue's wait, alike for all, leaves it
+/// as it was (within the buckets' eighth of an octave, interpolated).
+#[test]
+fn a_window_s_interquartile_range_is_the_same_behind_a_queue() {
+    let mut seed = 9u64;
+    let mut quiet = Window::new(8, Duration::from_millis(100));
+    let mut queued = Window::new(8, Duration::from_millis(100));
+    assert_eq!(quiet.spread.interquartile(), None);
+    for _ in 0..1_000 {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let uniform = ((seed >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        let service = Duration::from_secs_f64(-0.010 * uniform.ln());
+        quiet.add(service, Outcome::Success, 1);
+        queued.add(service + 30 * MS, Outcome::Success, 1);
+    }
+    // Exponential of mean 10 ms: quartiles at 2.9 and 13.9 ms, 11 ms apart.
+    let (quiet, queued) = (
+        quiet.spread.interquartile().unwrap(),
+        queued.spread.interquartile().unwrap(),
+    );
+    assert!((quiet / 11_000.0 - 1.0).abs() < 0.1, "{quiet} µs");
+    assert!(
+        (queued / quiet - 1.0).abs() < 0.05,
+        "{queued} µs behind a queue"
+    );
+}
+
 #[test]
 fn a_window_s_debug_sums_its_buckets_rather_than_listing_them() {
     let mut window = Window::new(8, Duration::from_millis(100));
@@ -1204,6 +1233,117 @@ fn a_probe_begun_as_capacity_falls_does_not_read_the_queue_as_a_slower_service()
         "a slower service held back: {before} -> {after} s"
     );
     assert_eq!(lowest, probe, "a slower service was probed lower again");
+}
+
+/// A service that quickens (here from 20 ms to 10) answers more at once, and its
+/// latency falls, as a server whose capacity came back does: both raise the limit. But
+/// at the stale estimate the ramp stops only where the queue makes up the difference, at
+/// about twice the server, with a queue half of every latency, and no round reads faster
+/// than the estimate. A queue adds a wait alike for all: the round's latencies spread as
+/// a faster service's do. Such a round holds the limit, and two in a row bring a probe.
+#[test]
+fn a_service_that_quickens_is_probed_rather_than_ramped_into_a_queue() {
+    let wait = |limit: u64, service: f64| service * (limit as f64 / 64.0 - 1.0).max(0.0);
+    // Past two probes at 20 ms, the service quickens: in a round half at each, then with
+    // the limit in force at `from` (the gradient's own, or one handed to it). The
+    // estimate after, the limit's mean over the last two seconds, and its most.
+    let quicken = |from: Option<u64>| {
+        let (mut gradient, mut limit, mut seed) = (Gradient::default(), 72, 11);
+        let mut probes = 0;
+        for _ in 0..400 {
+            let was = gradient.probing();
+            limit = gradient
+                .update(&drawn(limit, 64, 0.020, wait(limit, 0.020), &mut seed))
+                .clamp(1, 10_000);
+            if was.is_some() && gradient.probing().is_none() {
+                probes += 1;
+                if probes == 2 {
+                    break;
+                }
+            }
+        }
+        assert_eq!(probes, 2, "no second probe in 400 windows");
+        let before = gradient.no_load_latency().unwrap().as_secs_f64();
+        assert!(before > 0.017, "the slow service read as {before} s");
+        let mut straddle = drawn(limit, 64, 0.020, wait(limit, 0.020), &mut seed);
+        straddle.merge(&drawn(limit, 64, 0.010, wait(limit, 0.010), &mut seed));
+        let own = gradient.update(&straddle).clamp(1, 10_000);
+        limit = from.unwrap_or(own);
+        let mut limits = Vec::new();
+        for _ in 0..100 {
+            limit = gradient
+                .update(&drawn(limit, 64, 0.010, wait(limit, 0.010), &mut seed))
+                .clamp(1, 10_000);
+            limits.push(limit);
+        }
+        let after = gradient.no_load_latency().unwrap().as_secs_f64();
+        let last = limits[80..].iter().sum::<u64>() as f64 / 20.0;
+        let (most, least) = (limits.iter().max().copied(), limits.iter().min().copied());
+        (after, last, most.unwrap(), least.unwrap())
+    };
+    // Its own limit: the round that reads the faster service holds it (a ramp would
+    // queue as long as the service), and the probe finds the service.
+    let (after, last, most, least) = quicken(None);
+    assert!(after < 0.013, "the estimate stayed at {after} s");
+    assert!(
+        last < 96.0,
+        "the limit held a queue: {last} for a server of 64"
+    );
+    assert!(most <= 96, "the limit ramped to {most} for a server of 64");
+    // (The descent ends where a probe no longer queues: one that reads the faster
+    // service with no queue is not taken as queued for its spread alone.)
+    assert!(
+        least >= 24,
+        "the probes went down to {least} for a server of 64"
+    );
+    // A limit at twice the server when it quickened: at 19 ms a latency, no round reads
+    // faster than the estimate of 20; only the spread tells.
+    let (after, last, ..) = quicken(Some(128));
+    assert!(after < 0.013, "from 128, the estimate stayed at {after} s");
+    assert!(
+        last < 96.0,
+        "from 128, the limit held a queue: {last} for 64"
+    );
+}
+
+/// The service's share of a round's latency is read from the spread of its latencies by
+/// their interquartile range, not their coefficient of variation: a few hundred samples
+/// of a heavy tail (here lognormal, CV 2) read their coefficient far below the truth now
+/// and then, which reads as a service far faster than the estimate, and probes again and
+/// again, lower each time. Five minutes of it: the spell is rare, and long.
+#[test]
+fn a_heavy_tail_s_spread_is_read_by_its_quartiles() {
+    let mut seed = 2u64;
+    let mut uniform = move || {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((seed >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    // Lognormal of mean 10 ms and CV 2 (σ² = ln 5).
+    let sigma = 5f64.ln().sqrt();
+    let mu = 0.010f64.ln() - sigma * sigma / 2.0;
+    let mut service = move || {
+        let z = (-2.0 * uniform().ln()).sqrt() * (std::f64::consts::TAU * uniform()).cos();
+        (mu + sigma * z).exp()
+    };
+    let (mut gradient, mut limit) = (Gradient::default(), 72);
+    let mut limits = Vec::new();
+    for _ in 0..3_000 {
+        // 64 workers, the work filling the limit; a queue's wait, alike for all, above.
+        let wait = 0.010 * (limit as f64 / 64.0 - 1.0).max(0.0);
+        let mut window = Window::new(limit, Duration::from_millis(100));
+        for _ in 0..limit.min(64) * 10 {
+            let latency = service() + wait;
+            window.add(Duration::from_secs_f64(latency), Outcome::Success, limit);
+        }
+        limit = gradient.update(&window).clamp(1, 10_000);
+        limits.push(limit);
+    }
+    let low = limits[300..].iter().filter(|&&l| l < 48).count();
+    // (Read by the coefficient of variation instead, 255 windows of these 2,700, down to
+    // a limit of 1.)
+    assert!(low < 15, "{low} of 2,700 windows below 3/4 of the server");
 }
 
 /// The spread a probe's is held against is the service's at no load. The rounds hold a

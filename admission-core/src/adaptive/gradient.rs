@@ -88,8 +88,17 @@ use super::{Algorithm, Window};
 /// probe also comes early when the throughput of the rounds the work filled falls below
 /// what it was after the last probe, by more than its noise and at least 10% (the server
 /// runs fewer at once, or each request takes longer), or when a round is faster than `n`
-/// beyond its noise. Less demand sets off no probe: a round the work did not fill says
-/// nothing of the server. A probe set off by a fall while the latency stands within
+/// beyond its noise. Or when a service that quickened hides behind a queue: read against
+/// the stale `n`, a limit that grew until the latency reached the knee holds a queue as
+/// long as the service, and no round reads faster. But a queue adds a wait alike to
+/// every latency, which moves each quartile alike: the latencies' interquartile range
+/// over the last probe's is what the service takes now, as a share of what it took then
+/// (a heavy tail moves the quartiles little, where a few hundred of its samples read
+/// their coefficient of variation far off the truth now and then). Under 0.6, the limit
+/// does not grow; twice in a row, a probe comes, and where its mean is a quarter more
+/// than its own spread says the service takes, it queued, and it descends as a probe
+/// that read lower does. Less demand sets off no probe: a round the work did not fill
+/// says nothing of the server. A probe set off by a fall while the latency stands within
 /// half again of `n` is sized from the geometric mean of `n` and the latency rather than
 /// from `n`: a service slowing little by little reads as a queue as long, and a probe
 /// sized from the stale `n` went as far below the server as the service had slowed.
@@ -204,6 +213,8 @@ pub struct Gradient {
     streak: u32,
     /// Rounds in a row read as queued, while the estimate is unconfirmed.
     queued_rounds: u32,
+    /// Rounds in a row whose spread reads a service far faster than the estimate.
+    quick_rounds: u32,
     /// Rounds since the limit last grew by a sure step (a second round in a row with no
     /// queue).
     since_growth: u32,
@@ -241,6 +252,8 @@ pub struct Gradient {
     /// The latencies' coefficient of variation at no load, as the last probe that ended
     /// read it.
     quiet_cv: Option<f64>,
+    /// Their interquartile range then, in µs, and their mean, in seconds.
+    quiet: Option<(f64, f64)>,
     /// In a descent, what a probe read as queued (by its spread) answered a second: all
     /// the server can, where it shrank as the probes began.
     shrunk: Option<f64>,
@@ -358,6 +371,7 @@ impl Default for Gradient {
             since_probe: 0,
             streak: 0,
             queued_rounds: 0,
+            quick_rounds: 0,
             since_growth: u32::MAX,
             anchor: None,
             reference: (0, 0.0),
@@ -372,6 +386,7 @@ impl Default for Gradient {
             shape: None,
             probed: Window::default(),
             quiet_cv: None,
+            quiet: None,
             shrunk: None,
         }
     }
@@ -543,7 +558,8 @@ impl Gradient {
         // the two spreads are within a probe's noise of each other, and it is not read.
         let queued = self
             .noload
-            .is_some_and(|n| latency > MAX_RAISE * n && !self.spreads_as_a_service(latency, n));
+            .is_some_and(|n| latency > MAX_RAISE * n && !self.spreads_as_a_service(latency, n))
+            || self.quickened(latency);
         if (lower || !self.confirmed || queued) && filled && probe > 1 {
             // Lower than the estimate: the estimate was high, and this probe may still
             // have queued; or the first probe, whose limit came from an unmeasured
@@ -571,6 +587,8 @@ impl Gradient {
         }
         let mut soon = descended;
         self.quiet_cv = self.probed.spread.bucketed_cv();
+        self.quiet = self.probed.spread.interquartile().map(|iqr| (iqr, latency));
+        self.quick_rounds = 0;
         self.noload = Some(match self.noload {
             Some(n) if latency > (1.0 + margin) * n => {
                 // Slower. Unless the probe ran below the knee, a bounded step, so that a
@@ -640,6 +658,25 @@ impl Gradient {
         service
             .zip(self.probed.spread.bucketed_cv())
             .is_none_or(|(service, probe)| probe >= service * (n / latency).sqrt())
+    }
+
+    /// What a spread of latencies says the service takes now, as a share of what it took
+    /// at the last probe: their interquartile range over the probe's. A queue's wait,
+    /// alike for all, moves every quartile alike, and a heavy tail moves them little.
+    fn service_share(&self, spread: &super::Spread) -> Option<f64> {
+        let (quiet, _) = self.quiet.filter(|&(iqr, _)| iqr > 0.0)?;
+        Some(spread.interquartile()? / quiet)
+    }
+
+    /// Whether a probe (`latency` its mean) begun for a service that quickened (its rounds
+    /// spread far less than the service at no load) queued: its mean a quarter more than
+    /// what its spread says the service takes.
+    fn quickened(&self, latency: f64) -> bool {
+        self.quick_rounds >= 2
+            && self
+                .service_share(&self.probed.spread)
+                .zip(self.quiet)
+                .is_some_and(|(share, (_, mean))| latency > 1.25 * share * mean)
     }
 
     /// Whether the probes read the service as skewed (its median under `SKEWED` of its
@@ -887,6 +924,16 @@ impl Algorithm for Gradient {
             }
             _ => latency,
         };
+        // A queue adds a wait alike for all, which moves every quartile of the latencies
+        // alike: their interquartile range over the last probe's is what the service
+        // takes now, as a share of what it took then. Far below it, twice in a row: the
+        // service quickened, and the stale estimate would hold a queue as long as the
+        // service (read as the knee). It is probed.
+        let quick = saturated
+            && self
+                .service_share(&window.spread)
+                .is_some_and(|share| share < 0.6);
+        self.quick_rounds = if quick { self.quick_rounds + 1 } else { 0 };
         // The server answers more a second than the rounds the work filled before,
         // beyond how much those vary, and its latency fell (at a limit grown, the count
         // rises with it, the latency does not fall), though not below the estimate (a
@@ -1005,6 +1052,9 @@ impl Algorithm for Gradient {
                 }
             }
         };
+        // (A round that reads a quicker service holds the limit: at the stale estimate
+        // the queue it grew into would be read as none.)
+        let target = if quick { target.min(limit) } else { target };
         // Smoothing damps every move but a sure one beyond the round's noise: a second
         // round in a row with no queue, or a queue beyond doubt (half as long again as the
         // knee). A noisy round would shed work, or queue it.
@@ -1078,7 +1128,8 @@ impl Algorithm for Gradient {
         }
         // A window faster than the no-load latency, beyond its noise: the estimate is
         // stale the other way (each request takes less than it did).
-        let faster = latency < (1.0 - Self::margin(noise).max(0.1)) * noload;
+        let faster =
+            latency < (1.0 - Self::margin(noise).max(0.1)) * noload || self.quick_rounds >= 2;
         let early = (fell || faster) && self.since_probe >= 4;
         // A probe waits until the work fills the limit on average: until then the limit
         // shapes little, and a probe (sized from what the work runs at once) would only

@@ -254,6 +254,12 @@ impl Spread {
         None
     }
 
+    /// The latencies' interquartile range, in µs: what a wait alike for all (a queue's)
+    /// leaves as it was, and a heavy tail moves little.
+    pub(crate) fn interquartile(&self) -> Option<f64> {
+        Some(self.quantile(0.75)? - self.quantile(0.25)?)
+    }
+
     /// The latencies' coefficient of variation as their buckets read it (every sample,
     /// each at its bucket's middle: within 1/16 of its value).
     pub(crate) fn bucketed_cv(&self) -> Option<f64> {
