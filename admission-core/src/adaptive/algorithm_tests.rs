@@ -1168,6 +1168,34 @@ fn drawn(limit: u64, capacity: u64, service: f64, wait: f64, seed: &mut u64) -> 
     window
 }
 
+/// Windows drawn (`drawn`) from `server(limit)`, its capacity, service and wait, until
+/// the gradient's second probe begins (or, with `ends`, ends); the limit then. At most
+/// 400 windows: a probe that never comes fails the test rather than hanging it.
+fn to_second_probe(
+    gradient: &mut Gradient,
+    mut limit: u64,
+    seed: &mut u64,
+    ends: bool,
+    server: impl Fn(u64) -> (u64, f64, f64),
+) -> u64 {
+    let mut probes = 0;
+    for _ in 0..400 {
+        let was = gradient.probing().is_some();
+        let (capacity, service, wait) = server(limit);
+        limit = gradient
+            .update(&drawn(limit, capacity, service, wait, seed))
+            .clamp(1, 10_000);
+        let now = gradient.probing().is_some();
+        if now != was && now != ends {
+            probes += 1;
+            if probes == 2 {
+                return limit;
+            }
+        }
+    }
+    panic!("no second probe in 400 windows");
+}
+
 /// A probe that begins as capacity falls (here to a quarter) queues at the smaller
 /// server: its latency reads about three times the estimate, and its throughput falls as
 /// if it had run below the knee, which alone let a reading that high be taken whole (and
@@ -1182,22 +1210,10 @@ fn a_probe_begun_as_capacity_falls_does_not_read_the_queue_as_a_slower_service()
     // descent included, at `during(limit)`: capacity and queue. The estimate before and
     // after, and the lowest limit the probe set.
     let probe_with = |during: &dyn Fn(u64) -> (u64, f64, f64)| {
-        let (mut gradient, mut limit, mut seed) = (Gradient::default(), 72, 7);
-        let mut probes = 0;
-        for _ in 0..400 {
-            let was = gradient.probing();
-            let wait = 0.010 * (limit as f64 / 64.0 - 1.0).max(0.0);
-            limit = gradient
-                .update(&drawn(limit, 64, 0.010, wait, &mut seed))
-                .clamp(1, 10_000);
-            if was.is_none() && gradient.probing().is_some() {
-                probes += 1;
-                if probes == 2 {
-                    break;
-                }
-            }
-        }
-        assert_eq!(probes, 2, "no scheduled probe in 400 windows");
+        let (mut gradient, mut seed) = (Gradient::default(), 7);
+        let mut limit = to_second_probe(&mut gradient, 72, &mut seed, false, |limit| {
+            (64, 0.010, 0.010 * (limit as f64 / 64.0 - 1.0).max(0.0))
+        });
         let before = gradient.no_load_latency().unwrap().as_secs_f64();
         let probe = limit;
         let mut lowest = limit;
@@ -1248,21 +1264,10 @@ fn a_service_that_quickens_is_probed_rather_than_ramped_into_a_queue() {
     // the limit in force at `from` (the gradient's own, or one handed to it). The
     // estimate after, the limit's mean over the last two seconds, and its most.
     let quicken = |from: Option<u64>| {
-        let (mut gradient, mut limit, mut seed) = (Gradient::default(), 72, 11);
-        let mut probes = 0;
-        for _ in 0..400 {
-            let was = gradient.probing();
-            limit = gradient
-                .update(&drawn(limit, 64, 0.020, wait(limit, 0.020), &mut seed))
-                .clamp(1, 10_000);
-            if was.is_some() && gradient.probing().is_none() {
-                probes += 1;
-                if probes == 2 {
-                    break;
-                }
-            }
-        }
-        assert_eq!(probes, 2, "no second probe in 400 windows");
+        let (mut gradient, mut seed) = (Gradient::default(), 11);
+        let mut limit = to_second_probe(&mut gradient, 72, &mut seed, true, |limit| {
+            (64, 0.020, wait(limit, 0.020))
+        });
         let before = gradient.no_load_latency().unwrap().as_secs_f64();
         assert!(before > 0.017, "the slow service read as {before} s");
         let mut straddle = drawn(limit, 64, 0.020, wait(limit, 0.020), &mut seed);
@@ -1353,24 +1358,13 @@ fn a_heavy_tail_s_spread_is_read_by_its_quartiles() {
 /// a slower service. Against the last probe's, it is a queue.
 #[test]
 fn a_queue_is_read_against_the_service_s_spread_at_no_load() {
-    let (mut gradient, mut limit, mut seed) = (Gradient::default(), 72, 3);
+    let (mut gradient, mut seed) = (Gradient::default(), 3);
     // A server whose queue starts at 50 (its work comes in bursts): a probe runs with
     // none, the rounds above it with a short one.
     let wait = |limit: u64, from: f64| 0.010 * (limit as f64 / from - 1.0).max(0.0);
-    let mut probes = 0;
-    for _ in 0..400 {
-        let was = gradient.probing();
-        limit = gradient
-            .update(&drawn(limit, 64, 0.010, wait(limit, 50.0), &mut seed))
-            .clamp(1, 10_000);
-        if was.is_none() && gradient.probing().is_some() {
-            probes += 1;
-            if probes == 2 {
-                break;
-            }
-        }
-    }
-    assert_eq!(probes, 2, "no scheduled probe in 400 windows");
+    let mut limit = to_second_probe(&mut gradient, 72, &mut seed, false, |limit| {
+        (64, 0.010, wait(limit, 50.0))
+    });
     let before = gradient.no_load_latency().unwrap().as_secs_f64();
     let probe = limit;
     for _ in 0..200 {
