@@ -249,11 +249,9 @@ pub struct Gradient {
     shape: Option<f64>,
     /// The probe's measuring windows, merged (for their median).
     probed: Window,
-    /// The latencies' coefficient of variation at no load, as the last probe that ended
-    /// read it.
-    quiet_cv: Option<f64>,
-    /// Their interquartile range then, in µs, and their mean, in seconds.
-    quiet: Option<(f64, f64)>,
+    /// The latencies at no load, as the last probe that ended read them: their
+    /// coefficient of variation, their interquartile range (µs) and their mean (seconds).
+    quiet: Option<(f64, f64, f64)>,
     /// In a descent, what a probe read as queued (by its spread) answered a second: all
     /// the server can, where it shrank as the probes began.
     shrunk: Option<f64>,
@@ -385,7 +383,6 @@ impl Default for Gradient {
             phase: Phase::Normal,
             shape: None,
             probed: Window::default(),
-            quiet_cv: None,
             quiet: None,
             shrunk: None,
         }
@@ -586,8 +583,11 @@ impl Gradient {
             return next;
         }
         let mut soon = descended;
-        self.quiet_cv = self.probed.spread.bucketed_cv();
-        self.quiet = self.probed.spread.interquartile().map(|iqr| (iqr, latency));
+        let spread = &self.probed.spread;
+        self.quiet = spread
+            .bucketed_cv()
+            .zip(spread.interquartile())
+            .map(|(cv, iqr)| (cv, iqr, latency));
         self.quick_rounds = 0;
         self.noload = Some(match self.noload {
             Some(n) if latency > (1.0 + margin) * n => {
@@ -651,7 +651,7 @@ impl Gradient {
     /// in eight squared: a probe has a few hundred samples, and a few dozen squares cannot
     /// tell. Where either is unmeasured, the throughput alone decides.
     fn spreads_as_a_service(&self, latency: f64, n: f64) -> bool {
-        let service = match (self.measured_cv(100.0), self.quiet_cv) {
+        let service = match (self.measured_cv(100.0), self.quiet.map(|(cv, ..)| cv)) {
             (Some(rounds), Some(quiet)) => Some(rounds.max(quiet)),
             (rounds, quiet) => rounds.or(quiet),
         };
@@ -664,7 +664,7 @@ impl Gradient {
     /// at the last probe: their interquartile range over the probe's. A queue's wait,
     /// alike for all, moves every quartile alike, and a heavy tail moves them little.
     fn service_share(&self, spread: &super::Spread) -> Option<f64> {
-        let (quiet, _) = self.quiet.filter(|&(iqr, _)| iqr > 0.0)?;
+        let (_, quiet, _) = self.quiet.filter(|&(_, iqr, _)| iqr > 0.0)?;
         Some(spread.interquartile()? / quiet)
     }
 
@@ -676,7 +676,7 @@ impl Gradient {
             && self
                 .service_share(&self.probed.spread)
                 .zip(self.quiet)
-                .is_some_and(|(share, (_, mean))| latency > 1.25 * share * mean)
+                .is_some_and(|(share, (.., mean))| latency > 1.25 * share * mean)
     }
 
     /// Whether the probes read the service as skewed (its median under `SKEWED` of its
