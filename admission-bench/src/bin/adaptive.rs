@@ -508,10 +508,20 @@ fn asks(scenario: &Scenario, results: &Results, s: usize) -> Vec<(Target, Ask)> 
 
 /// Targets `Gradient` is known to miss, if any (issue 33): scenario, started `below` or
 /// `above`, target. Printed as such, they do not fail the run; one that is met does (take
-/// it off the list), so the list stays what the run shows. This one is a weakness the
-/// held-out seeds show on every run (see the crate's README): a handful of workers started
-/// far above, where the first probe's descent takes seconds and ends below the server.
-const OPEN: &[(&str, &str, &str)] = &[("C = 8, 2x", "above", "goodput >= 98%")];
+/// it off the list), so the list stays what the run shows (see the crate's README for
+/// both): a handful of workers started far above, where the probe that checks the first
+/// descent lands in the measured work and runs an eighth or more below the server (missed
+/// on most held-out runs); and the mixture started far below, whose ramp confirms an
+/// estimate 10-20% low until the first probe, ten seconds on (97.9% on CI's seed 1; over
+/// seeds 1-16 its mean is 100.0%, under 98% on two).
+const OPEN: &[(&str, &str, &str)] = &[
+    ("C = 8, 2x", "above", "goodput >= 98%"),
+    (
+        "a tenth of requests 25x longer, 2x",
+        "below",
+        "goodput >= 98%",
+    ),
+];
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();

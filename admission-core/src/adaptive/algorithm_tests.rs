@@ -1391,3 +1391,90 @@ fn a_queue_is_read_against_the_service_s_spread_at_no_load() {
         "a queue read as a slower service: {before} -> {after} s"
     );
 }
+
+/// Started far below a server of mostly short requests and a few long ones, the first
+/// hundred samples are the short requests (they end first), and the first estimate reads
+/// a third of the service's mean. Every round after it read as a queue against it: the
+/// limit held, then was cut, then probes (whose readings are taken and checked a step
+/// lower while the estimate is unconfirmed) took seconds at a low limit; in the
+/// simulator the server was found five to seven seconds on. But a queue adds a wait
+/// alike to every latency, which narrows their spread, and these rounds spread wider
+/// than the first samples did: such a round is the service read over more samples,
+/// averaged into the estimate (at any limit no lower than the first's), not a queue. No
+/// probe or cut is needed: here the server is found in 2.4 to 4 seconds.
+#[test]
+fn a_first_estimate_that_missed_the_long_requests_is_corrected_by_a_wider_round() {
+    for seed in 1..=4 {
+        let mut gradient = Gradient::default();
+        let mut state = seed;
+        // The first hundred answers, at 8 in flight: the short requests, 3 ms on average.
+        assert_eq!(gradient.update(&drawn(8, 3, 0.003, 0.0, &mut state)), 8);
+        let first = gradient.no_load_latency().unwrap();
+        assert!(first < 4 * MS, "{first:?}");
+        // The rounds, from 10 (more in flight than the first samples had, as where the
+        // limit grew a step before the first round ended).
+        let mut limit = 10;
+        let mut windows = 0;
+        while limit < 64 && windows < 50 {
+            limit = gradient
+                .update(&skewed(limit, 64, &mut state))
+                .clamp(1, 10_000);
+            windows += 1;
+            assert_eq!(
+                gradient.probing(),
+                None,
+                "seed {seed}: a probe at {windows}"
+            );
+            // Nor a cut: the rounds are the service, however high against the estimate.
+            assert!(limit >= 10, "seed {seed}: cut to {limit} at {windows}");
+        }
+        let noload = gradient.no_load_latency().unwrap();
+        assert!(
+            limit >= 64,
+            "seed {seed}: {limit} after {windows} windows; the estimate {noload:?}"
+        );
+        assert!(noload >= 7 * MS, "seed {seed}: {noload:?}");
+    }
+}
+
+/// A limit started far above a server is cut before its first probe where the latency
+/// doubles. The queue then drains: the round after the cut holds requests that waited
+/// long and requests that barely waited, whose latencies spread wider than the first
+/// samples did. Read as the service's (as a round at the limit of the first estimate
+/// is), it doubled the estimate (S = 200 ms in the simulator: 157 ms to 390 ms, for a
+/// service of 200). A round under a limit cut since is not read so.
+#[test]
+fn a_draining_queue_s_wide_spread_is_not_read_as_the_service() {
+    let mut seed = 5;
+    let mut gradient = Gradient::default();
+    // The first samples: a queue forming at 256, for a server of 64 at 10 ms.
+    let limit = gradient.update(&drawn(256, 64, 0.010, 0.005, &mut seed));
+    let first = gradient.no_load_latency().unwrap();
+    // Then the queue stands at 40 ms: the latency doubled, and the limit is cut.
+    let mut limit = limit;
+    for _ in 0..3 {
+        limit = gradient.update(&drawn(limit, 64, 0.010, 0.030, &mut seed));
+        if limit < 256 {
+            break;
+        }
+    }
+    assert!(limit < 256, "no cut");
+    assert_eq!(gradient.probing(), None);
+    // Draining (three windows): each request waited anywhere from nothing to 60 ms.
+    let mut uniform = || {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        ((seed >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    };
+    for _ in 0..3 {
+        let mut window = Window::new(limit, Duration::from_millis(100));
+        for _ in 0..640 {
+            let latency = -0.010 * uniform().ln() + 0.060 * uniform();
+            window.add(Duration::from_secs_f64(latency), Outcome::Success, limit);
+        }
+        gradient.update(&window);
+    }
+    let noload = gradient.no_load_latency().unwrap();
+    assert!(noload <= first + MS, "{first:?} to {noload:?}");
+}
