@@ -13,6 +13,11 @@
 //! `--trace NAME [below|above]` prints each window `Gradient` sees in the first scenario
 //! whose name contains NAME, started below (the default) or above, on the first seed (or
 //! `--seed N`).
+//!
+//! `--markdown` also prints the targets as the table of the crate's README ("The last
+//! run"); `--readme PATH` checks that the table in the README at PATH is this run's, and
+//! fails the run if it is not (CI passes it, so that the README's figures are the ones CI
+//! computes). Both on CI's seeds only.
 
 use std::process::ExitCode;
 use std::sync::Mutex;
@@ -506,6 +511,23 @@ fn asks(scenario: &Scenario, results: &Results, s: usize) -> Vec<(Target, Ask)> 
         .collect()
 }
 
+/// The rows of the results table in the README at `path`: the lines after its header
+/// (`| scenario | start | goodput |`) and the line under it, up to the first that is not
+/// a row.
+fn readme_table(path: &str) -> Result<Vec<String>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
+    let mut lines = text.lines();
+    lines
+        .by_ref()
+        .find(|line| line.starts_with("| scenario | start | goodput |"))
+        .ok_or("no table whose header begins `| scenario | start | goodput |`")?;
+    Ok(lines
+        .skip(1)
+        .take_while(|line| line.starts_with('|'))
+        .map(str::to_owned)
+        .collect())
+}
+
 /// Targets `Gradient` is known to miss, if any (issue 33): scenario, started `below` or
 /// `above`, target. Printed as such, they do not fail the run; one that is met does (take
 /// it off the list), so the list stays what the run shows (see the crate's README for
@@ -648,6 +670,8 @@ fn main() -> ExitCode {
     );
     let mut missed = Vec::new();
     let mut known = 0;
+    // The README's table: a row per scenario and start of `Gradient`.
+    let mut table = Vec::new();
     for (s, scenario) in scenarios.iter().enumerate() {
         println!();
         println!("{}", scenario.name);
@@ -664,6 +688,8 @@ fn main() -> ExitCode {
         }
         for (l, name) in results.names[s].iter().enumerate().take(ADAPTIVE_ROWS) {
             let gating = name.starts_with("gradient");
+            let mut cells: [String; 6] = Default::default();
+            let mut status = "MET";
             for (target, ask) in &asks {
                 let figure = figure(scenario, &results, s, l, *target);
                 let (met, how) = match ask {
@@ -707,6 +733,26 @@ fn main() -> ExitCode {
                 if open && !met {
                     known += 1;
                 }
+                let at = Target::ALL.iter().position(|t| t == target).unwrap_or(0);
+                cells[at] = figure.show(*target);
+                if matches!(ask, Ask::Near(..)) {
+                    cells[at].push('*');
+                }
+                if open && !met {
+                    cells[at].push_str(" (open)");
+                    status = "open";
+                } else if !met && status == "MET" {
+                    status = "MISSED";
+                }
+            }
+            if gating {
+                let scenario_cell = if l == 0 { scenario.name.as_str() } else { "" };
+                let start = name.trim_start_matches("gradient from ");
+                let side = if l == 0 { "below" } else { "above" };
+                table.push(format!(
+                    "| {scenario_cell} | {side} ({start}) | {} | {status} |",
+                    cells.join(" | ")
+                ));
             }
         }
     }
@@ -720,6 +766,30 @@ fn main() -> ExitCode {
             .sum::<usize>(),
         started.elapsed().as_secs_f64()
     );
+    let ci_seeds = seeds == SEEDS.as_slice();
+    if args.iter().any(|a| a == "--markdown") && ci_seeds {
+        println!();
+        println!("{}", table.join("\n"));
+    }
+    if let Some(path) = args
+        .iter()
+        .position(|a| a == "--readme")
+        .and_then(|at| args.get(at + 1))
+    {
+        match readme_table(path) {
+            _ if !ci_seeds => println!("{path}: not checked (the table is of CI's seeds)"),
+            Ok(rows) if rows == table => println!("{path}: its table is this run's"),
+            Ok(_) => {
+                println!("{path}: its table is not this run's; this run's (also with --markdown):");
+                println!("{}", table.join("\n"));
+                missed.push(format!("{path}: the table of the last run"));
+            }
+            Err(error) => {
+                println!("{path}: {error}");
+                missed.push(format!("{path}: the table of the last run"));
+            }
+        }
+    }
     if missed.is_empty() {
         if known == 0 {
             println!("every target of gradient: MET");
