@@ -1478,3 +1478,73 @@ fn a_draining_queue_s_wide_spread_is_not_read_as_the_service() {
     let noload = gradient.no_load_latency().unwrap();
     assert!(noload <= first + MS, "{first:?} to {noload:?}");
 }
+
+/// Contiguous runs of windows in which `gradient` probed (a descent's probes follow one
+/// another), over `windows` windows of `server(limit, seed)`, started at `limit`.
+fn probe_episodes(
+    gradient: &mut Gradient,
+    mut limit: u64,
+    windows: usize,
+    seed: &mut u64,
+    server: impl Fn(u64, &mut u64) -> Window,
+) -> Vec<(usize, usize)> {
+    let mut episodes: Vec<(usize, usize)> = Vec::new();
+    for window in 0..windows {
+        limit = gradient.update(&server(limit, seed)).clamp(1, 10_000);
+        if gradient.probing().is_some() {
+            match episodes.last_mut() {
+                Some((_, end)) if *end + 1 == window => *end = window,
+                _ => episodes.push((window, window)),
+            }
+        }
+    }
+    episodes
+}
+
+/// A descent from far above ends on a probe that served less than the one before by more
+/// than half a step, beyond the noise of both: it ran below the knee, and read the service
+/// alone. The probe that checked every descent a few seconds on ran an eighth or more
+/// below a server of 8 for half a second (in the simulator, 1.2% of C = 8's goodput from
+/// above, under its target on most seeds). Such a descent is left to the schedule.
+#[test]
+fn a_descent_that_ends_below_the_knee_is_not_checked_at_once() {
+    for seed in 1..=4 {
+        let mut state = seed;
+        let episodes = probe_episodes(
+            &mut Gradient::default(),
+            32,
+            150,
+            &mut state,
+            |limit, seed| {
+                let wait = 0.010 * (limit as f64 / 8.0 - 1.0).max(0.0);
+                drawn(limit, 8, 0.010, wait, seed)
+            },
+        );
+        // The first probe and its descent, within five seconds; nothing in the ten after.
+        assert!(episodes[0].1 < 50, "seed {seed}: {episodes:?}");
+        assert_eq!(episodes.len(), 1, "seed {seed}: {episodes:?}");
+    }
+}
+
+/// But where the latencies spread wider than an exponential's, the answers come in
+/// bunches (the long requests end together) and a probe's count varies beyond what it
+/// says: a fall of a step is not read from one pair of probes, and the check comes as
+/// before.
+#[test]
+fn a_descent_of_a_widely_spread_service_is_checked_at_once() {
+    for seed in 1..=4 {
+        let mut state = seed;
+        let episodes = probe_episodes(
+            &mut Gradient::default(),
+            256,
+            150,
+            &mut state,
+            |limit, seed| skewed(limit, 64, seed),
+        );
+        assert!(episodes.len() >= 2, "seed {seed}: {episodes:?}");
+        assert!(
+            episodes[1].0 < episodes[0].1 + 40,
+            "seed {seed}: {episodes:?}"
+        );
+    }
+}

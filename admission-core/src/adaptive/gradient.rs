@@ -45,7 +45,11 @@ use super::{Algorithm, Window};
 /// long as any other: where its latency is too noisy to tell one step from none, its
 /// throughput tells, held at the step before's where both queued (Little's law), fallen
 /// where it ran below the knee (as the last of a descent does, shedding while it
-/// measures). A higher one is taken, but at most 1.5 times the estimate per probe unless
+/// measures). Another probe checks a descent ten rounds on, unless its last probe served
+/// less than the one before by more than half a step, beyond the noise of both: that one
+/// ran below the knee and read the service alone. (Not for a service spread wider than an
+/// exponential: its answers come in bunches, and one pair of probes' counts cannot tell.)
+/// A higher one is taken, but at most 1.5 times the estimate per probe unless
 /// the probe's throughput shows it ran below the knee. But one more than 1.5 times it
 /// whose latencies spread as a queue's do is taken and checked at once by a probe a step
 /// lower, as in a descent: a probe that begins as capacity falls queues at the smaller
@@ -150,13 +154,13 @@ use super::{Algorithm, Window};
 /// second with 100 ms windows): the first rounds still hold requests that queued before,
 /// and a rise in throughput is read only when two rounds show it. Started far above a
 /// server of a handful, the first probe comes within a second or so, its descent takes
-/// two seconds more (a step of 0.7 each half second) and ends below the server, and the
-/// probe that checks it a few seconds later runs an eighth or more below it too. In
+/// two seconds more (a step of 0.7 each half second) and ends below the server. In
 /// `admission-bench`'s simulator each of these meets its targets on the seeds CI runs,
-/// some by a small margin, but the last and the mixture started far below (97.9% of the
-/// server on one seed, for the low estimate its ramp confirms); on other seeds some do
-/// not (a long service started far below, a server of a handful): see that crate's
-/// README for the figures. And a probe that begins just as capacity falls queues at the smaller server;
+/// some by a small margin, but the mixture started far below (97.9% of the server on one
+/// seed, for the low estimate its ramp confirms) and capacity coming back from a quarter
+/// (the worst second, 77.7% on one seed: the ramp's three or four rounds); on other seeds
+/// some do not (a long service started far below, a server of a handful): see that
+/// crate's README for the figures. And a probe that begins just as capacity falls queues at the smaller server;
 /// where its reading is under 1.5 times the estimate (capacity down by a third, say) a
 /// queue's spread is too near a service's to tell, and it reads as a slower service (the
 /// latency up, the throughput down): the limit then sits near twice the new server's
@@ -543,14 +547,28 @@ impl Gradient {
         // held (a probe that queued reads the limit's share lower at the next step down,
         // as the latency of a queue is in proportion to what is in flight, and the server
         // stays as busy; one that did not queue reads the same, and serves less).
-        // Held: in a descent, this probe (lower by a step) served as many as the one
-        // before, beyond the noise of both.
+        // In a descent, this probe (lower by a step) against the one before, where a
+        // step is beyond the noise of both: it held (served within half a step of as
+        // many: both queued), or it fell (served less by more: it ran below the knee, and
+        // read the service alone).
         let held = descended
-            && self.chain.is_some_and(|(previous, count)| {
+            .then_some(self.chain)
+            .flatten()
+            .filter(|&(_, count)| {
                 let noise = self.cv() * (1.0 / reading.samples as f64 + 1.0 / count as f64).sqrt();
                 (1.0 - DESCENT) > 3.0 * noise
-                    && throughput >= previous * (1.0 - (1.0 - DESCENT) / 2.0)
-            });
+            })
+            .map(|(previous, _)| throughput >= previous * (1.0 - (1.0 - DESCENT) / 2.0));
+        // (A fall is not read where the latencies spread wider than an exponential's:
+        // such a service's answers come in bunches, and its count varies beyond what it
+        // says.)
+        let fell = held == Some(false)
+            && self
+                .probed
+                .spread
+                .bucketed_cv()
+                .is_some_and(|cv| cv <= 1.25);
+        let held = held == Some(true);
         // In a descent the estimate is the probe before's reading, a step higher: queued
         // at both, this one reads a step lower; queued at neither, the same. The
         // midpoint decides, where the two are apart by twice the noise either side.
@@ -595,7 +613,7 @@ impl Gradient {
             };
             return next;
         }
-        let mut soon = descended;
+        let mut soon = descended && !fell;
         let spread = &self.probed.spread;
         self.quiet = spread
             .bucketed_cv()
