@@ -97,6 +97,48 @@ fn outcome() -> impl Strategy<Value = Outcome> {
     ]
 }
 
+/// The limit a `Gradient` started at `initial` ends at (and the first it answered, and
+/// the server's concurrency then), over `WINDOWS` windows of a server whose concurrency
+/// shrinks by `shrink` a window at the same service time (`base` µs): at any limit above
+/// it, latency rises (queueing), and keeps rising.
+fn shrinking(base: u64, shrink: f64, initial: u64) -> (u64, u64, f64) {
+    let mut feeder = Feeder::new(Box::new(Gradient::default()), 1, 10_000, initial);
+    let mut capacity = initial as f64;
+    let window = |feeder: &mut Feeder, limit: u64, capacity: f64| {
+        let latency = base as f64 * (limit as f64 / capacity).max(1.0);
+        let runs = (limit as f64).min(capacity);
+        let elapsed = Duration::from_micros((SAMPLES as f64 * latency / runs) as u64);
+        let latency = Duration::from_micros(latency as u64);
+        feeder.window_over(SAMPLES, elapsed, latency, Outcome::Success, limit)
+    };
+    let start = window(&mut feeder, initial, capacity);
+    let mut limit = start;
+    // (A window of 50 answers from a server running hundreds lasts a fraction of a
+    // latency: the gradient acts once per round of one and a half latencies, so
+    // this runs for a few dozen of them.)
+    for _ in 0..WINDOWS {
+        capacity = (capacity * shrink).max(1.0);
+        limit = window(&mut feeder, limit, capacity);
+    }
+    // The server's concurrency is now at most 0.95^WINDOWS of what it was.
+    (start, limit, capacity)
+}
+
+/// A case the property below once found: the rounds of a queue that rose within each
+/// round spread a little (a CV of 0.11-0.17), as much as the first samples had, and
+/// while the estimate was unconfirmed they were read as the service's, not a queue: the
+/// estimate followed the queue up and the limit held at 23 for a server of 1. Only a
+/// spread wider than an exponential's is read so.
+#[cfg_attr(miri, ignore)]
+#[test]
+fn the_gradient_falls_under_a_server_that_shrinks_fast_from_32() {
+    let (start, limit, capacity) = shrinking(7564, 0.820_639_854_729_709_4, 32);
+    assert!(
+        limit * 3 <= start * 2,
+        "{start} -> {limit} (a server of {capacity:.1})"
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig {
         cases: if cfg!(miri) { 4 } else { 64 },
@@ -145,25 +187,7 @@ proptest! {
         // only; with the domain from 20, this property failed about one run in 200).
         // The server obeys Little's law: a window of `SAMPLES` answers lasts as long as
         // the server takes to give them, `SAMPLES` × the latency / what it runs at once.
-        let mut feeder = Feeder::new(Box::new(Gradient::default()), 1, 10_000, initial);
-        let mut capacity = initial as f64;
-        let window = |feeder: &mut Feeder, limit: u64, capacity: f64| {
-            let latency = base as f64 * (limit as f64 / capacity).max(1.0);
-            let runs = (limit as f64).min(capacity);
-            let elapsed = Duration::from_micros((SAMPLES as f64 * latency / runs) as u64);
-            let latency = Duration::from_micros(latency as u64);
-            feeder.window_over(SAMPLES, elapsed, latency, Outcome::Success, limit)
-        };
-        let start = window(&mut feeder, initial, capacity);
-        let mut limit = start;
-        // (A window of 50 answers from a server running hundreds lasts a fraction of a
-        // latency: the gradient acts once per round of one and a half latencies, so
-        // this runs for a few dozen of them.)
-        for _ in 0..WINDOWS {
-            capacity = (capacity * shrink).max(1.0);
-            limit = window(&mut feeder, limit, capacity);
-        }
-        // The server's concurrency is now at most 0.95^WINDOWS of what it was.
+        let (start, limit, capacity) = shrinking(base, shrink, initial);
         prop_assert!(limit * 3 <= start * 2, "{start} -> {limit} (a server of {capacity:.1})");
     }
 

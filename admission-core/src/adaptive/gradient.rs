@@ -71,7 +71,8 @@ use super::{Algorithm, Window};
 /// short requests end first). Until it is confirmed, the rounds with no more in flight
 /// (within 10%) that read no queue beyond their noise are averaged in, and so are rounds
 /// that read as queued but spread at least as the first samples did (over `√k`, `k` the
-/// reading over the estimate), under a limit no lower than the first's: a queue's wait,
+/// reading over the estimate) and wider than an exponential's (a CV over 1.25), under a
+/// limit no lower than the first's: a queue's wait,
 /// alike for all, narrows the latencies' spread, where the rounds after a first estimate
 /// that missed a skewed service's long requests spread wider than its samples. It is
 /// replaced
@@ -359,6 +360,11 @@ const MEASURE_WINDOWS: u32 = 10;
 const MAX_RAISE: f64 = 1.5;
 /// A service whose median latency is below this share of its mean is read by its median.
 const SKEWED: f64 = 0.5;
+/// A coefficient of variation beyond an exponential's (1), with a margin for the noise of
+/// a few hundred samples: latencies spread so wide are a service's, not a queue's (a wait
+/// alike for all narrows the spread), and their count varies beyond what it says (the
+/// long requests end in bunches).
+const WIDE: f64 = 1.25;
 
 /// Rounds a scheduled probe waits after the limit last grew by a sure step: a probe as the
 /// limit lands, after capacity came back, would cut it again within the same second.
@@ -567,7 +573,7 @@ impl Gradient {
                 .probed
                 .spread
                 .bucketed_cv()
-                .is_some_and(|cv| cv <= 1.25);
+                .is_some_and(|cv| cv <= WIDE);
         let held = held == Some(true);
         // In a descent the estimate is the probe before's reading, a step higher: queued
         // at both, this one reads a step lower; queued at neither, the same. The
@@ -1015,14 +1021,19 @@ impl Algorithm for Gradient {
             // `1 / k` of it): a queue's wait, alike for all, narrows the spread; the
             // first estimate missed the service's long requests (they end last), and this
             // round reads the service over more samples. Not under a limit cut since: a
-            // queue draining holds long waits and short ones, and spreads wide. (Nor
-            // where the first samples did not spread at all: nothing spreads less.)
+            // queue draining holds long waits and short ones, and spreads wide. Only a
+            // spread wider than an exponential's: a queue's latencies that rise within
+            // the round (a server that shrinks) spread a little too, and so may the
+            // first samples; a service that spreads no wider has no long requests for
+            // the first samples to miss. (Nor where the first samples did not spread at
+            // all: nothing spreads less.)
             let wider = !self.confirmed
                 && queued
                 && self.first_cv.zip(window.spread.bucketed_cv()).is_some_and(
                     |((first, then), round)| {
                         window.limit >= then
                             && first > 0.0
+                            && round > WIDE
                             && round >= first * (noload / latency).sqrt()
                     },
                 );
