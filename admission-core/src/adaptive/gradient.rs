@@ -30,60 +30,58 @@ use super::{Algorithm, Window};
 ///
 /// # The no-load estimate, and why it is probed
 ///
-/// The hard part is `n`. The minimum of recent samples reads far too low when service
-/// times vary; a long average of recent latencies catches up with the latency of a
-/// standing queue, and the limit runs away. So, like BBR's round-trip probe, every
-/// [`probe_every`](Self::probe_every) rounds it lowers the limit to
-/// [`probe`](Self::probe) (90%) of the concurrency the server showed (throughput × `n`),
-/// waits one and a half latencies for the queue to drain, and measures: until it has
-/// enough samples for the latencies' spread (100 × CV², at least 200) over at least ten
-/// latencies (more as the spread grows: a short reading of a heavy tail reads low; one
-/// already above the estimate beyond its noise is taken once it has its samples). A
-/// reading within its noise of the estimate is averaged in; one lower beyond its noise
-/// means the estimate was high (the probe may itself have queued): it is taken and the
-/// next probe goes 30% lower at once, until one finds no less. Such a probe measures as
-/// long as any other: where its latency is too noisy to tell one step from none, its
-/// throughput tells, held at the step before's where both queued (Little's law), fallen
-/// where it ran below the knee (as the last of a descent does, shedding while it
-/// measures). Another probe checks a descent ten rounds on, unless its last probe served
-/// less than the one before by more than half a step, beyond the noise of both: that one
-/// ran below the knee and read the service alone. (Not for a service spread wider than an
-/// exponential: its answers come in bunches, and one pair of probes' counts cannot tell.)
-/// A higher one is taken, but at most 1.5 times the estimate per probe unless
-/// the probe's throughput shows it ran below the knee. But one more than 1.5 times it
-/// whose latencies spread as a queue's do is taken and checked at once by a probe a step
-/// lower, as in a descent: a probe that begins as capacity falls queues at the smaller
-/// server, and its throughput falls too, as if it had run below the knee. A queue adds a
-/// wait for many services to each latency, so they spread about `1 / k` as much as the
-/// service's (`k` the reading over the estimate), where a slower service's spread as
+/// The hard part is `n`. The minimum of recent samples reads far too low when service times
+/// vary; a long average of recent latencies catches up with the latency of a standing
+/// queue, and the limit runs away. So, like BBR's round-trip probe, every
+/// [`probe_every`](Self::probe_every) rounds it lowers the limit to [`probe`](Self::probe)
+/// (90%) of the concurrency the server showed (throughput × `n`), waits one and a half
+/// latencies for the queue to drain, and measures: until it has enough samples for the
+/// latencies' spread (100 × CV², at least 200) over at least ten latencies (more as the
+/// spread grows: a short reading of a heavy tail reads low; one already above the estimate
+/// beyond its noise is taken once it has its samples). A reading within its noise of the
+/// estimate is averaged in; one lower beyond its noise means the estimate was high (the
+/// probe may itself have queued): it is taken and the next probe goes 30% lower at once,
+/// until one finds no less. Such a probe measures as long as any other: where its latency
+/// is too noisy to tell one step from none, its throughput tells, held at the step before's
+/// where both queued (Little's law), fallen where it ran below the knee (as the last of a
+/// descent does, shedding while it measures). Another probe checks a descent ten rounds on,
+/// unless its last probe served less than the one before by more than half a step, beyond
+/// the noise of both: that one ran below the knee and read the service alone. (Not for a
+/// service spread wider than an exponential: its answers come in bunches, and one pair of
+/// probes' counts cannot tell.) A higher one is taken, but at most 1.5 times the estimate
+/// per probe unless the probe's throughput shows it ran below the knee. But one more than
+/// 1.5 times it whose latencies spread as a queue's do is taken and checked at once by a
+/// probe a step lower, as in a descent: a probe that begins as capacity falls queues at the
+/// smaller server, and its throughput falls too, as if it had run below the knee. A queue
+/// adds a wait for many services to each latency, so they spread about `1 / k` as much as
+/// the service's (`k` the reading over the estimate), where a slower service's spread as
 /// before: the probe's coefficient of variation (from every sample's bucket) under the
 /// service's over `√k` reads as a queue. The service's is the larger of the rounds' (over
 /// the last hundred windows or so) and the last probe's: the rounds hold a short queue,
-/// which narrows their spread, and a probe runs with none. The limit then resumes where
-/// the probe found the server (throughput × the new estimate, plus the allowance), not at
-/// the limit before it; after a descent that began with such a queue, at the throughput
-/// of the probe that queued (the smaller server's, as busy as it can be), not at the one
-/// before the server shrank. A probe due on its schedule waits until ten rounds after
-/// the limit last grew for sure (at most ten rounds late): a probe as the limit lands,
-/// after capacity came back, would cut it again within the same second.
+/// which narrows their spread, and a probe runs with none. The limit then resumes where the
+/// probe found the server (throughput × the new estimate, plus the allowance), not at the
+/// limit before it; after a descent that began with such a queue, at the throughput of the
+/// probe that queued (the smaller server's, as busy as it can be), not at the one before
+/// the server shrank. A probe due on its schedule waits until ten rounds after the limit
+/// last grew for sure (at most ten rounds late): a probe as the limit lands, after capacity
+/// came back, would cut it again within the same second.
 ///
 /// The first estimate is the first hundred samples' mean (within 10%, and biased low: the
 /// short requests end first). Until it is confirmed, the rounds with no more in flight
 /// (within 10%) that read no queue beyond their noise are averaged in, and so are rounds
 /// that read as queued but spread at least as the first samples did (over `√k`, `k` the
 /// reading over the estimate) and wider than an exponential's (a CV over 1.25), under a
-/// limit no lower than the first's: a queue's wait,
-/// alike for all, narrows the latencies' spread, where the rounds after a first estimate
-/// that missed a skewed service's long requests spread wider than its samples. It is
-/// replaced
-/// when a round with half as much again in flight (than the most in flight then) reads
-/// no queue, and the first probe comes when two rounds in a row read as queued (a limit
-/// started far above the server's). Whether a round queued is read against its noise,
-/// and the noise from the latencies' spread as measured (over a hundred samples at
-/// least) where that is below 1: the queue of a limit started far above a small server,
-/// each latency a sum of many waits, spreads far less than a service, and stands only a
-/// fifth or so above a first estimate taken as it formed. A probe the work did not fill
-/// goes no lower: the limit held nothing back, and a lower one would only shed work.
+/// limit no lower than the first's: a queue's wait, alike for all, narrows the latencies'
+/// spread, where the rounds after a first estimate that missed a skewed service's long
+/// requests spread wider than its samples. It is replaced when a round with half as much
+/// again in flight (than the most in flight then) reads no queue, and the first probe comes
+/// when two rounds in a row read as queued (a limit started far above the server's).
+/// Whether a round queued is read against its noise, and the noise from the latencies'
+/// spread as measured (over a hundred samples at least) where that is below 1: the queue of
+/// a limit started far above a small server, each latency a sum of many waits, spreads far
+/// less than a service, and stands only a fifth or so above a first estimate taken as it
+/// formed. A probe the work did not fill goes no lower: the limit held nothing back, and a
+/// lower one would only shed work.
 ///
 /// The estimate may go stale. A service that slows (a dependency taking longer) reads,
 /// against the old `n`, like a queue, and the limit comes down; but a queue's latency
@@ -137,35 +135,34 @@ use super::{Algorithm, Window};
 ///
 /// It acts once per round, and a round needs samples: about 100 × CV² of them (CV the
 /// latencies' coefficient of variation, taken as at least 1) and a latency and a half of
-/// time. Where the server answers few requests a second (a small limit times a long
-/// service time: 10 in flight at 200 ms is 50 a second) a round lasts seconds, and so
-/// does every step. Heavy-tailed latencies (CV 2 and more) need four times the samples
-/// or more, and their probes take longer; a skewed service's rounds span its long
-/// requests, not its mean. Started far below a mixture of very unequal requests, the
-/// first estimate comes from the short requests that end first; the rounds that follow
-/// correct it, but a round of such a service at a low limit takes several windows (100
-/// × CV² samples), so the ramp starts a second or two on, and it confirms an estimate
-/// still 10-20% low (the short requests of the new slots end first) until the first
-/// probe, ten seconds on: the limit meanwhile sits near the server's concurrency, with
-/// less queue than its knee allows. A service that slows little by little reads as
-/// a queue until what is in flight has fallen by a quarter, or the throughput by 10%, so
-/// the limit sags meanwhile, and the probe that follows, sized from an estimate that is
-/// partly stale, runs a little below the server until its reading is in (a few
-/// windows). Growth after capacity comes back takes three or four rounds (most of a
-/// second with 100 ms windows): the first rounds still hold requests that queued before,
-/// and a rise in throughput is read only when two rounds show it. Started far above a
-/// server of a handful, the first probe comes within a second or so, its descent takes
-/// two seconds more (a step of 0.7 each half second) and ends below the server. In
-/// `admission-bench`'s simulator each of these meets its targets on the seeds CI runs,
-/// some by a small margin, but the mixture started far below (97.9% of the server on one
-/// seed, for the low estimate its ramp confirms) and capacity coming back from a quarter
-/// (the worst second, 77.7% on one seed: the ramp's three or four rounds); on other seeds
-/// some do not (a long service started far below, a server of a handful): see that
-/// crate's README for the figures. And a probe that begins just as capacity falls queues at the smaller server;
-/// where its reading is under 1.5 times the estimate (capacity down by a third, say) a
-/// queue's spread is too near a service's to tell, and it reads as a slower service (the
-/// latency up, the throughput down): the limit then sits near twice the new server's
-/// until the next probe, ten seconds on.
+/// time. Where the server answers few requests a second (a small limit times a long service
+/// time: 10 in flight at 200 ms is 50 a second) a round lasts seconds, and so does every
+/// step. Heavy-tailed latencies (CV 2 and more) need four times the samples or more, and
+/// their probes take longer; a skewed service's rounds span its long requests, not its
+/// mean. Started far below a mixture of very unequal requests, the first estimate comes
+/// from the short requests that end first; the rounds that follow correct it, but a round
+/// of such a service at a low limit takes several windows (100 × CV² samples), so the ramp
+/// starts a second or two on, and it confirms an estimate still 10-20% low (the short
+/// requests of the new slots end first) until the first probe, ten seconds on: the limit
+/// meanwhile sits near the server's concurrency, with less queue than its knee allows. A
+/// service that slows little by little reads as a queue until what is in flight has fallen
+/// by a quarter, or the throughput by 10%, so the limit sags meanwhile, and the probe that
+/// follows, sized from an estimate that is partly stale, runs a little below the server
+/// until its reading is in (a few windows). Growth after capacity comes back takes three or
+/// four rounds (most of a second with 100 ms windows): the first rounds still hold requests
+/// that queued before, and a rise in throughput is read only when two rounds show it.
+/// Started far above a server of a handful, the first probe comes within a second or so,
+/// its descent takes two seconds more (a step of 0.7 each half second) and ends below the
+/// server. In `admission-bench`'s simulator each of these meets its targets on the seeds CI
+/// runs, some by a small margin, but the mixture started far below (97.9% of the server on
+/// one seed, for the low estimate its ramp confirms) and capacity coming back from a
+/// quarter (the worst second, 77.7% on one seed: the ramp's three or four rounds); on other
+/// seeds some do not (a long service started far below, a server of a handful): see that
+/// crate's README for the figures. And a probe that begins just as capacity falls queues at
+/// the smaller server; where its reading is under 1.5 times the estimate (capacity down by
+/// a third, say) a queue's spread is too near a service's to tell, and it reads as a slower
+/// service (the latency up, the throughput down): the limit then sits near twice the new
+/// server's until the next probe, ten seconds on.
 ///
 /// # When to use it
 ///
