@@ -522,6 +522,12 @@ fn light_load_does_not_cut_the_limit_below_what_the_work_uses() {
 /// a tenth 25 times longer (mean 10 ms): each request waits what the queue adds alike
 /// (Little's law), and which requests are long is drawn by `seed`.
 fn skewed(limit: u64, capacity: u64, seed: &mut u64) -> Window {
+    mixed(limit, capacity, 10, seed)
+}
+
+/// `skewed`, with one request in `one_in` the long one (the mean latency and the queue's
+/// wait as `skewed`'s).
+fn mixed(limit: u64, capacity: u64, one_in: u64, seed: &mut u64) -> Window {
     let (short, long) = (10.0 / 3.4, 250.0 / 3.4);
     let wait = 10.0 * (limit as f64 / capacity as f64 - 1.0).max(0.0);
     let samples = (limit.min(capacity) as f64 / 0.010 * 0.1) as u64;
@@ -531,7 +537,11 @@ fn skewed(limit: u64, capacity: u64, seed: &mut u64) -> Window {
         *seed = seed
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1_442_695_040_888_963_407);
-        let service = if (*seed >> 33) % 10 == 0 { long } else { short };
+        let service = if (*seed >> 33) % one_in == 0 {
+            long
+        } else {
+            short
+        };
         window.add(
             Duration::from_secs_f64((service + wait) / 1e3),
             Outcome::Success,
@@ -750,6 +760,98 @@ fn a_skewed_probe_that_queued_counts_its_queue_once() {
         assert!(
             highest < 20 * MS,
             "seed {seed}: the estimate rose to {highest:?}"
+        );
+    }
+}
+
+/// A skewed service's first estimate read low (its first rounds ended fewer of the long
+/// requests than it has: 7 to 9 ms for 10), and a ramp confirmed it. Every round after it
+/// read the mean latency over the knee of that estimate, and the limit settled where the
+/// gradient's step met its queue allowance: under the server (61 for 64), answering less
+/// than it could until the first scheduled probe, ten seconds on. The median of the
+/// rounds the estimate was read from, over the estimate, is the service's shape as those
+/// rounds show it; read by it (as a probe's shape is read), a round's queue is its median
+/// over theirs, whatever the mean missed, and the limit holds the knee's queue.
+#[test]
+fn a_low_first_estimate_of_a_skewed_service_reads_the_queue_by_the_median() {
+    for seed in 1..=4 {
+        let mut gradient = Gradient::default();
+        let (mut limit, mut state) = (10, seed);
+        for _ in 0..10 {
+            limit = gradient
+                .update(&mixed(limit, 64, 14, &mut state))
+                .clamp(1, 10_000);
+        }
+        let estimate = gradient.no_load_latency();
+        let mut settled = Vec::new();
+        for round in 0..90 {
+            limit = gradient
+                .update(&skewed(limit, 64, &mut state))
+                .clamp(1, 10_000);
+            assert_eq!(gradient.probing(), None, "seed {seed}: a probe at {round}");
+            if round >= 30 {
+                settled.push(limit);
+            }
+        }
+        // The server's 64 and the knee's queue, 70 and √70 (with a rounding's slack):
+        // without the median, 40 to 71 on seed 4, 65 to 76 on seed 2; with the shape
+        // read against the estimate before the ramp's reading replaced it, 86 to 88 on
+        // seed 1.
+        assert!(
+            settled.iter().all(|limit| (70..=84).contains(limit)),
+            "seed {seed}, first estimate {estimate:?}: {settled:?}"
+        );
+    }
+}
+
+/// A window at `limit` of a server of `capacity` workers with an exponential service of
+/// mean `mean` ms (and the queue's wait, as `skewed`'s), drawn by `seed`.
+fn exponential(limit: u64, capacity: u64, mean: f64, seed: &mut u64) -> Window {
+    let wait = mean * (limit as f64 / capacity as f64 - 1.0).max(0.0);
+    let samples = (limit.min(capacity) as f64 / 0.010 * 0.1) as u64;
+    let mut window = Window::new(limit, Duration::from_millis(100));
+    for _ in 0..samples {
+        *seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let uniform = ((*seed >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        let service = -mean * uniform.ln();
+        window.add(
+            Duration::from_secs_f64((service + wait) / 1e3),
+            Outcome::Success,
+            limit,
+        );
+    }
+    window
+}
+
+/// The shape a first estimate gives the service (its median over its mean, until a probe
+/// reads it) is that of every round the estimate was read from. The first hundred samples
+/// are the short requests that end first, their median as short as their mean; read alone,
+/// against the estimate the rounds averaged in after them bring up, an exponential service
+/// (a shape of ln 2) read 0.49 here on one seed of twelve, as skewed (under 0.5), and its
+/// rounds would wait for a tail it does not have.
+#[test]
+fn a_first_estimate_s_shape_is_read_from_all_its_rounds() {
+    for seed in 1..=12 {
+        let mut gradient = Gradient::default();
+        let (mut limit, mut state) = (10, seed);
+        // The first samples: the shorter part of the service (a mean of 8 ms for 10).
+        limit = gradient
+            .update(&exponential(limit, 64, 8.0, &mut state))
+            .clamp(1, 10_000);
+        let mut rounds = 0;
+        while gradient.shape().is_none() && rounds < 100 {
+            limit = gradient
+                .update(&exponential(limit, 64, 10.0, &mut state))
+                .clamp(1, 10_000);
+            rounds += 1;
+        }
+        let shape = gradient.shape();
+        // (`SKEWED` is 0.5.)
+        assert!(
+            shape.is_some_and(|shape| (0.5..=0.85).contains(&shape)),
+            "seed {seed}: {shape:?} after {rounds} rounds, for ln 2"
         );
     }
 }

@@ -143,26 +143,28 @@ use super::{Algorithm, Window};
 /// from the short requests that end first; the rounds that follow correct it, but a round
 /// of such a service at a low limit takes several windows (100 × CV² samples), so the ramp
 /// starts a second or two on, and it confirms an estimate still 10-20% low (the short
-/// requests of the new slots end first) until the first probe, ten seconds on: the limit
-/// meanwhile sits near the server's concurrency, with less queue than its knee allows. A
-/// service that slows little by little reads as a queue until what is in flight has fallen
-/// by a quarter, or the throughput by 10%, so the limit sags meanwhile, and the probe that
-/// follows, sized from an estimate that is partly stale, runs a little below the server
-/// until its reading is in (a few windows). Growth after capacity comes back takes three or
-/// four rounds (most of a second with 100 ms windows): the first rounds still hold requests
-/// that queued before, and a rise in throughput is read only when two rounds show it.
-/// Started far above a server of a handful, the first probe comes within a second or so,
-/// its descent takes two seconds more (a step of 0.7 each half second) and ends below the
-/// server. In `admission-bench`'s simulator each of these meets its targets on the seeds CI
-/// runs, some by a small margin, but the mixture started far below (97.9% of the server on
-/// one seed, for the low estimate its ramp confirms) and capacity coming back from a
-/// quarter (the worst second, 77.7% on one seed: the ramp's three or four rounds); on other
-/// seeds some do not (a long service started far below, a server of a handful): see that
-/// crate's README for the figures. And a probe that begins just as capacity falls queues at
-/// the smaller server; where its reading is under 1.5 times the estimate (capacity down by
-/// a third, say) a queue's spread is too near a service's to tell, and it reads as a slower
-/// service (the latency up, the throughput down): the limit then sits near twice the new
-/// server's until the next probe, ten seconds on.
+/// requests of the new slots end first) until the first probe, ten seconds on. Meanwhile a
+/// round's queue is read by its median against the median of the rounds the estimate came
+/// from (a queue moves both alike, the long requests the estimate missed barely), so the
+/// limit holds the knee's queue, not less; a round's mean would have read that low
+/// estimate's knee at the server's concurrency, or under it. A service that slows little by
+/// little reads as a queue until what is in flight has fallen by a quarter, or the
+/// throughput by 10%, so the limit sags meanwhile, and the probe that follows, sized from
+/// an estimate that is partly stale, runs a little below the server until its reading is in
+/// (a few windows). Growth after capacity comes back takes three or four rounds (most of a
+/// second with 100 ms windows): the first rounds still hold requests that queued before,
+/// and a rise in throughput is read only when two rounds show it. Started far above a
+/// server of a handful, the first probe comes within a second or so, its descent takes two
+/// seconds more (a step of 0.7 each half second) and ends below the server. In
+/// `admission-bench`'s simulator each of these meets its targets on the seeds CI runs, some
+/// by a small margin, but capacity coming back from a quarter (the worst second, 77.7% on
+/// one seed: the ramp's three or four rounds); on other seeds some do not (a long service
+/// started far below, a server of a handful): see that crate's README for the figures. And
+/// a probe that begins just as capacity falls queues at the smaller server; where its
+/// reading is under 1.5 times the estimate (capacity down by a third, say) a queue's spread
+/// is too near a service's to tell, and it reads as a slower service (the latency up, the
+/// throughput down): the limit then sits near twice the new server's until the next probe,
+/// ten seconds on.
 ///
 /// # When to use it
 ///
@@ -259,7 +261,8 @@ pub struct Gradient {
     /// The windows since then that show the limit in force, merged.
     round: Window,
     phase: Phase,
-    /// The median latency over the mean at no load, as probes read it (averaged).
+    /// The median latency over the mean at no load: as the rounds of the first estimate
+    /// read it, then as probes do (averaged).
     shape: Option<f64>,
     /// The probe's measuring windows, merged (for their median).
     probed: Window,
@@ -269,6 +272,8 @@ pub struct Gradient {
     /// In a descent, what a probe read as queued (by its spread) answered a second: all
     /// the server can, where it shrank as the probes began.
     shrunk: Option<f64>,
+    /// The windows the unconfirmed estimate was read from, merged (for their median).
+    unconfirmed: Window,
 }
 
 /// The saturated rounds since the last probe, averaged.
@@ -405,6 +410,7 @@ impl Default for Gradient {
             probed: Window::default(),
             quiet: None,
             shrunk: None,
+            unconfirmed: Window::default(),
         }
     }
 }
@@ -713,8 +719,8 @@ impl Gradient {
                 .is_some_and(|(share, (.., mean))| latency > 1.25 * share * mean)
     }
 
-    /// Whether the probes read the service as skewed (its median under `SKEWED` of its
-    /// mean at no load).
+    /// Whether the service reads as skewed (its median under `SKEWED` of its mean at no
+    /// load), as `shape` has it.
     fn skewed(&self) -> bool {
         self.shape.is_some_and(|shape| shape < SKEWED)
     }
@@ -728,6 +734,12 @@ impl Gradient {
             Phase::Draining { .. } => Some(false),
             Phase::Measuring { .. } => Some(true),
         }
+    }
+
+    /// The service's median over its mean at no load, as read so far.
+    #[cfg(test)]
+    pub(super) fn shape(&self) -> Option<f64> {
+        self.shape
     }
 
     /// The limit changed: what follows is measured afresh.
@@ -841,6 +853,7 @@ impl Algorithm for Gradient {
                 self.first = (self.round.throughput() * self.noload.unwrap_or(0.0))
                     .max(self.round.max_in_flight as f64);
                 self.first_samples = self.round.samples;
+                self.unconfirmed = self.round;
                 self.first_cv = self.round.spread.bucketed_cv().zip(Some(window.limit));
                 self.round = Window::default();
             }
@@ -1046,6 +1059,21 @@ impl Algorithm for Gradient {
                 if latency > noload {
                     self.noload = Some(latency);
                 }
+                // The median of the rounds the estimate was read from, over the estimate
+                // now, is the service's shape as those rounds show it (until a probe reads
+                // it). A skewed service's first samples are its short requests, which end
+                // first, and their mean reads low; but a queue moves the median as much as
+                // the mean, and the long requests barely: read by the median over theirs,
+                // a round shows its queue whatever their mean missed. (All of the rounds:
+                // the first hundred samples' median, as short as their mean, would read an
+                // exponential service as skewed.)
+                if self.shape.is_none() {
+                    let estimate = self.noload.unwrap_or(noload);
+                    self.shape = self
+                        .unconfirmed
+                        .median_latency()
+                        .map(|median| median.as_secs_f64() / estimate);
+                }
             } else if !self.confirmed
                 && (wider || !queued && window.max_in_flight as f64 <= 1.1 * self.first)
             {
@@ -1056,6 +1084,7 @@ impl Algorithm for Gradient {
                 let count = self.first_samples as f64;
                 self.noload = Some((noload * count + latency * samples) / (count + samples));
                 self.first_samples += window.samples;
+                self.unconfirmed.merge(window);
             }
             if target < limit {
                 self.streak = 0;
