@@ -930,6 +930,60 @@ fn a_rise_in_throughput_at_the_same_limit_grows_the_limit_like_a_round_with_no_q
     );
 }
 
+/// Capacity comes back after a fall that a probe found (a quarter to the whole), and the
+/// first round that reads no queue, every slot busy, grew the limit by √ of it, damped,
+/// like any first round with no queue: with the rounds after (half the limit, then the
+/// limit) that took four rounds of 0.1 s, the second it came back in under 80% of what
+/// the server could answer. Under half the limit the last probe began at, a round with no
+/// queue is as sure as a second one: half the limit at once.
+#[test]
+fn capacity_that_comes_back_under_half_the_last_probe_s_limit_is_climbed_at_once() {
+    let mut gradient = Gradient::default();
+    let limit = run(&mut gradient, 64, 64, 300);
+    let mut limit = run(&mut gradient, limit, 16, 100);
+    assert!((16..=26).contains(&limit), "{limit} for 16");
+    let mut path = vec![limit];
+    for _ in 0..2 {
+        limit = gradient.update(&saturated(limit, 64));
+        path.push(limit);
+    }
+    // Without: 22, 25, 38.
+    assert!(limit >= 48, "three quarters of 64 in two rounds: {path:?}");
+
+    // A round within the knee but with a queue beyond the noise (8% over the no-load
+    // latency, a round's noise 7%) is no such sign: √ of the limit, damped.
+    let mut gradient = Gradient::default();
+    let limit = run(&mut gradient, 64, 64, 300);
+    let limit = run(&mut gradient, limit, 16, 100);
+    let latency = 0.0108;
+    let samples = (limit as f64 / latency * 0.1) as u64;
+    let window = spread_window(limit, samples, latency, 1.0, 100 * MS, limit);
+    let grown = gradient.update(&window);
+    assert!(grown <= limit + limit / 4, "{limit} to {grown}");
+}
+
+/// But not under half a first probe's limit, which a start far above set, not the server:
+/// a round with no queue there (the server's other work in a lull) is a first one, and
+/// grows the limit by √ of it, damped; as sure, it grew by half at once.
+#[test]
+fn a_limit_started_far_above_is_not_climbed_back_toward_its_start() {
+    let mut gradient = Gradient::default();
+    let mut limit = 256;
+    // To the end of the first probe's descent (from 415, here), before any other.
+    let mut probed = false;
+    for _ in 0..100 {
+        limit = gradient.update(&saturated(limit, 64));
+        probed |= gradient.probing().is_some();
+        if probed && gradient.probing().is_none() {
+            break;
+        }
+    }
+    assert!(probed && gradient.probing().is_none());
+    assert!((64..=96).contains(&limit), "{limit} for 64");
+    let grown = gradient.update(&saturated(limit, limit));
+    assert!(grown <= limit + limit / 4, "{limit} to {grown}");
+}
+
 /// The rise in throughput that grows the limit must come with a fall in latency (Little's
 /// law at the same limit): a count that rose alone, latency steady, is more often the
 /// count's noise, and growing on it doubled a limit already above the server.

@@ -151,20 +151,22 @@ use super::{Algorithm, Window};
 /// little reads as a queue until what is in flight has fallen by a quarter, or the
 /// throughput by 10%, so the limit sags meanwhile, and the probe that follows, sized from
 /// an estimate that is partly stale, runs a little below the server until its reading is in
-/// (a few windows). Growth after capacity comes back takes three or four rounds (most of a
-/// second with 100 ms windows): the first rounds still hold requests that queued before,
-/// and a rise in throughput is read only when two rounds show it. Started far above a
-/// server of a handful, the first probe comes within a second or so, its descent takes two
-/// seconds more (a step of 0.7 each half second) and ends below the server. In
-/// `admission-bench`'s simulator each of these meets its targets on the seeds CI runs, some
-/// by a small margin, but capacity coming back from a quarter (the worst second, 77.7% on
-/// one seed: the ramp's three or four rounds); on other seeds some do not (a long service
-/// started far below, a server of a handful): see that crate's README for the figures. And
-/// a probe that begins just as capacity falls queues at the smaller server; where its
-/// reading is under 1.5 times the estimate (capacity down by a third, say) a queue's spread
-/// is too near a service's to tell, and it reads as a slower service (the latency up, the
-/// throughput down): the limit then sits near twice the new server's until the next probe,
-/// ten seconds on.
+/// (a few windows). Growth after capacity comes back takes three rounds or so (a third of a
+/// second with 100 ms windows): the first round still holds requests that queued before;
+/// the first that reads no queue, with every slot busy, under half the limit the last probe
+/// began at, grows the limit by half at once, and the next doubles it (from a start far
+/// above, the first probe's limit is the start's, and a round with no queue under half of
+/// it is only a first one). Started far above a server of a handful, the first probe comes
+/// within a second or so, its descent takes two seconds more (a step of 0.7 each half
+/// second) and ends below the server. In `admission-bench`'s simulator each of these meets
+/// its targets on the seeds CI runs, some by a small margin (the second capacity comes back
+/// from a quarter in, 81.7% at worst for a target of 80%); on other seeds some do not (a
+/// long service started far below, a server of a handful, capacity coming back): see that
+/// crate's README for the figures. And a probe that begins just as capacity falls queues at
+/// the smaller server; where its reading is under 1.5 times the estimate (capacity down by
+/// a third, say) a queue's spread is too near a service's to tell, and it reads as a slower
+/// service (the latency up, the throughput down): the limit then sits near twice the new
+/// server's until the next probe, ten seconds on.
 ///
 /// # When to use it
 ///
@@ -274,6 +276,8 @@ pub struct Gradient {
     shrunk: Option<f64>,
     /// The windows the unconfirmed estimate was read from, merged (for their median).
     unconfirmed: Window,
+    /// The limit in force when the last probe began (the estimate confirmed by then).
+    probed_from: Option<f64>,
 }
 
 /// The saturated rounds since the last probe, averaged.
@@ -411,6 +415,7 @@ impl Default for Gradient {
             quiet: None,
             shrunk: None,
             unconfirmed: Window::default(),
+            probed_from: None,
         }
     }
 }
@@ -1116,6 +1121,18 @@ impl Algorithm for Gradient {
                 if self.rising >= 2 {
                     self.streak = self.streak.max(1);
                 }
+                // Under half the limit the last probe began at, and no queue at all (the
+                // no-load latency, within the noise) with every slot busy: a probe, or a
+                // cut since, found less capacity, and it has come back. As sure as a
+                // second round with no queue: half the limit at once, not √ of it damped
+                // (the server ran that many before). (From the first rounds after the
+                // change, which still hold requests that queued before, the ramp took
+                // four rounds.)
+                let back = latency <= noload * (1.0 + noise)
+                    && self.probed_from.is_some_and(|from| limit < 0.5 * from);
+                if back {
+                    self.streak = self.streak.max(1);
+                }
                 if latency > knee && self.rising < 2 {
                     // Within the noise of the knee: the formula's step alone.
                     if queued {
@@ -1259,6 +1276,8 @@ impl Algorithm for Gradient {
             };
             let concurrency = self.confirmed.then(|| throughput * sized.min(latency));
             let before = saturated.then_some(throughput);
+            // (A first probe's limit is the start's, not one the server ran.)
+            self.probed_from = self.confirmed.then_some(limit);
             return self.start_probe(from, concurrency, latency, before);
         }
         self.limit as u64
