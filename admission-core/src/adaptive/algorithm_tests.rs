@@ -528,22 +528,35 @@ fn skewed(limit: u64, capacity: u64, seed: &mut u64) -> Window {
 /// `skewed`, with one request in `one_in` the long one (the mean latency and the queue's
 /// wait as `skewed`'s).
 fn mixed(limit: u64, capacity: u64, one_in: u64, seed: &mut u64) -> Window {
-    let (short, long) = (10.0 / 3.4, 250.0 / 3.4);
-    let wait = 10.0 * (limit as f64 / capacity as f64 - 1.0).max(0.0);
+    served(limit, capacity, 10.0, seed, |state| {
+        if (state >> 33) % one_in == 0 {
+            250.0 / 3.4
+        } else {
+            10.0 / 3.4
+        }
+    })
+}
+
+/// A window at `limit` of a server of `capacity` workers at 10 ms a request, whose
+/// latencies (ms) `service` draws from a 64-bit state stepped for each (a linear
+/// congruential step: deterministic, and enough to vary the tail), plus the wait a queue
+/// adds alike to each (Little's law, at a mean service time of `mean` ms).
+fn served(
+    limit: u64,
+    capacity: u64,
+    mean: f64,
+    seed: &mut u64,
+    service: impl Fn(u64) -> f64,
+) -> Window {
+    let wait = mean * (limit as f64 / capacity as f64 - 1.0).max(0.0);
     let samples = (limit.min(capacity) as f64 / 0.010 * 0.1) as u64;
     let mut window = Window::new(limit, Duration::from_millis(100));
     for _ in 0..samples {
-        // A 64-bit linear congruential step: deterministic, and enough to vary the tail.
         *seed = seed
             .wrapping_mul(6_364_136_223_846_793_005)
             .wrapping_add(1_442_695_040_888_963_407);
-        let service = if (*seed >> 33) % one_in == 0 {
-            long
-        } else {
-            short
-        };
         window.add(
-            Duration::from_secs_f64((service + wait) / 1e3),
+            Duration::from_secs_f64((service(*seed) + wait) / 1e3),
             Outcome::Success,
             limit,
         );
@@ -807,22 +820,9 @@ fn a_low_first_estimate_of_a_skewed_service_reads_the_queue_by_the_median() {
 /// A window at `limit` of a server of `capacity` workers with an exponential service of
 /// mean `mean` ms (and the queue's wait, as `skewed`'s), drawn by `seed`.
 fn exponential(limit: u64, capacity: u64, mean: f64, seed: &mut u64) -> Window {
-    let wait = mean * (limit as f64 / capacity as f64 - 1.0).max(0.0);
-    let samples = (limit.min(capacity) as f64 / 0.010 * 0.1) as u64;
-    let mut window = Window::new(limit, Duration::from_millis(100));
-    for _ in 0..samples {
-        *seed = seed
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        let uniform = ((*seed >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
-        let service = -mean * uniform.ln();
-        window.add(
-            Duration::from_secs_f64((service + wait) / 1e3),
-            Outcome::Success,
-            limit,
-        );
-    }
-    window
+    served(limit, capacity, mean, seed, |state| {
+        -mean * (((state >> 11) as f64 + 0.5) / (1u64 << 53) as f64).ln()
+    })
 }
 
 /// The shape a first estimate gives the service (its median over its mean, until a probe
