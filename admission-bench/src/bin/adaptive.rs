@@ -560,8 +560,13 @@ impl Verdict {
     }
 
     fn start(&self) -> &'static str {
-        if self.limiter == 0 { "below" } else { "above" }
+        side(self.limiter)
     }
+}
+
+/// An adaptive limiter's start, by its row: far `below` (the first) or far `above`.
+fn side(limiter: usize) -> &'static str {
+    if limiter == 0 { "below" } else { "above" }
 }
 
 /// Every adaptive limiter's targets, scenario by scenario.
@@ -577,9 +582,8 @@ fn verdicts(scenarios: &[Scenario], results: &Results) -> Vec<Verdict> {
                     Ask::Stated => target.met(figure),
                     Ask::Near(_, reference) => target.near(figure, reference),
                 };
-                let start = if l == 0 { "below" } else { "above" };
                 let open =
-                    gating && OPEN.contains(&(scenario.name.as_str(), start, target.label()));
+                    gating && OPEN.contains(&(scenario.name.as_str(), side(l), target.label()));
                 all.push(Verdict {
                     scenario: s,
                     limiter: l,
@@ -668,7 +672,7 @@ fn held_out(scenarios: &[Scenario]) -> ExitCode {
     let mut total = 0;
     for &(s, l, target, missed, worst) in rows.iter().filter(|r| r.3 > 0) {
         total += missed;
-        let start = if l == 0 { "below" } else { "above" };
+        let start = side(l);
         println!(
             "| {} | {start} ({}) | {} | {missed} | {} |",
             scenarios[s].name,

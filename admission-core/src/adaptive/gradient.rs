@@ -221,8 +221,6 @@ pub struct Gradient {
     /// What the work ran at once (throughput × latency) when the first estimate was
     /// taken.
     first: f64,
-    /// The samples the unconfirmed estimate averages.
-    first_samples: u64,
     /// The first estimate's samples' coefficient of variation, and the limit then.
     first_cv: Option<(f64, u64)>,
     /// Windows since the last probe ended.
@@ -274,7 +272,8 @@ pub struct Gradient {
     /// In a descent, what a probe read as queued (by its spread) answered a second: all
     /// the server can, where it shrank as the probes began.
     shrunk: Option<f64>,
-    /// The windows the unconfirmed estimate was read from, merged (for their median).
+    /// The windows the unconfirmed estimate was read from, merged: their mean is the
+    /// estimate, their median its shape's.
     unconfirmed: Window,
     /// The limit in force when the last probe began (the estimate confirmed by then).
     probed_from: Option<f64>,
@@ -393,7 +392,6 @@ impl Default for Gradient {
             noload: None,
             confirmed: false,
             first: 0.0,
-            first_samples: 0,
             first_cv: None,
             since_probe: 0,
             streak: 0,
@@ -857,7 +855,6 @@ impl Algorithm for Gradient {
                 // time before its first answers, and reads low.)
                 self.first = (self.round.throughput() * self.noload.unwrap_or(0.0))
                     .max(self.round.max_in_flight as f64);
-                self.first_samples = self.round.samples;
                 self.unconfirmed = self.round;
                 self.first_cv = self.round.spread.bucketed_cv().zip(Some(window.limit));
                 self.round = Window::default();
@@ -1085,11 +1082,9 @@ impl Algorithm for Gradient {
                 // No more at once than when the first estimate was taken, and no queue
                 // beyond the noise: a reading of the same latency, averaged in (a hundred
                 // samples' mean is within 10%, and the short requests that end first bias
-                // it low).
-                let count = self.first_samples as f64;
-                self.noload = Some((noload * count + latency * samples) / (count + samples));
-                self.first_samples += window.samples;
+                // it low): the estimate is the mean of every round merged so far.
                 self.unconfirmed.merge(window);
+                self.noload = self.unconfirmed.mean_latency().map(|m| m.as_secs_f64());
             }
             if target < limit {
                 self.streak = 0;
@@ -1118,19 +1113,16 @@ impl Algorithm for Gradient {
                 // No queue (the latency at most the knee): grow, faster round after round
                 // (until a round is queued beyond its noise), so that a server far above
                 // the limit is found in a few rounds.
-                if self.rising >= 2 {
-                    self.streak = self.streak.max(1);
-                }
                 // Under half the limit the last probe began at, and no queue at all (the
                 // no-load latency, within the noise) with every slot busy: a probe, or a
                 // cut since, found less capacity, and it has come back. As sure as a
                 // second round with no queue: half the limit at once, not √ of it damped
                 // (the server ran that many before). (From the first rounds after the
                 // change, which still hold requests that queued before, the ramp took
-                // four rounds.)
+                // four rounds.) So is a rise in throughput read twice (`rising`).
                 let back = latency <= noload * (1.0 + noise)
                     && self.probed_from.is_some_and(|from| limit < 0.5 * from);
-                if back {
+                if self.rising >= 2 || back {
                     self.streak = self.streak.max(1);
                 }
                 if latency > knee && self.rising < 2 {
