@@ -216,6 +216,9 @@ pub struct Outcomes {
     /// wait is scaled by the slowdown in force when the request arrived, so that it reads
     /// in multiples of the service time of its day.
     pub queued_p99: f64,
+    /// Time from arrival to refusal of shed requests, p99, seconds (0 for a refusal at
+    /// once; a request that waited for a slot and was refused counts its wait).
+    pub refused_p99: f64,
     /// The limit's average over each second of the run (for a static limit, itself).
     pub limit_by_second: Vec<f64>,
     /// Goodput of each second of the run, as `goodput` counts it.
@@ -223,13 +226,35 @@ pub struct Outcomes {
 }
 
 /// An admission wait in front of the limit: [`CountLedger::set_max_waiting`] waiters,
-/// each for at most `max_wait` seconds (and never past its client's deadline).
+/// each for at most `max_wait` seconds (and never past its client's deadline), and, with
+/// a `target`, refused once the queue stands and a newer request takes its place
+/// ([`CountLedger::set_standing_queue`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Wait {
     /// How many may wait at once.
     pub max_waiting: usize,
     /// The longest a request waits for a slot, seconds.
     pub max_wait: f64,
+    /// The standing-queue rule's interval, seconds: after this long without emptying,
+    /// the queue stands (served newest first).
+    pub interval: f64,
+    /// How long a request waits, once the queue stands, before a newer one takes its
+    /// place, seconds; `None`: as long as `max_wait` (the queue is still served newest
+    /// first).
+    pub target: Option<f64>,
+}
+
+impl Wait {
+    /// `max_waiting` waiters for at most `max_wait` seconds, with the ledger's default
+    /// standing-queue rule (100 ms, 5 ms).
+    pub const fn new(max_waiting: usize, max_wait: f64) -> Self {
+        Self {
+            max_waiting,
+            max_wait,
+            interval: 0.100,
+            target: Some(0.005),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -358,8 +383,14 @@ fn run_inner(
     if let Some(wait) = wait {
         ledger.set_max_waiting(wait.max_waiting);
         ledger.set_wait_clock(clock);
+        let target = wait.target.unwrap_or(wait.max_wait);
+        ledger.set_standing_queue(
+            Duration::from_secs_f64(wait.interval),
+            Duration::from_secs_f64(target),
+        );
     }
-    let mut waiting: Vec<(Acquire, f64)> = Vec::new();
+    // Each waiter, with when it arrived and when its wait runs out.
+    let mut waiting: Vec<(Acquire, f64, f64)> = Vec::new();
     let adaptive = match limiter {
         Limiter::None => None,
         Limiter::Static(limit) => {
@@ -395,6 +426,8 @@ fn run_inner(
     }
 
     let (mut arrivals, mut shed) = (0u64, 0u64);
+    // How long each shed request (measured) took to be refused.
+    let mut refusals: Vec<f64> = Vec::new();
     let mut arrived_by_second = vec![0u64; seconds];
     let mut latencies = Vec::new();
     let mut queued = Vec::new();
@@ -474,7 +507,7 @@ fn run_inner(
                         Poll::Pending => {
                             let until = t + wait.max_wait.min(scenario.deadline);
                             events.push(Reverse((key(until), Event::WaitEnd)));
-                            waiting.push((acquire, t));
+                            waiting.push((acquire, t, until));
                             Poll::Pending
                         }
                         ready => ready,
@@ -486,6 +519,7 @@ fn run_inner(
                 Poll::Ready(Err(_)) => {
                     if measured {
                         shed += 1;
+                        refusals.push(0.0);
                     }
                 }
                 Poll::Pending => {}
@@ -532,24 +566,25 @@ fn run_inner(
         }
         // Waiters: served by the releases above, or out of time.
         if !waiting.is_empty() {
-            let max_wait = wait.map_or(0.0, |w| w.max_wait).min(scenario.deadline);
             let mut still = Vec::with_capacity(waiting.len());
-            for (mut acquire, arrived) in waiting.drain(..) {
+            for (mut acquire, arrived, until) in waiting.drain(..) {
                 match Pin::new(&mut acquire).poll(&mut Context::from_waker(Waker::noop())) {
                     Poll::Ready(Ok(permit)) => admit!(arrived, permit),
                     Poll::Ready(Err(_)) => {
                         if arrived >= warmup {
                             shed += 1;
+                            refusals.push(t - arrived);
                         }
                     }
-                    Poll::Pending if t >= arrived + max_wait - 1e-9 => {
+                    Poll::Pending if t >= until - 1e-9 => {
                         // Out of time: it stops waiting (and is refused).
                         drop(acquire);
                         if arrived >= warmup {
                             shed += 1;
+                            refusals.push(t - arrived);
                         }
                     }
-                    Poll::Pending => still.push((acquire, arrived)),
+                    Poll::Pending => still.push((acquire, arrived, until)),
                 }
             }
             waiting = still;
@@ -594,6 +629,7 @@ fn run_inner(
         p50: percentile(&mut latencies, 0.5),
         p99: percentile(&mut latencies, 0.99),
         queued_p99: percentile(&mut queued, 0.99) / scenario.service,
+        refused_p99: percentile(&mut refusals, 0.99),
         limit_by_second: limit_area,
         goodput_by_second: (0..seconds)
             .map(|s| answered_by_second[s] as f64 / possible[s].max(1.0))
@@ -865,18 +901,12 @@ mod tests {
             shed.goodput
         );
         assert!((shed.shed - 0.8).abs() < 0.01, "{}", shed.shed);
-        let wait = Wait {
-            max_waiting: 20,
-            max_wait: 0.1,
-        };
+        let wait = Wait::new(20, 0.1);
         let waited = run_waiting(&scenario, Limiter::Static(4), Some(wait), 5);
         assert!(waited.goodput > 0.99, "{}", waited.goodput);
         assert_eq!(waited.shed, 0.0);
         // Beyond `max_waiting`, shed at once: 4 admitted, 8 waiting, 8 shed.
-        let fewer = Wait {
-            max_waiting: 8,
-            max_wait: 0.1,
-        };
+        let fewer = Wait::new(8, 0.1);
         let some = run_waiting(&scenario, Limiter::Static(4), Some(fewer), 5);
         assert!((some.goodput - 0.6).abs() < 0.01, "{}", some.goodput);
     }

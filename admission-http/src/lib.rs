@@ -5,6 +5,7 @@
 //! | hold a permit until the response body ends (streams, downloads, SSE, gRPC) | [`PermitBody`] |
 //! | charge request bodies against a byte budget, and refuse one too large | [`RequestMeter`], [`MeteredBody`], [`RequestCharge`] |
 //! | cut a body that arrives slower than a minimum rate, and hold of the budget only what it fills | [`MeteredBody::paced`], [`MinDataRate`] |
+//! | see a client hang up while its request waits, reading its body ahead (bounded) and giving it back intact | [`ReadAhead`], [`MeteredBody::replay`] |
 //! | answer a refused request (503 / 429 / 413 + `Retry-After`, optionally jittered) | [`Refusals`], [`Rejection`] |
 //! | key a per-client limit by a header or the peer address, without allocating | [`key::header`], [`key::peer_ip`] |
 //!
@@ -62,6 +63,7 @@
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod ahead;
 mod body;
 pub mod class;
 pub mod key;
@@ -69,6 +71,7 @@ mod meter;
 mod pace;
 mod refusal;
 
+pub use ahead::{ReadAhead, ReadFrames};
 pub use body::PermitBody;
 pub use meter::{
     BodyRefused, BoxError, MeteredBody, MeteredRequest, Rejection, RequestCharge, RequestMeter,

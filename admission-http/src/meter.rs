@@ -13,6 +13,7 @@ use http::{HeaderMap, Request, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use crate::ahead::{self, ReadFrames, Replay};
 use crate::pace::{self, Pace};
 use crate::refusal::BodyError;
 use crate::{MinDataRate, Refusals};
@@ -652,15 +653,21 @@ pin_project! {
         // `None` unmetered. One pointer: every request's body is moved several times on
         // its way to the handler, and an unmetered one should cost next to nothing.
         meter: Option<Pin<Box<Meter<B>>>>,
+        // Frames read ahead of the reader (`replay`), given first.
+        replay: Option<Box<dyn Replay<B>>>,
     }
 
     impl<B> PinnedDrop for MeteredBody<B> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
+            // A body read ahead to its end has nothing left to read.
+            let ended = this.replay.as_ref().is_some_and(|replay| replay.ended());
             if let Some(meter) = this.meter.as_mut() {
                 let meter = meter.as_mut().project();
                 if let Some(keep) = meter.keep.take() {
-                    keep(this.inner, meter.charge);
+                    if !ended {
+                        keep(this.inner, meter.charge);
+                    }
                 }
             }
         }
@@ -705,6 +712,7 @@ impl<B> MeteredBody<B> {
                 pace: None,
                 keep: None,
             })),
+            replay: None,
         }
     }
 
@@ -797,6 +805,41 @@ impl<B> MeteredBody<B> {
         self
     }
 
+    /// Gives the frames `read` ahead of this body ([`ReadAhead`]) first, as if they had
+    /// just arrived (metered and timed as they are given), then the rest of the body. The
+    /// reader sees the body it would have seen had nothing been read ahead.
+    ///
+    /// ```
+    /// use admission_core::ByteLedger;
+    /// use admission_http::{MeteredBody, ReadAhead, RequestCharge};
+    /// use http_body_util::BodyExt;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let mut ahead = ReadAhead::new(http_body_util::Full::new(bytes::Bytes::from("hello")), 1024);
+    /// let _ = ahead.poll_failed(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+    /// let (body, read) = ahead.split();
+    ///
+    /// let ledger = ByteLedger::new(100)?;
+    /// let charge = RequestCharge::new(ledger.try_charge(0)?);
+    /// let body = MeteredBody::new(body, charge.clone()).replay(read);
+    /// assert_eq!(ledger.in_flight(), 0, "charged as it is given, not as it was read");
+    /// assert_eq!(body.collect().await.unwrap().to_bytes(), "hello");
+    /// assert_eq!(charge.charged(), 5);
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// [`ReadAhead`]: crate::ReadAhead
+    pub fn replay(mut self, read: ReadFrames<B>) -> Self
+    where
+        B: Body + 'static,
+        B::Data: Send + Sync,
+    {
+        self.replay = Some(Box::new(read));
+        self
+    }
+
     /// Passes `inner` through uncharged and uncounted, for a server whose requests are
     /// metered only sometimes but whose handlers take one body type. It costs a few
     /// empty words beside the inner body, and a branch per frame.
@@ -812,6 +855,7 @@ impl<B> MeteredBody<B> {
         Self {
             inner: Some(inner),
             meter: None,
+            replay: None,
         }
     }
 
@@ -889,6 +933,29 @@ impl<B> MeteredBody<B> {
     }
 }
 
+/// What a poll of body `B` gives.
+type Polled<B> = Poll<Option<Result<Frame<<B as Body>::Data>, <B as Body>::Error>>>;
+
+/// The next frame of a body of which `replay` (if any) was read ahead: those frames first,
+/// then the body's own.
+#[inline]
+fn poll_source<B: Body>(
+    inner: Pin<&mut B>,
+    replay: &mut Option<Box<dyn Replay<B>>>,
+    cx: &mut Context<'_>,
+) -> Polled<B> {
+    if let Some(ahead) = replay {
+        if let Some(frame) = ahead.next() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        if ahead.ended() {
+            return Poll::Ready(None);
+        }
+        *replay = None;
+    }
+    inner.poll_frame(cx)
+}
+
 /// Hands an unfinished, unrefused body to its charge (see `MeteredBody::keep_unread`).
 fn hand_over<B: Body + Send + Unpin + 'static>(inner: Pin<&mut Option<B>>, charge: &RequestCharge) {
     let inner = inner.get_mut();
@@ -942,9 +1009,10 @@ where
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let mut this = self.project();
         let inner = this.inner.as_mut().as_pin_mut().expect(TAKEN);
+        let replay = this.replay;
         let Some(meter) = this.meter.as_mut() else {
             // Unmetered: the inner body, as it is.
-            return inner.poll_frame(cx).map_err(Into::into);
+            return poll_source(inner, replay, cx).map_err(Into::into);
         };
         let meter = meter.as_mut().project();
         let charge = &*meter.charge;
@@ -952,7 +1020,7 @@ where
             return Poll::Ready(None);
         }
         let Some(mut pace) = meter.pace.as_pin_mut() else {
-            return match inner.poll_frame(cx) {
+            return match poll_source(inner, replay, cx) {
                 Poll::Ready(Some(Ok(frame))) => match frame.data_ref() {
                     Some(data) => {
                         let seen = charge.saw(data.remaining() as u64);
@@ -967,7 +1035,7 @@ where
             };
         };
         let mut now = pace::now();
-        match inner.poll_frame(cx) {
+        match poll_source(inner, replay, cx) {
             Poll::Pending => {
                 pace.as_mut().waiting(now);
                 loop {
@@ -1005,14 +1073,24 @@ where
     }
 
     fn is_end_stream(&self) -> bool {
-        self.failed() || self.get_ref().is_end_stream()
+        if self.failed() {
+            return true;
+        }
+        match &self.replay {
+            Some(replay) if !replay.is_empty() => false,
+            Some(replay) if replay.ended() => true,
+            _ => self.get_ref().is_end_stream(),
+        }
     }
 
     fn size_hint(&self) -> SizeHint {
         if self.failed() {
-            SizeHint::with_exact(0)
-        } else {
-            self.get_ref().size_hint()
+            return SizeHint::with_exact(0);
+        }
+        let inner = self.get_ref().size_hint();
+        match &self.replay {
+            Some(replay) => ahead::size_hint(replay.remaining(), replay.ended(), inner),
+            None => inner,
         }
     }
 }

@@ -1,17 +1,22 @@
-//! Bursts against a server of fixed capacity, shed at once and with a bounded wait:
-//! `cargo run --release -p admission-tower --example bursts`.
+//! Bursts and sustained overload against a server of fixed capacity, shed at once and
+//! with a bounded wait: `cargo run --release -p admission-tower --example bursts`.
 //!
 //! A hyper server on 127.0.0.1 whose handler needs one of `WORKERS` slots (a semaphore)
 //! for `SERVICE` each: a capacity of 1,000 requests a second. In front, an
 //! `AdmissionLayer` with a count of `WORKERS` (the workers, no more), first shedding at
-//! once, then with a [`Wait`] of `MAX_WAITING` waiters for at most `MAX_WAIT`. The load:
-//! `BURST` requests at once every `PERIOD`, 2,000 a second on average, from hyper-util's
-//! pooled client, for `RUN` after a short warm-up.
+//! once, then with a [`Wait`] of `MAX_WAITING` waiters for at most `MAX_WAIT` (and the
+//! default standing-queue rule: once the queue has stood for 100 ms, a waiter that has
+//! waited 5 ms gives its place to a newer request). Two loads from hyper-util's pooled
+//! client, each for `RUN` after a short warm-up: `BURST` requests at once every `PERIOD`
+//! (2,000 a second on average), then 5,000 a second, evenly (5x the capacity).
 //!
 //! It prints goodput (answers against the capacity: the workers over the mean time each
-//! was held, which the timer's granularity makes a little over 10 ms) and the latency of
-//! the answered requests for both, and exits non-zero if the wait serves less than 85% of
-//! the capacity, or its p99 exceeds `MAX_WAIT` plus twice the service time.
+//! was held, which the timer's granularity makes a little over 10 ms), the latency of the
+//! answered requests and of the refusals, and exits non-zero if, under bursts, the wait
+//! serves less than 85% of the capacity or its p99 exceeds `MAX_WAIT` plus twice the
+//! service time; or if, under sustained overload, the wait's goodput falls more than 1%
+//! below shedding at once's, its p99 exceeds shedding's by more than twice the target,
+//! or it takes more than the target plus `SLACK` to refuse (p99).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -34,10 +39,16 @@ const WORKERS: usize = 10;
 const SERVICE: Duration = Duration::from_millis(10);
 const BURST: usize = 100;
 const PERIOD: Duration = Duration::from_millis(50);
+/// The sustained load: this many requests every millisecond (5x the capacity).
+const PER_MS: usize = 5;
 const WARM_UP: Duration = Duration::from_millis(500);
 const RUN: Duration = Duration::from_secs(3);
 const MAX_WAITING: usize = 100;
 const MAX_WAIT: Duration = Duration::from_millis(100);
+/// The standing-queue rule's target (the default).
+const TARGET: Duration = Duration::from_millis(5);
+/// What a refusal may take beyond the target, on the wire, on a loaded machine.
+const SLACK: Duration = Duration::from_millis(5);
 
 /// What one run measured.
 struct Figures {
@@ -47,9 +58,13 @@ struct Figures {
     shed: usize,
     p50: Duration,
     p99: Duration,
+    /// p99 of the time to a refusal.
+    refused_p99: Duration,
 }
 
-async fn run(layer: AdmissionLayer) -> Figures {
+/// `count` requests at once every `every`, for the warm-up and the run, against a server
+/// behind `layer`.
+async fn run(layer: AdmissionLayer, every: Duration, count: usize) -> Figures {
     let slots = Arc::new(Semaphore::new(WORKERS));
     // What each worker was held for, added up (µs), and how many: the timer's granularity
     // makes a 10 ms sleep last a little longer, and the capacity is what the workers did.
@@ -87,13 +102,12 @@ async fn run(layer: AdmissionLayer) -> Figures {
         .build_http();
     let uri: http::Uri = format!("http://{addr}/work").parse().expect("a uri");
     let started = Instant::now();
-    let end = WARM_UP + RUN;
-    let mut tick = tokio::time::interval(PERIOD);
+    let mut tick = tokio::time::interval(every);
     let mut requests = Vec::new();
-    while started.elapsed() < end {
+    while started.elapsed() < WARM_UP + RUN {
         tick.tick().await;
         let measured = started.elapsed() >= WARM_UP;
-        for _ in 0..BURST {
+        for _ in 0..count {
             let (client, uri) = (client.clone(), uri.clone());
             requests.push(tokio::spawn(async move {
                 let sent = Instant::now();
@@ -105,95 +119,141 @@ async fn run(layer: AdmissionLayer) -> Figures {
             }));
         }
     }
-    let mut latencies = Vec::new();
-    let mut shed = 0;
+    let (mut answered, mut refused) = (Vec::new(), Vec::new());
     for request in requests {
         let (measured, status, latency) = request.await.expect("the request's task");
-        if !measured {
-            continue;
-        }
-        if status == StatusCode::OK {
-            latencies.push(latency);
-        } else {
-            shed += 1;
+        match (measured, status) {
+            (false, _) => {}
+            (true, StatusCode::OK) => answered.push(latency),
+            (true, _) => refused.push(latency),
         }
     }
     server.abort();
-    latencies.sort();
-    let at = |p: f64| latencies[((latencies.len() - 1) as f64 * p) as usize];
     let service =
         held.0.load(Ordering::Relaxed) as f64 / 1e6 / held.1.load(Ordering::Relaxed).max(1) as f64;
     let capacity = WORKERS as f64 / service * RUN.as_secs_f64();
     Figures {
         service,
-        goodput: latencies.len() as f64 / capacity,
-        shed,
-        p50: at(0.5),
-        p99: at(0.99),
+        goodput: answered.len() as f64 / capacity,
+        shed: refused.len(),
+        p50: percentile(&mut answered, 0.5),
+        p99: percentile(&mut answered, 0.99),
+        refused_p99: percentile(&mut refused, 0.99),
+    }
+}
+
+fn percentile(latencies: &mut [Duration], p: f64) -> Duration {
+    latencies.sort();
+    let at = ((latencies.len().max(1) - 1) as f64 * p) as usize;
+    latencies.get(at).copied().unwrap_or_default()
+}
+
+/// Prints each layer's figures, as a table.
+fn print(rows: &[(&str, &Figures)]) {
+    println!(
+        "  {:<34} {:>8} {:>7} {:>8} {:>8} {:>12} {:>9}",
+        "", "goodput", "shed", "p50", "p99", "refused p99", "service"
+    );
+    for (name, figures) in rows {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        println!(
+            "  {:<34} {:>7.1}% {:>7} {:>6.1}ms {:>6.1}ms {:>10.1}ms {:>7.2}ms",
+            name,
+            figures.goodput * 100.0,
+            figures.shed,
+            ms(figures.p50),
+            ms(figures.p99),
+            ms(figures.refused_p99),
+            figures.service * 1e3
+        );
     }
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    let shed_layer = || AdmissionLayer::builder().count(WORKERS).build();
+    let wait_layer = || {
+        let wait = Wait::new(MAX_WAITING, MAX_WAIT);
+        AdmissionLayer::builder().count(WORKERS).wait(wait).build()
+    };
+    let wait_name = format!("wait ({MAX_WAITING} waiters, {} ms)", MAX_WAIT.as_millis());
     println!(
-        "a server of {WORKERS} workers, {} ms each (about 1,000 requests a second); {BURST} requests at once every {} ms;",
-        SERVICE.as_millis(),
-        PERIOD.as_millis()
+        "a server of {WORKERS} workers, {} ms each (about 1,000 requests a second), the layer's count at {WORKERS};",
+        SERVICE.as_millis()
     );
     println!(
-        "the layer's count at {WORKERS}; measured for {} s after {} ms",
+        "each load measured for {} s after {} ms",
         RUN.as_secs(),
         WARM_UP.as_millis()
     );
-    let shed_layer = AdmissionLayer::builder()
-        .count(WORKERS)
-        .build()
-        .expect("a layer");
-    let wait_layer = AdmissionLayer::builder()
-        .count(WORKERS)
-        .wait(Wait::new(MAX_WAITING, MAX_WAIT))
-        .build()
-        .expect("a layer");
-    let shed = run(shed_layer).await;
-    let waited = run(wait_layer).await;
+    let mut missed = 0;
+    let mut check = |what: String, met: bool| {
+        println!("{what}: {}", if met { "MET" } else { "MISSED" });
+        missed += usize::from(!met);
+    };
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+
     println!();
     println!(
-        "  {:<34} {:>8} {:>8} {:>8} {:>8} {:>9}",
-        "", "goodput", "shed", "p50", "p99", "service"
+        "bursts: {BURST} requests at once every {} ms (2x the capacity)",
+        PERIOD.as_millis()
     );
-    for (name, figures) in [
-        ("shed at once".to_string(), &shed),
-        (
-            format!("wait ({MAX_WAITING} waiters, {} ms)", MAX_WAIT.as_millis()),
-            &waited,
-        ),
-    ] {
-        println!(
-            "  {:<34} {:>7.1}% {:>8} {:>6.1}ms {:>6.1}ms {:>7.2}ms",
-            name,
-            figures.goodput * 100.0,
-            figures.shed,
-            figures.p50.as_secs_f64() * 1e3,
-            figures.p99.as_secs_f64() * 1e3,
-            figures.service * 1e3
-        );
-    }
+    let shed = run(shed_layer().expect("a layer"), PERIOD, BURST).await;
+    let waited = run(wait_layer().expect("a layer"), PERIOD, BURST).await;
+    print(&[("shed at once", &shed), (&wait_name, &waited)]);
     let bound = MAX_WAIT + 2 * SERVICE;
+    check(
+        format!(
+            "the wait serves {:.1}% of capacity (want >= 85%)",
+            waited.goodput * 100.0
+        ),
+        waited.goodput >= 0.85,
+    );
+    check(
+        format!(
+            "its p99 is {:.1} ms (want <= {} ms, the longest wait plus twice the service time)",
+            ms(waited.p99),
+            bound.as_millis()
+        ),
+        waited.p99 <= bound,
+    );
+
     println!();
-    let goodput_ok = waited.goodput >= 0.85;
-    let p99_ok = waited.p99 <= bound;
     println!(
-        "the wait serves {:.1}% of capacity (want >= 85%): {}",
-        waited.goodput * 100.0,
-        if goodput_ok { "MET" } else { "MISSED" }
+        "sustained: {} requests a second, evenly (5x the capacity)",
+        PER_MS * 1000
     );
-    println!(
-        "its p99 is {:.1} ms (want <= {} ms, the longest wait plus twice the service time): {}",
-        waited.p99.as_secs_f64() * 1e3,
-        bound.as_millis(),
-        if p99_ok { "MET" } else { "MISSED" }
+    let every = Duration::from_millis(1);
+    let shed = run(shed_layer().expect("a layer"), every, PER_MS).await;
+    let waited = run(wait_layer().expect("a layer"), every, PER_MS).await;
+    print(&[("shed at once", &shed), (&wait_name, &waited)]);
+    check(
+        format!(
+            "the wait's goodput is {:.1}% (want >= shedding at once's {:.1}% less 1%)",
+            waited.goodput * 100.0,
+            shed.goodput * 100.0
+        ),
+        waited.goodput >= shed.goodput - 0.01,
     );
-    if goodput_ok && p99_ok {
+    check(
+        format!(
+            "its p99 is {:.1} ms (want <= shedding at once's {:.1} ms + twice the {} ms target)",
+            ms(waited.p99),
+            ms(shed.p99),
+            TARGET.as_millis()
+        ),
+        waited.p99 <= shed.p99 + 2 * TARGET,
+    );
+    check(
+        format!(
+            "it refuses in {:.1} ms at p99 (want <= the {} ms target + {} ms)",
+            ms(waited.refused_p99),
+            TARGET.as_millis(),
+            SLACK.as_millis()
+        ),
+        waited.refused_p99 <= TARGET + SLACK,
+    );
+    if missed == 0 {
         std::process::ExitCode::SUCCESS
     } else {
         std::process::ExitCode::FAILURE

@@ -264,8 +264,9 @@ impl<G> AdmissionBuilder<G> {
     /// Lets a request that finds the count full wait for a slot, bounded, instead of being
     /// refused at once (off by default): see [`Wait`](crate::Wait). For traffic that comes
     /// in bursts, where a few milliseconds of waiting use capacity that shedding at once
-    /// would waste; under sustained overload it still sheds (beyond `max_waiting`, after
-    /// `max_wait`, and newest first once the queue stands). The timer is tokio's.
+    /// would waste; under sustained overload it still sheds (beyond `max_waiting`, and
+    /// once the queue stands, newest first, no waiter past 5 ms while newer requests
+    /// come). The timer is tokio's.
     ///
     /// ```
     /// use std::time::Duration;

@@ -145,6 +145,24 @@ impl<F> ResponseFuture<F> {
         }
     }
 
+    /// The answer to a request whose client went away while it waited or while its
+    /// handler ran: no one reads it (400, as a handler answers a body it cannot read).
+    #[cold]
+    pub(crate) fn gone() -> Self {
+        let mut response = Response::new(Bytes::new());
+        *response.status_mut() = http::StatusCode::BAD_REQUEST;
+        Self {
+            state: State::Cold {
+                cold: Box::new(Cold::Refused(Refusal {
+                    response: Some(response),
+                    drain: None,
+                    http1: false,
+                })),
+            },
+            permit: None,
+        }
+    }
+
     /// A refusal, sent once `drain` (if any) has read the request's body.
     pub(crate) fn refused<B>(
         response: Response<Bytes>,
@@ -185,7 +203,7 @@ where
                 self.as_mut().set(next);
             }
         }
-        let this = self.project();
+        let this = self.as_mut().project();
         match this.state.project() {
             // Nothing to hand over (a bypassed or uncounted request): the response as it
             // comes, its body wrapped, in one expression (no copy of the response kept
@@ -194,7 +212,17 @@ where
                 .poll(cx)
                 .map_ok(|response| response.map(ResponseBody::passed)),
             StateProj::Called { future } => match future.poll(cx) {
-                Poll::Pending => Poll::Pending,
+                Poll::Pending => {
+                    let gone = this.permit.as_ref().is_some_and(|p| p.client_gone(cx));
+                    if gone {
+                        // Its client went away while the handler ran: the handler's future
+                        // goes first (as a server drops it when it sees the hang-up),
+                        // then the permits it ran under; no one reads the answer.
+                        self.set(ResponseFuture::gone());
+                        return self.poll(cx);
+                    }
+                    Poll::Pending
+                }
                 Poll::Ready(Ok(response)) => {
                     let mut permit = this.permit.take();
                     if let Some((refused, late)) =

@@ -119,6 +119,7 @@ impl AdmissionLayer {
             #[cfg(feature = "tokio")]
             wait: None,
             waits: Default::default(),
+            gone: AtomicU64::new(0),
             gate,
         })
     }

@@ -163,12 +163,23 @@
 //! and a slow body holds of the byte budget only what it has sent plus what its own rate
 //! earns: see [`SlowClients`] for the rule and what it costs.
 //!
-//! A client that hangs up (or resets) before its request body is finished releases what
-//! it holds as soon as the server reads the end of the connection, whatever the handler
-//! did with the body: what the handler dropped unread is read on (and discarded) while
-//! the response lasts, so the hang-up is seen even while the response has nothing to
-//! send, and the response then ends. (This needs the request to hold a body charge: a
-//! byte budget, or the default [`SlowClients`] policy.)
+//! A client that goes away (hangs up, or resets) is let go in every state, its permits
+//! released as soon as the server sees it go, which the layer makes sure it does:
+//! - **waiting** for a slot ([`Wait`]): it leaves the queue and never reaches the
+//!   handler (the layer reads its body ahead while it waits, up to 64 KiB);
+//! - **its handler running**: if the handler dropped the body unfinished (an axum
+//!   handler without a body extractor), the layer reads on what is left (and discards
+//!   it), and on a hang-up drops the handler's future, as a server does when it sees
+//!   one; a handler that reads its body sees the error itself;
+//! - **its response under way**: what the handler left unread is read on while the
+//!   response lasts, so the hang-up is seen even while the response has nothing to send,
+//!   and the response then ends.
+//!
+//! What a gone client can still hold, and for how long: a waiting request that had sent
+//! more than 64 KiB of its body, or `Expect: 100-continue`, until its wait ends (at most
+//! `max_wait`); a handler that holds the body without reading it, until it returns; and
+//! on HTTP/1.1 a request whose client pipelined another request behind it, until the
+//! handler answers. Requests let go are counted in [`AdmissionSnapshot::gone`].
 //!
 //! Connections are the accept loop's, which a layer does not see. Serve through
 //! `AdmissionLayer::guard` (feature `axum`) or guard each accepted connection with

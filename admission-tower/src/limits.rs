@@ -169,6 +169,7 @@ impl AdmissionBuilder<Gate> {
         #[cfg(feature = "tokio")]
         if let Some(wait) = &self.wait {
             gate.count().set_max_waiting(wait.max_waiting);
+            gate.count().set_standing_queue(wait.interval, wait.target);
         }
         let keys = self.per_key.map(PerKey::into_policy);
         let count_only = gate.bytes().is_none()
@@ -201,6 +202,7 @@ impl AdmissionBuilder<Gate> {
             #[cfg(feature = "tokio")]
             wait: self.wait,
             waits: Default::default(),
+            gone: AtomicU64::new(0),
             gate,
         }))
     }

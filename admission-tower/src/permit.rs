@@ -1,5 +1,8 @@
 //! What an admitted request holds until its response body ends.
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::{Context, Poll};
 use std::time::Instant;
 
 use admission_core::adaptive::Outcome;
@@ -10,6 +13,7 @@ use http::{HeaderName, Response};
 use crate::SampleAt;
 use crate::future::LateRefusal;
 use crate::observe::Timer;
+use crate::shared::Shared;
 
 /// What an admitted request holds until its response body ends: its count permit, and
 /// its key's permit, body charge and adaptive sample where the layer has those. Two
@@ -57,6 +61,9 @@ struct Rest {
     late: Option<Box<LateRefusal>>,
     /// The adaptive limit's sample, while it is still to be recorded.
     sample: Option<Sample>,
+    /// The layer, to count the request if its client goes while the handler runs (with
+    /// a charge, which keeps what the handler leaves of the body: see `client_gone`).
+    watch: Option<Arc<Shared>>,
 }
 
 impl Drop for Rest {
@@ -109,6 +116,7 @@ impl AdmissionPermit {
         late: Option<LateRefusal>,
         timer: Timer,
         sample: Option<Sample>,
+        watch: Option<Arc<Shared>>,
     ) -> Self {
         let held = if keyed.is_some() || charge.is_some() || sample.is_some() {
             Held::Rest(Box::new(Rest {
@@ -117,6 +125,7 @@ impl AdmissionPermit {
                 charge,
                 late: late.map(Box::new),
                 sample,
+                watch,
             }))
         } else {
             Held::Count { _permit: count }
@@ -162,6 +171,27 @@ impl AdmissionPermit {
             Held::Rest(rest) => rest.charge.as_ref(),
             _ => None,
         }
+    }
+
+    /// Whether the request's client has gone while the handler runs: what the handler
+    /// dropped unread of the body (kept by its charge) is read on, and failed. Then the
+    /// request is counted as gone; the caller drops the handler's future, then this
+    /// permit. (The task is woken when more of the body comes.)
+    #[inline]
+    pub(crate) fn client_gone(&self, cx: &mut Context<'_>) -> bool {
+        let Held::Rest(rest) = &self.held else {
+            return false;
+        };
+        let gone = rest
+            .charge
+            .as_ref()
+            .is_some_and(|charge| charge.poll_unread(cx) == Poll::Ready(false));
+        if gone {
+            if let Some(shared) = &rest.watch {
+                shared.gone.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        gone
     }
 
     /// The service failed the request: an overload.

@@ -16,7 +16,13 @@ use crate::drain::{self, Drain, Plan};
 use crate::future::{LateRefusal, ResponseFuture};
 use crate::permit::{AdmissionPermit, Sample};
 use crate::shared::Shared;
+#[cfg(feature = "tokio")]
+use crate::shared::WaitEnd;
+#[cfg(feature = "tokio")]
+use crate::wait::READ_AHEAD;
 use crate::{AdmissionSnapshot, ResponseBody};
+#[cfg(feature = "tokio")]
+use admission_http::ReadAhead;
 
 /// Admission control in front of a service `S`; made by [`AdmissionLayer`].
 ///
@@ -172,6 +178,7 @@ where
     S: Clone + Send + 'static,
     S::Future: 'static,
     ReqBody: Body + Send + Unpin + 'static,
+    ReqBody::Data: Send + Sync,
     ResBody: Body,
     ResBody::Data: From<Bytes>,
 {
@@ -190,18 +197,16 @@ where
             // No limit, nothing to count: the request passes through.
             return ResponseFuture::unguarded(self.inner.call(request.map(MeteredBody::unmetered)));
         }
-        if shared.count_only
-            && (shared.slow.min_body_rate().is_none() || request.body().is_end_stream())
-        {
-            // The count alone decides: nothing of the head to read, no body to time, and
-            // the request is passed on whole.
+        if shared.count_only && request.body().is_end_stream() {
+            // The count alone decides: nothing of the head to read, no body to time or
+            // watch, and the request is passed on whole.
             return match shared.gate.count().try_acquire() {
                 Ok(count) => {
                     let timer = shared.observer.admitted(&shared.gate, None);
                     let sample = Sample::start(shared.sample_at);
                     ResponseFuture::admitted(
                         self.inner.call(request.map(MeteredBody::unmetered)),
-                        AdmissionPermit::new(count, None, None, None, timer, sample),
+                        AdmissionPermit::new(count, None, None, None, timer, sample, None),
                     )
                 }
                 Err(refused) => {
@@ -232,6 +237,7 @@ impl<S> Admission<S> {
         S: Clone + Send + 'static,
         S::Future: 'static,
         ReqBody: Body + Send + Unpin + 'static,
+        ReqBody::Data: Send + Sync,
     {
         let shared = &*self.shared;
         let (parts, body) = request.into_parts();
@@ -247,7 +253,9 @@ impl<S> Admission<S> {
             shared.slow.body_rate_for(&parts)
         };
         match shared.admit(&parts, priority, rate) {
-            Ok((permit, declared)) => self.start(parts, body, permit, declared, priority, rate),
+            Ok((permit, declared)) => {
+                self.start(parts, body, None, permit, declared, priority, rate)
+            }
             #[cfg(feature = "tokio")]
             Err(rejection) if self.waits(rejection) => {
                 self.wait_for_slot(parts, body, priority, rate)
@@ -257,11 +265,15 @@ impl<S> Admission<S> {
     }
 
     /// An admitted request, on its way to the inner service: its body metered (and timed)
-    /// as the policy says, its permits in the response future.
+    /// as the policy says, given first what was `read` of it while it waited, and kept if
+    /// the handler drops it unfinished (so that a client who goes is seen); its permits in
+    /// the response future.
+    #[allow(clippy::too_many_arguments)] // one call site each for waiting and not
     fn start<ReqBody, ResBody>(
         &mut self,
         parts: Parts,
         body: ReqBody,
+        read: Option<admission_http::ReadFrames<ReqBody>>,
         permit: admission_core::GatePermit,
         declared: u64,
         priority: Option<Priority>,
@@ -270,6 +282,7 @@ impl<S> Admission<S> {
     where
         S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
         ReqBody: Body + Send + Unpin + 'static,
+        ReqBody::Data: Send + Sync,
     {
         let shared = &*self.shared;
         let (count, bytes, keyed) = permit.into_parts();
@@ -297,12 +310,24 @@ impl<S> Admission<S> {
                     .keep_unread();
                 (body, Some(charge), Some(late))
             }
+            // Neither metered nor timed: a body still to come is kept if the handler drops
+            // it unfinished, and read on, so that a client who goes is seen.
+            (None, None) if !shared.dry_run && !body.is_end_stream() => {
+                let charge = RequestCharge::unmetered(&shared.refusals);
+                let body = MeteredBody::new(body, charge.clone()).keep_unread();
+                (body, Some(charge), None)
+            }
             (None, None) => (MeteredBody::unmetered(body), None, None),
+        };
+        let body = match read {
+            Some(read) => body.replay(read),
+            None => body,
         };
         let timer = shared.observer.admitted(&shared.gate, priority);
         let sample = Sample::start(shared.sample_at);
         let future = self.inner.call(Request::from_parts(parts, body));
-        let permit = AdmissionPermit::new(count, keyed, charge, late, timer, sample);
+        let watch = charge.is_some().then(|| self.shared.clone());
+        let permit = AdmissionPermit::new(count, keyed, charge, late, timer, sample, watch);
         ResponseFuture::admitted(future, permit)
     }
 
@@ -333,6 +358,7 @@ impl<S> Admission<S> {
         S: Clone + Send + 'static,
         S::Future: 'static,
         ReqBody: Body + Send + Unpin + 'static,
+        ReqBody::Data: Send + Sync,
     {
         let wait = self.shared.wait.as_ref().expect("a wait");
         let estimate = self
@@ -352,17 +378,31 @@ impl<S> Admission<S> {
             inner: ready,
             shared: self.shared.clone(),
         };
+        // The body is read ahead while the request waits, so that a client who goes is
+        // seen; not one whose client waits to be told to send it.
+        let limit = if expects_continue(&parts) {
+            0
+        } else {
+            READ_AHEAD
+        };
+        let mut ahead = ReadAhead::new(body, limit);
         ResponseFuture::waiting(Box::pin(async move {
             let shared = admission.shared.clone();
             let started = std::time::Instant::now();
-            let admitted = shared.admit_waiting(&parts, priority, rate, budget).await;
+            let admitted = shared
+                .admit_waiting(&parts, priority, rate, budget, &mut ahead)
+                .await;
             let waited = started.elapsed();
+            let (body, read) = ahead.split();
             match admitted {
                 Ok((permit, declared)) => {
                     shared.waited(waited);
-                    admission.start(parts, body, permit, declared, priority, rate)
+                    admission.start(parts, body, Some(read), permit, declared, priority, rate)
                 }
-                Err(rejection) => admission.refuse_after(parts, body, rejection, priority, waited),
+                Err(WaitEnd::Refused(rejection)) => {
+                    admission.refuse_after(parts, body, rejection, priority, waited)
+                }
+                Err(WaitEnd::Gone) => ResponseFuture::gone(),
             }
         }))
     }
@@ -422,6 +462,15 @@ impl<S> Admission<S> {
         };
         ResponseFuture::refused(response, drain, drain::is_http1(parts.version))
     }
+}
+
+/// Whether the request asks to be told to send its body (`Expect: 100-continue`).
+#[cfg(feature = "tokio")]
+fn expects_continue(parts: &Parts) -> bool {
+    parts
+        .headers
+        .get(http::header::EXPECT)
+        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"))
 }
 
 /// Whether `body` may carry more than the `charged` bytes its request declared: then the

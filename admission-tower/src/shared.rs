@@ -54,6 +54,12 @@ pub struct AdmissionSnapshot {
     /// The wait for a count slot ([`Wait`](crate::Wait)): how many wait now, and what
     /// came of those that waited.
     pub wait: WaitSnapshot,
+    /// Requests let go because their client went away while they waited for a slot or
+    /// while their handler ran (their body failed: a hang-up, a reset, or what is not a
+    /// body): never handed to the handler, or its future dropped, and their permits
+    /// released. (A client that goes while its response streams is not counted here: its
+    /// body's end releases the permits as any end does.)
+    pub gone: u64,
 }
 
 /// What came of the requests that found the count full, on a layer with a
@@ -112,6 +118,17 @@ pub(crate) struct Shared {
     pub(crate) wait: Option<crate::Wait>,
     /// What came of the waits: admitted, microseconds waited, timed out, deadline.
     pub(crate) waits: [AtomicU64; 4],
+    /// Requests let go because their client went away (see `AdmissionSnapshot::gone`).
+    pub(crate) gone: AtomicU64,
+}
+
+/// How a wait for a count slot ended, short of a slot.
+#[cfg(feature = "tokio")]
+pub(crate) enum WaitEnd {
+    /// Refused: by a dimension, or out of time (`Refused::Count`).
+    Refused(Rejection),
+    /// Its body failed while it waited: the client is gone.
+    Gone,
 }
 
 impl Shared {
@@ -175,24 +192,57 @@ impl Shared {
     }
 
     /// [`admit`](Self::admit), waiting for a count slot (see [`crate::Wait`]) for at most
-    /// `budget`: a refusal names what refused (a wait out of time is `Refused::Count`).
+    /// `budget` (or until a standing queue gives its place to a newer request), while
+    /// `ahead` reads the body to see its client go: a refusal names what refused (a wait
+    /// out of time is `Refused::Count`).
     #[cfg(feature = "tokio")]
-    pub(crate) async fn admit_waiting(
+    pub(crate) async fn admit_waiting<B>(
         &self,
         parts: &Parts,
         priority: Option<Priority>,
         rate: Option<MinDataRate>,
         budget: std::time::Duration,
-    ) -> Result<(GatePermit, u64), Rejection> {
+        ahead: &mut admission_http::ReadAhead<B>,
+    ) -> Result<(GatePermit, u64), WaitEnd>
+    where
+        B: http_body::Body + Unpin,
+    {
+        use std::task::Poll;
+        use tokio::time::Instant;
+
         let key = self.key_of(parts);
-        let (claim, declared) = self.claim_of(parts, priority, rate, key.as_ref())?;
-        match tokio::time::timeout(budget, self.gate.claim(claim)).await {
-            Ok(claimed) => Ok((claimed?, declared)),
-            Err(_) => {
-                self.waits[2].fetch_add(1, Ordering::Relaxed);
-                Err(Rejection::Refused(Refused::Count))
+        let (claim, declared) = self
+            .claim_of(parts, priority, rate, key.as_ref())
+            .map_err(WaitEnd::Refused)?;
+        let mut claim = std::pin::pin!(self.gate.claim(claim));
+        let mut timer = std::pin::pin!(tokio::time::sleep_until(Instant::now() + budget));
+        let mut queued = false;
+        std::future::poll_fn(|cx| {
+            // The client first: a request whose client is gone leaves the queue.
+            if ahead.poll_failed(cx).is_ready() {
+                self.gone.fetch_add(1, Ordering::Relaxed);
+                return Poll::Ready(Err(WaitEnd::Gone));
             }
-        }
+            match claim.as_mut().poll(cx) {
+                Poll::Ready(Ok(permit)) => return Poll::Ready(Ok((permit, declared))),
+                Poll::Ready(Err(refused)) => {
+                    if queued && refused == Refused::Count {
+                        // A standing queue gave its place to a newer request.
+                        self.waits[2].fetch_add(1, Ordering::Relaxed);
+                    }
+                    return Poll::Ready(Err(WaitEnd::Refused(refused.into())));
+                }
+                Poll::Pending => queued = true,
+            }
+            match timer.as_mut().poll(cx) {
+                Poll::Ready(()) => {
+                    self.waits[2].fetch_add(1, Ordering::Relaxed);
+                    Poll::Ready(Err(WaitEnd::Refused(Rejection::Refused(Refused::Count))))
+                }
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await
     }
 
     /// A request admitted after waiting `waited` for a count slot.
@@ -258,6 +308,7 @@ impl Shared {
                 timed_out: self.waits[2].load(Ordering::Relaxed),
                 deadline: self.waits[3].load(Ordering::Relaxed),
             },
+            gone: self.gone.load(Ordering::Relaxed),
         }
     }
 }

@@ -44,6 +44,12 @@ use http::request::Parts;
 /// idle between messages for as long as its call lives. A request without a body pays
 /// nothing.
 ///
+/// **A client that goes away holds nothing**, with this policy or without it: waiting
+/// for a slot, its handler running, or its response under way, the layer reads what no
+/// one else reads of its body so that the server sees it go, drops the handler's future
+/// if it is still running, and releases its permits (see the crate docs for the cases it
+/// cannot see, and for how long they hold).
+///
 /// ```
 /// use std::time::Duration;
 /// use admission_tower::{AdmissionLayer, SlowClients};

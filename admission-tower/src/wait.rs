@@ -20,11 +20,31 @@ use http::request::Parts;
 /// `RESOURCE_EXHAUSTED`, as any count refusal (the server is busy, not broken: the
 /// client's retry policy retries it, where a `DEADLINE_EXCEEDED` would not be retried).
 ///
-/// Waiters are served as slots free: the most important class first, within it the
-/// oldest, or the newest once the queue has been waited in for 100 ms without a break,
-/// so that under sustained overload waiting adds little to latency. Per-key refusals
-/// (429) and requests too large (413) never wait. A drain or close refuses every waiter
-/// at once.
+/// Waiters are served as slots free: the most important class first, within it the oldest.
+/// **Under sustained overload the wait sheds at once**, as Meta's adaptive LIFO with
+/// CoDel does: once the queue has been waited in for an interval without emptying (it
+/// *stands*; 100 ms by default), each class is served newest first and a waiter waits at
+/// most a short target (5 ms by default) instead of `max_wait`
+/// ([`standing_queue`](Self::standing_queue)). A burst that the slots absorb within the
+/// interval waits as long as `max_wait` lets it; a queue that stands adds at most the
+/// target to anyone's latency, admitted or refused. Per-key refusals (429) and requests
+/// too large (413) never wait. A drain or close refuses every waiter at once.
+///
+/// # A client that goes away
+///
+/// A waiting request whose client hangs up or resets leaves the queue at once, never
+/// reaches the handler, and holds nothing (counted in
+/// [`AdmissionSnapshot::gone`](crate::AdmissionSnapshot::gone)). The server sees the
+/// hang-up itself where nothing is left to read of the request (no body, or all of it
+/// read); for a body still to come, the layer reads it ahead while the request waits, up
+/// to 64 KiB (and at most one read of the server's buffer beyond), so that the hang-up is
+/// seen there too. The handler is given the body whole, every frame in order, as if
+/// nothing had been read ahead; what was read ahead is charged to the byte budget as the
+/// handler reads it. Not seen while waiting: a client that hangs up after sending more
+/// than 64 KiB of its body, and one that sent `Expect: 100-continue` (reading its body
+/// would ask it to send it). Such a request waits out its wait (at most `max_wait`, or
+/// the target once the queue stands), and is then refused, or admitted and let go as
+/// soon as its body is read and fails (see [`SlowClients`](crate::SlowClients)).
 ///
 /// # What waiting holds
 ///
@@ -32,12 +52,13 @@ use http::request::Parts;
 /// read of its body, which the server's connection settings bound (with hyper's
 /// defaults: on HTTP/1.1 the connection's read buffer, `max_buf_size`, about 400 KiB for
 /// the head and any body bytes read with it; on HTTP/2 the header list limit, 16 KiB,
-/// and the stream's flow-control window for body bytes the client sends ahead); its
+/// and the stream's flow-control window for body bytes the client sends ahead); what
+/// the layer read ahead of its body, at most 64 KiB and one read of that buffer; its
 /// key's permit, so it counts against its client's cap and one client cannot fill the
 /// queue; an entry in the count's queue; and its response future (the ready inner
 /// service and the request). Nothing of the byte budget: the body is charged once the
-/// request is admitted, and the slow-body clock starts then too. A refused request holds
-/// nothing.
+/// request is admitted (what was read ahead, as the handler reads it), and the slow-body
+/// clock starts then too. A refused request holds nothing.
 ///
 /// ```
 /// use std::time::Duration;
@@ -55,7 +76,14 @@ pub struct Wait {
     pub(crate) max_wait: Duration,
     pub(crate) deadline_header: Option<HeaderName>,
     pub(crate) service_time: Duration,
+    /// The standing-queue rule: after how long without emptying the queue stands, and
+    /// how long a waiter may wait then.
+    pub(crate) interval: Duration,
+    pub(crate) target: Duration,
 }
+
+/// How much of a waiting request's body the layer reads ahead to see its client go.
+pub(crate) const READ_AHEAD: u64 = 64 << 10;
 
 impl Wait {
     /// At most `max_waiting` requests wait at once, each for at most `max_wait`.
@@ -65,7 +93,32 @@ impl Wait {
             max_wait,
             deadline_header: None,
             service_time: Duration::ZERO,
+            interval: Duration::from_millis(100),
+            target: Duration::from_millis(5),
         }
+    }
+
+    /// The standing-queue rule (default 100 ms and 5 ms, Meta's CoDel settings): once
+    /// the queue has been waited in for `interval` without emptying, it stands, and a
+    /// request waits at most `target` (never more than `max_wait`). A longer interval lets
+    /// longer bursts wait their whole `max_wait`; a shorter target sheds sooner under
+    /// sustained overload.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_tower::{AdmissionLayer, Wait};
+    ///
+    /// let wait = Wait::new(64, Duration::from_millis(100))
+    ///     .standing_queue(Duration::from_millis(200), Duration::from_millis(10));
+    /// let layer = AdmissionLayer::builder().count(32).wait(wait).build()?;
+    /// let rule = layer.gate().count().standing_queue();
+    /// assert_eq!(rule, (Duration::from_millis(200), Duration::from_millis(10)));
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn standing_queue(mut self, interval: Duration, target: Duration) -> Self {
+        self.interval = interval;
+        self.target = target;
+        self
     }
 
     /// An HTTP header whose value is the client's remaining time in milliseconds (say

@@ -14,9 +14,8 @@ use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::service::TowerToHyperService;
 use support::{Seen, app, eventually, get, next_chunk, send, serve, text, with_header};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tower::Layer;
 
 /// A server behind `layer`; `/stream` holds its slot until `seen.end_streams()`.
@@ -231,19 +230,7 @@ async fn a_key_at_its_cap_never_waits() {
 async fn over_http2_a_waiting_stream_is_served() {
     let layer = wait(4, Duration::from_secs(5));
     let seen = Arc::new(Seen::default());
-    let service = layer.layer(app(seen.clone()));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            let service = TowerToHyperService::new(service.clone());
-            tokio::spawn(async move {
-                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
+    let addr = support::serve_on(layer.layer(app(seen.clone())), true).await;
     let stream = TcpStream::connect(addr).await.unwrap();
     let (mut sender, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))

@@ -271,3 +271,46 @@ fn two_waiters_and_two_releases_on_three_threads() {
         assert_eq!(ledger.in_flight(), 0);
     });
 }
+
+/// A standing queue (interval and target of zero) whose older waiter is refused by a newer
+/// one on another thread while the only permit is released on a third: the older is
+/// served or refused, never both, the newer is always served (nothing newer came to take
+/// its place), never above the capacity, and nothing stays held or queued. If the refusal
+/// took a share, or a refused waiter could still be handed the slot, the count would end
+/// above zero or the newer waiter would never be woken (a deadlock in the model).
+#[test]
+fn a_standing_queue_refuses_the_older_waiter_while_a_release_serves() {
+    loom::model(|| {
+        let ledger = CountLedger::new(1).unwrap();
+        ledger.set_max_waiting(2);
+        ledger.set_standing_queue(std::time::Duration::ZERO, std::time::Duration::ZERO);
+        let permit = ledger.try_acquire().unwrap();
+        let mut older = ledger.acquire();
+        assert!(
+            Pin::new(&mut older)
+                .poll(&mut Context::from_waker(Waker::noop()))
+                .is_pending()
+        );
+        let release = loom::thread::spawn(move || drop(permit));
+        let newer = {
+            let ledger = ledger.clone();
+            loom::thread::spawn(move || {
+                let permit = acquire_blocking(ledger.acquire()).expect("the newer is served");
+                assert_eq!(ledger.in_flight(), 1);
+                drop(permit);
+            })
+        };
+        match acquire_blocking(older) {
+            Ok(permit) => {
+                assert_eq!(ledger.in_flight(), 1);
+                drop(permit);
+            }
+            Err(refused) => assert_eq!(refused, Refused::Count),
+        }
+        release.join().unwrap();
+        newer.join().unwrap();
+        assert_eq!(ledger.in_flight(), 0);
+        assert_eq!(ledger.waiting(), 0);
+        assert_eq!(ledger.inner().hot.state.load(Ordering::Relaxed) & QUEUE, 0);
+    });
+}

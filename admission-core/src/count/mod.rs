@@ -178,8 +178,17 @@ struct Waiters {
     next_id: u64,
     /// The acquisitions waiting, in the order they came (see `wait`).
     queue: std::collections::VecDeque<wait::Waiter>,
-    /// When the queue last had no one waiting; `None` while it has been empty since.
+    /// Since when the queue has been waited in without a break (see `wait`): set when a
+    /// waiter finds it empty after a break, kept while it empties for less than the
+    /// interval.
     busy_since: Option<Instant>,
+    /// When the queue last emptied, while it is empty.
+    emptied_at: Option<Instant>,
+    /// The standing-queue rule (see `CountLedger::set_standing_queue`): how long the queue
+    /// must have been waited in without a break to stand, and how long a waiter may wait
+    /// once it does.
+    interval: Duration,
+    target: Duration,
 }
 
 impl Default for Waiters {
@@ -190,6 +199,9 @@ impl Default for Waiters {
             next_id: 0,
             queue: std::collections::VecDeque::new(),
             busy_since: None,
+            emptied_at: None,
+            interval: wait::INTERVAL,
+            target: wait::TARGET,
         }
     }
 }

@@ -21,6 +21,9 @@
 //! - A waiter dropped while queued leaves the queue under the lock; one dropped after its
 //!   grant, before it was polled, releases the permit it was given, which goes on to the
 //!   next waiter.
+//! - While the queue stands (see [`CountLedger::set_standing_queue`]), a new waiter
+//!   refuses, under the lock, the waiters it would be served before that have waited
+//!   longer than the target: they hold no share, so refusing them moves no count.
 //!
 //! Plain acquisitions do not look at `QUEUE`: a waiter of a class waits because its
 //! class's share is in flight, which refuses a new acquisition of that class just the
@@ -29,9 +32,14 @@
 use super::*;
 
 /// How long the queue must have been waited in without a break before it counts as
-/// standing: then the newest waiter of a class is served first (see
-/// [`CountLedger::acquire`]). CoDel's interval.
-pub(super) const STANDING: Duration = Duration::from_millis(100);
+/// standing, by default: then the newest waiter of a class is served first (see
+/// [`CountLedger::acquire`]), and a waiter that has waited [`TARGET`] gives way to a newer
+/// one. CoDel's interval, as Meta's adaptive LIFO sets it.
+pub(super) const INTERVAL: Duration = Duration::from_millis(100);
+
+/// How long a waiter may wait while the queue stands before a newer one takes its place,
+/// by default (CoDel's target).
+pub(super) const TARGET: Duration = Duration::from_millis(5);
 
 /// One acquisition in the queue.
 pub(super) struct Waiter {
@@ -39,6 +47,8 @@ pub(super) struct Waiter {
     priority: Option<Priority>,
     waker: Waker,
     state: State,
+    /// When it queued, on the ledger's clock.
+    since: Instant,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -58,12 +68,17 @@ impl Waiter {
 }
 
 impl Waiters {
+    /// Whether the queue stands at `now`: it has been waited in for the interval without
+    /// a break.
+    fn standing(&self, now: Instant) -> bool {
+        self.busy_since
+            .is_some_and(|since| now.saturating_duration_since(since) >= self.interval)
+    }
+
     /// The waiter to serve next: the most important class first; within it the oldest,
     /// or, while the queue stands, the newest.
     fn next(&self, now: Instant) -> Option<usize> {
-        let standing = self
-            .busy_since
-            .is_some_and(|since| now.saturating_duration_since(since) >= STANDING);
+        let standing = self.standing(now);
         let mut best: Option<usize> = None;
         for (at, waiter) in self.queue.iter().enumerate() {
             if waiter.state != State::Waiting {
@@ -125,11 +140,13 @@ impl CountInner {
         self.settle(control);
     }
 
-    /// Clears `QUEUE` (and the standing clock) if no one waits any more. Called with the
-    /// control lock held, by a thread holding a share.
+    /// Clears `QUEUE` (and starts the break in the standing clock) if no one waits any
+    /// more. Called with the control lock held, by a thread holding a share.
     fn settle(&self, control: &mut Waiters) {
         if control.waiting() == 0 {
-            control.busy_since = None;
+            if control.emptied_at.is_none() {
+                control.emptied_at = Some((control.clock)());
+            }
             // Relaxed: the bit is ordered by the lock for the waiters; a release's
             // exchange reads the latest word whatever the ordering.
             self.hot.state.fetch_and(!QUEUE, Ordering::Relaxed);
@@ -294,15 +311,38 @@ impl Future for Acquire {
             }
             let id = control.next_id;
             control.next_id += 1;
-            control.queue.push_back(Waiter {
+            let now = (control.clock)();
+            // An empty queue begins to be waited in, unless it emptied for less than the
+            // interval: a queue that stood still stands.
+            if let Some(emptied) = control.emptied_at.take() {
+                if now.saturating_duration_since(emptied) >= control.interval {
+                    control.busy_since = None;
+                }
+            }
+            let busy = *control.busy_since.get_or_insert(now);
+            let waiter = Waiter {
                 id,
                 priority: this.priority,
                 waker: cx.waker().clone(),
                 state: State::Waiting,
-            });
-            if control.busy_since.is_none() {
-                control.busy_since = Some((control.clock)());
+                since: now,
+            };
+            if now.saturating_duration_since(busy) >= control.interval {
+                // A standing queue: the waiters this one will be served before (its class
+                // and less important ones) that have waited the target are refused; a
+                // newer request takes their place.
+                let target = control.target;
+                for old in control.queue.iter_mut() {
+                    if old.state == State::Waiting
+                        && old.rank() >= waiter.rank()
+                        && now.saturating_duration_since(old.since) >= target
+                    {
+                        old.state = State::Refused(Refused::Count);
+                        wake.push(old.waker.clone());
+                    }
+                }
             }
+            control.queue.push_back(waiter);
             // Relaxed: see `settle`.
             inner.hot.state.fetch_or(QUEUE, Ordering::Relaxed);
             // A slot freed before `QUEUE` was set is taken now.
@@ -358,9 +398,10 @@ impl CountLedger {
     /// important class first (see [`acquire_as`](Self::acquire_as)), and within a class
     /// the oldest while the queue drains, the newest once it has been waited in for
     /// 100 ms without a break (a standing queue: under sustained overload the newest have
-    /// the best chance of being answered in time, and the oldest are left to their
-    /// timeout). The future has no timer: bound the wait with your runtime's timeout, and
-    /// drop it to stop waiting, at any point, leaving nothing behind.
+    /// the best chance of being answered in time), when a waiter that has waited 5 ms is
+    /// refused as a newer one comes (see [`set_standing_queue`](Self::set_standing_queue)).
+    /// The future has no timer: bound the wait with your runtime's timeout, and drop it to
+    /// stop waiting, at any point, leaving nothing behind.
     ///
     /// What a waiter holds: an entry in the ledger's queue (an id, its class and a
     /// waker), and nothing of the count until it is admitted.
@@ -418,6 +459,50 @@ impl CountLedger {
     pub fn max_waiting(&self) -> usize {
         // Relaxed: a setting.
         self.inner().cold.max_waiting.load(Ordering::Relaxed) as usize
+    }
+
+    /// Sets the standing-queue rule (by default 100 ms and 5 ms, the interval and target
+    /// of Meta's adaptive LIFO with CoDel). Once the queue has been waited in for
+    /// `interval` without a break, it stands: each class is served newest first, and a
+    /// waiter that has waited `target` is refused ([`Refused::Count`]) as soon as a newer
+    /// acquisition of its class or a more important one comes to wait, since that one
+    /// would be served first. A break is the queue staying empty for `interval`; until
+    /// then a queue that stood still stands.
+    ///
+    /// So under sustained overload, where new requests keep coming, no one waits much
+    /// longer than `target`, admitted or refused; after a burst, when no newer request
+    /// comes, the waiters keep their places until the caller's own timeout, and the slots
+    /// that free meanwhile go to them.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_core::CountLedger;
+    ///
+    /// let ledger = CountLedger::new(8)?;
+    /// ledger.set_standing_queue(Duration::from_millis(50), Duration::from_millis(2));
+    /// assert_eq!(ledger.standing_queue(), (Duration::from_millis(50), Duration::from_millis(2)));
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn set_standing_queue(&self, interval: Duration, target: Duration) {
+        let mut control = self.inner().cold.control.lock();
+        control.interval = interval;
+        control.target = target;
+    }
+
+    /// The standing-queue rule's interval and target (see
+    /// [`set_standing_queue`](Self::set_standing_queue)).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_core::CountLedger;
+    ///
+    /// let defaults = CountLedger::new(8)?.standing_queue();
+    /// assert_eq!(defaults, (Duration::from_millis(100), Duration::from_millis(5)));
+    /// # Ok::<(), admission_core::CapacityError>(())
+    /// ```
+    pub fn standing_queue(&self) -> (Duration, Duration) {
+        let control = self.inner().cold.control.lock();
+        (control.interval, control.target)
     }
 
     /// Sets the clock the standing-queue rule reads (by default `Instant::now`): for a

@@ -264,7 +264,7 @@ fn a_standing_queue_serves_the_newest_first() {
     let held = ledger.try_acquire().unwrap();
     let mut old = ledger.acquire();
     assert!(noop(&mut old).is_pending());
-    advance(wait::STANDING - Duration::from_millis(1));
+    advance(wait::INTERVAL - Duration::from_millis(1));
     let mut new = ledger.acquire();
     assert!(noop(&mut new).is_pending());
     // Not standing yet: the oldest.
@@ -291,6 +291,133 @@ fn a_standing_queue_serves_the_newest_first() {
     assert_eq!(ledger.waiting(), 0);
 }
 
+#[test]
+fn the_standing_queue_rule_is_meta_s_by_default_and_settable() {
+    let ledger = ledger(1, 4);
+    let ms = Duration::from_millis;
+    assert_eq!(ledger.standing_queue(), (ms(100), ms(5)));
+    ledger.set_standing_queue(ms(7), ms(2));
+    assert_eq!(ledger.standing_queue(), (ms(7), ms(2)));
+}
+
+/// Once the queue stands, a newer waiter refuses the waiters of its class (and less
+/// important ones) that have waited the target; it refuses none before the queue stands,
+/// none younger than the target, and none of a more important class.
+#[test]
+fn a_standing_queue_refuses_waiters_past_the_target_as_newer_ones_come() {
+    let ledger = ledger(1, 8);
+    ledger.set_wait_clock(virtual_now);
+    let ms = Duration::from_millis;
+    ledger.set_standing_queue(ms(40), ms(3));
+    let held = ledger.try_acquire().unwrap();
+    let mut first = ledger.acquire_as(Priority::DEFAULT);
+    assert!(noop(&mut first).is_pending());
+    advance(ms(39));
+    let mut second = ledger.acquire_as(Priority::DEFAULT);
+    assert!(noop(&mut second).is_pending());
+    assert!(
+        noop(&mut first).is_pending(),
+        "not standing yet: it keeps its place"
+    );
+    let mut critical = ledger.acquire_as(Priority::CRITICAL);
+    assert!(noop(&mut critical).is_pending());
+    advance(ms(2));
+    // Standing since 40 ms: `first` (41 ms) goes; `second` (2 ms) is younger than the
+    // target; `critical` is of a more important class.
+    let mut third = ledger.acquire_as(Priority::DEFAULT);
+    assert!(noop(&mut third).is_pending());
+    assert!(matches!(noop(&mut first), Poll::Ready(Err(Refused::Count))));
+    assert!(noop(&mut second).is_pending());
+    assert!(noop(&mut critical).is_pending());
+    advance(ms(3));
+    let mut sheddable = ledger.acquire_as(Priority::SHEDDABLE);
+    assert!(noop(&mut sheddable).is_pending());
+    assert!(
+        noop(&mut second).is_pending(),
+        "a less important one refuses nothing"
+    );
+    advance(ms(3));
+    let mut fourth = ledger.acquire_as(Priority::DEFAULT);
+    assert!(noop(&mut fourth).is_pending());
+    assert!(matches!(
+        noop(&mut second),
+        Poll::Ready(Err(Refused::Count))
+    ));
+    assert!(matches!(noop(&mut third), Poll::Ready(Err(Refused::Count))));
+    assert!(matches!(
+        noop(&mut sheddable),
+        Poll::Ready(Err(Refused::Count))
+    ));
+    assert!(noop(&mut critical).is_pending());
+    assert_eq!(ledger.waiting(), 2, "the critical one and the newest");
+    drop(held);
+    let served = noop(&mut critical);
+    assert!(
+        matches!(served, Poll::Ready(Ok(_))),
+        "the most important class first"
+    );
+    assert_eq!(ledger.in_flight(), 1);
+}
+
+/// A queue that empties for less than the interval still stands; one that stays empty
+/// for the interval begins again.
+#[test]
+fn a_queue_stands_until_it_has_stayed_empty_for_the_interval() {
+    let ledger = ledger(1, 8);
+    ledger.set_wait_clock(virtual_now);
+    let ms = Duration::from_millis;
+    ledger.set_standing_queue(ms(40), ms(3));
+    let held = ledger.try_acquire().unwrap();
+    let mut a = ledger.acquire();
+    assert!(noop(&mut a).is_pending());
+    advance(ms(50));
+    drop(a); // empty, standing
+    advance(ms(39));
+    let mut b = ledger.acquire();
+    assert!(noop(&mut b).is_pending());
+    advance(ms(3));
+    let mut c = ledger.acquire();
+    assert!(noop(&mut c).is_pending());
+    assert!(
+        matches!(noop(&mut b), Poll::Ready(Err(Refused::Count))),
+        "emptied for 39 ms: it still stood"
+    );
+    drop(c);
+    advance(ms(40));
+    let mut d = ledger.acquire();
+    assert!(noop(&mut d).is_pending());
+    advance(ms(39));
+    let mut e = ledger.acquire();
+    assert!(noop(&mut e).is_pending());
+    assert!(
+        noop(&mut d).is_pending(),
+        "emptied for 40 ms: it began again"
+    );
+    drop(held);
+}
+
+/// The interval set is the one the newest-first rule reads.
+#[test]
+fn a_shorter_interval_makes_the_queue_stand_sooner() {
+    let ledger = ledger(1, 4);
+    ledger.set_wait_clock(virtual_now);
+    // A target longer than the test: only the order is at stake.
+    ledger.set_standing_queue(Duration::from_millis(10), Duration::from_secs(1));
+    let held = ledger.try_acquire().unwrap();
+    let mut old = ledger.acquire();
+    assert!(noop(&mut old).is_pending());
+    advance(Duration::from_millis(10));
+    let mut new = ledger.acquire();
+    assert!(noop(&mut new).is_pending());
+    drop(held);
+    let newest = noop(&mut new);
+    assert!(
+        matches!(newest, Poll::Ready(Ok(_))),
+        "standing after 10 ms: the newest"
+    );
+    assert!(noop(&mut old).is_pending());
+}
+
 /// The ledger is freed once the last handle, permit and waiter are gone, in any order.
 #[test]
 fn waiters_keep_the_ledger_alive_and_free_it_with_the_last() {
@@ -315,6 +442,9 @@ fn waiters_keep_the_ledger_alive_and_free_it_with_the_last() {
 #[test]
 fn waiters_on_threads_are_each_served_once() {
     let ledger = ledger(2, 64);
+    // No waiter gives way to a newer one, however slowly the threads run (under Miri a
+    // wait can outlast the default rule's 100 ms and 5 ms).
+    ledger.set_standing_queue(Duration::from_secs(3600), Duration::from_secs(3600));
     let threads: Vec<_> = (0..8)
         .map(|_| {
             let ledger = ledger.clone();
