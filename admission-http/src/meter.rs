@@ -650,24 +650,21 @@ pin_project! {
         // `None` only once taken (`into_inner`, or handed to the charge on drop).
         #[pin]
         inner: Option<B>,
-        // `None` unmetered. One pointer: every request's body is moved several times on
-        // its way to the handler, and an unmetered one should cost next to nothing.
+        // `None` unmetered and not replayed. One pointer: every request's body is moved
+        // several times on its way to the handler, and an unmetered one should cost next
+        // to nothing.
         meter: Option<Pin<Box<Meter<B>>>>,
-        // Frames read ahead of the reader (`replay`), given first.
-        replay: Option<Box<dyn Replay<B>>>,
     }
 
     impl<B> PinnedDrop for MeteredBody<B> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
-            // A body read ahead to its end has nothing left to read.
-            let ended = this.replay.as_ref().is_some_and(|replay| replay.ended());
             if let Some(meter) = this.meter.as_mut() {
                 let meter = meter.as_mut().project();
-                if let Some(keep) = meter.keep.take() {
-                    if !ended {
-                        keep(this.inner, meter.charge);
-                    }
+                // A body read ahead to its end has nothing left to read.
+                let ended = meter.replay.as_ref().is_some_and(|replay| replay.ended());
+                if let (Some(keep), Some(charge), false) = (meter.keep.take(), meter.charge, ended) {
+                    keep(this.inner, charge);
                 }
             }
         }
@@ -675,10 +672,13 @@ pin_project! {
 }
 
 pin_project! {
-    /// What a metered body carries beside its inner body.
+    /// What a metered (or replayed) body carries beside its inner body.
     struct Meter<B> {
-        // The charge this body grows, with its counters.
-        charge: RequestCharge,
+        // The charge this body grows, with its counters; `None` for a body that is only
+        // replayed, not metered.
+        charge: Option<RequestCharge>,
+        // Frames read ahead of the reader (`replay`), given first.
+        replay: Option<Box<dyn Replay<B>>>,
         // Its timing, for a body held to a minimum data rate.
         #[pin]
         pace: Option<Pace>,
@@ -708,11 +708,11 @@ impl<B> MeteredBody<B> {
         Self {
             inner: Some(inner),
             meter: Some(Box::pin(Meter {
-                charge,
+                charge: Some(charge),
+                replay: None,
                 pace: None,
                 keep: None,
             })),
-            replay: None,
         }
     }
 
@@ -758,7 +758,7 @@ impl<B> MeteredBody<B> {
     ///
     /// [`Refused::TooSlow`]: admission_core::Refused::TooSlow
     pub fn paced(mut self, rate: MinDataRate, declared: Option<u64>) -> Self {
-        if let Some(meter) = self.meter.as_mut() {
+        if let Some(meter) = self.meter.as_mut().filter(|meter| meter.charge.is_some()) {
             let pace = Pace::new(rate, declared);
             meter.as_mut().project().pace.set(Some(pace));
         }
@@ -836,7 +836,15 @@ impl<B> MeteredBody<B> {
         B: Body + 'static,
         B::Data: Send + Sync,
     {
-        self.replay = Some(Box::new(read));
+        let meter = self.meter.get_or_insert_with(|| {
+            Box::pin(Meter {
+                charge: None,
+                replay: None,
+                pace: None,
+                keep: None,
+            })
+        });
+        *meter.as_mut().project().replay = Some(Box::new(read));
         self
     }
 
@@ -855,7 +863,6 @@ impl<B> MeteredBody<B> {
         Self {
             inner: Some(inner),
             meter: None,
-            replay: None,
         }
     }
 
@@ -875,6 +882,13 @@ impl<B> MeteredBody<B> {
             .map_or(0, |charge| charge.shared.seen.load(Ordering::Relaxed))
     }
 
+    /// What was read ahead of this body and is still to be given, if anything was.
+    fn replayed(&self) -> Option<&dyn Replay<B>> {
+        self.meter
+            .as_ref()
+            .and_then(|meter| meter.replay.as_deref())
+    }
+
     /// Whether the byte ledger refused this body: it then ends.
     fn failed(&self) -> bool {
         self.charge().is_some_and(|c| c.refused().is_some())
@@ -888,7 +902,7 @@ impl<B> MeteredBody<B> {
     /// assert!(MeteredBody::unmetered("body").charge().is_none());
     /// ```
     pub fn charge(&self) -> Option<&RequestCharge> {
-        self.meter.as_ref().map(|meter| &meter.charge)
+        self.meter.as_ref().and_then(|meter| meter.charge.as_ref())
     }
 
     /// The inner body.
@@ -1009,13 +1023,16 @@ where
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let mut this = self.project();
         let inner = this.inner.as_mut().as_pin_mut().expect(TAKEN);
-        let replay = this.replay;
         let Some(meter) = this.meter.as_mut() else {
             // Unmetered: the inner body, as it is.
-            return poll_source(inner, replay, cx).map_err(Into::into);
+            return inner.poll_frame(cx).map_err(Into::into);
         };
         let meter = meter.as_mut().project();
-        let charge = &*meter.charge;
+        let replay = meter.replay;
+        let Some(charge) = meter.charge.as_ref() else {
+            // Replayed, not metered.
+            return poll_source(inner, replay, cx).map_err(Into::into);
+        };
         if charge.refused().is_some() {
             return Poll::Ready(None);
         }
@@ -1076,7 +1093,7 @@ where
         if self.failed() {
             return true;
         }
-        match &self.replay {
+        match self.replayed() {
             Some(replay) if !replay.is_empty() => false,
             Some(replay) if replay.ended() => true,
             _ => self.get_ref().is_end_stream(),
@@ -1088,7 +1105,7 @@ where
             return SizeHint::with_exact(0);
         }
         let inner = self.get_ref().size_hint();
-        match &self.replay {
+        match self.replayed() {
             Some(replay) => ahead::size_hint(replay.remaining(), replay.ended(), inner),
             None => inner,
         }

@@ -145,16 +145,20 @@ impl<F> ResponseFuture<F> {
         }
     }
 
-    /// The answer to a request whose client went away while it waited or while its
-    /// handler ran: no one reads it (400, as a handler answers a body it cannot read).
+    /// The answer to a request whose client went away while it waited (see
+    /// [`gone_response`]).
     #[cold]
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn gone() -> Self {
-        let mut response = Response::new(Bytes::new());
-        *response.status_mut() = http::StatusCode::BAD_REQUEST;
+        Self::answered(Some(gone_response()))
+    }
+
+    /// A refusal's state: `response` still to send, or, `None`, sent.
+    fn answered(response: Option<Response<Bytes>>) -> Self {
         Self {
             state: State::Cold {
                 cold: Box::new(Cold::Refused(Refusal {
-                    response: Some(response),
+                    response,
                     drain: None,
                     http1: false,
                 })),
@@ -218,8 +222,8 @@ where
                         // Its client went away while the handler ran: the handler's future
                         // goes first (as a server drops it when it sees the hang-up),
                         // then the permits it ran under; no one reads the answer.
-                        self.set(ResponseFuture::gone());
-                        return self.poll(cx);
+                        self.set(ResponseFuture::answered(None));
+                        return Poll::Ready(Ok(gone_response().map(ResponseBody::refused)));
                     }
                     Poll::Pending
                 }
@@ -280,6 +284,15 @@ where
             }
         }
     }
+}
+
+/// The answer to a request whose client went away while it waited or while its handler
+/// ran: no one reads it (400, as a handler answers a body it cannot read).
+#[cold]
+fn gone_response() -> Response<Bytes> {
+    let mut response = Response::new(Bytes::new());
+    *response.status_mut() = http::StatusCode::BAD_REQUEST;
+    response
 }
 
 impl<F> std::fmt::Debug for ResponseFuture<F> {
