@@ -5,12 +5,13 @@
 
 use std::collections::HashMap;
 use std::hint::black_box;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use admission_bench::{ArcPermit, Floor, KeyedFloor};
 use admission_core::adaptive::{AdaptiveLimit, Gradient, Outcome};
-use admission_core::{ByteLedger, CountLedger, Gate, KeyedLedger, Priority};
+use admission_core::{ByteLedger, CountLedger, Gate, Key, KeyedLedger, Priority};
 use criterion::{Criterion, criterion_group, criterion_main};
 use dashmap::DashMap;
 use parking_lot::Mutex;
@@ -133,13 +134,14 @@ fn keyed(c: &mut Criterion) {
             assert!(floor.cycle(black_box(key)));
         })
     });
-    // The same with a faster hasher on both sides (the hasher is a type parameter of each).
-    let fast = KeyedLedger::with_hasher(CAPACITY, foldhash::fast::RandomState::default()).unwrap();
-    let _resident_fast: Vec<_> = (0..KEYS).map(|k| fast.try_acquire(&k).unwrap()).collect();
-    g.bench_function("admission_foldhash", |b| {
+    // Ours with SipHash (the standard library's `RandomState`), as a user who opts for it
+    // with `with_hasher` runs it; and the port with foldhash, ours's default.
+    let sip = KeyedLedger::with_hasher(CAPACITY, std::hash::RandomState::new()).unwrap();
+    let _resident_sip: Vec<_> = (0..KEYS).map(|k| sip.try_acquire(&k).unwrap()).collect();
+    g.bench_function("admission_siphash", |b| {
         b.iter(|| {
             key = (key + 1) % KEYS;
-            drop(black_box(fast.try_acquire(&key).unwrap()));
+            drop(black_box(sip.try_acquire(&key).unwrap()));
         })
     });
     let dash_fast: DashMap<u64, Arc<Semaphore>, foldhash::fast::RandomState> =
@@ -154,6 +156,42 @@ fn keyed(c: &mut Criterion) {
             drop(black_box(sem.try_acquire_owned().unwrap()));
         })
     });
+    // The layer's path: a `Key` made per request from a header value (an API key of 32
+    // bytes) or a peer address, on both sides.
+    let headers: Vec<[u8; 32]> = (0..KEYS)
+        .map(|k| {
+            let mut value = *b"k-000000000000000000000000000000";
+            value[2..22].copy_from_slice(format!("{k:020}").as_bytes());
+            value
+        })
+        .collect();
+    let header = |k: u64| Key::from_bytes(&headers[k as usize]);
+    let peer = |k: u64| Key::from(IpAddr::V4(Ipv4Addr::from(0x0a00_0000 + k as u32)));
+    for (name, key_of) in [
+        ("key_header", &header as &dyn Fn(u64) -> Key),
+        ("key_peer", &peer),
+    ] {
+        let ledger = KeyedLedger::new(CAPACITY).unwrap();
+        let _resident: Vec<_> = (0..KEYS)
+            .map(|k| ledger.try_acquire(&key_of(k)).unwrap())
+            .collect();
+        g.bench_function(format!("admission_{name}"), |b| {
+            b.iter(|| {
+                key = (key + 1) % KEYS;
+                drop(black_box(ledger.try_acquire(&key_of(key)).unwrap()));
+            })
+        });
+        let dash: DashMap<Key, Arc<Semaphore>> = (0..KEYS)
+            .map(|k| (key_of(k), Arc::new(Semaphore::new(CAPACITY))))
+            .collect();
+        g.bench_function(format!("dashmap_{name}"), |b| {
+            b.iter(|| {
+                key = (key + 1) % KEYS;
+                let sem = dash.get(&key_of(key)).unwrap().clone();
+                drop(black_box(sem.try_acquire_owned().unwrap()));
+            })
+        });
+    }
     // First-seen keys: each acquire creates the key's entry, each release removes it.
     let fresh = KeyedLedger::new(CAPACITY).unwrap();
     let mut next = 0_u64;

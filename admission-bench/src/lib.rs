@@ -107,7 +107,7 @@ impl Drop for ArcPermit {
 /// and lifetime correct can be cheaper.
 #[derive(Debug)]
 pub struct KeyedFloor {
-    hasher: std::collections::hash_map::RandomState,
+    hasher: admission_core::KeyState,
     /// Each key beside its counter, unpadded, as a real table would lay them out (a
     /// slot padded to a cache line makes the table 8x larger and the floor slower).
     slots: Box<[(u64, AtomicU64)]>,
@@ -117,7 +117,7 @@ pub struct KeyedFloor {
 impl KeyedFloor {
     /// A table holding `keys` (`0..keys`), each admitting up to `capacity` units.
     pub fn new(keys: u64, capacity: u64) -> Self {
-        let hasher = std::collections::hash_map::RandomState::new();
+        let hasher = admission_core::KeyState::new();
         // At most half full, so a probe ends within a slot or two.
         let len = (keys as usize * 2).next_power_of_two();
         let mut slots: Vec<Option<u64>> = vec![None; len];

@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::OnceLock;
 
 /// What kind of value a [`Key`] holds; part of its identity.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     /// The value's bytes, exactly.
     Exact,
@@ -24,8 +24,8 @@ enum Kind {
 /// Made from a request without allocating and without holding on to the request: a
 /// `HeaderValue` kept as a key would keep the buffer it points into (hyper reads a whole
 /// request head into one) alive for as long as the key has work in flight, and a `String`
-/// allocates on every request. A `Key` is 48 bytes, `Copy`, and hashes only the bytes it
-/// uses.
+/// allocates on every request. A `Key` is 48 bytes, `Copy`, and hashes only the 16-byte
+/// words its value fills (one for an address or a value of up to 14 bytes).
 ///
 /// A longer value is held as a 128-bit digest keyed by a per-process random secret (two
 /// independently keyed SipHash instances of the standard library's `RandomState`): two
@@ -143,7 +143,9 @@ fn digest_keys() -> &'static (std::hash::RandomState, std::hash::RandomState) {
 
 impl PartialEq for Key {
     fn eq(&self, other: &Self) -> bool {
-        self.kind == other.kind && self.used() == other.used()
+        // The bytes past `len` are zero (`with`), so the whole arrays compare as the bytes
+        // used do, in a compare of fixed size.
+        self.kind == other.kind && self.len == other.len && self.bytes == other.bytes
     }
 }
 
@@ -151,8 +153,24 @@ impl Eq for Key {}
 
 impl Hash for Key {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.kind.hash(state);
-        state.write(self.used());
+        // The kind, the length and the bytes used, in 16-byte words: as many as the length
+        // needs (an address, a short identifier: one), since the bytes past `len` are zero
+        // (`with`). Words, not a slice: a hasher takes a word in one step.
+        let word = |at: usize| {
+            let mut word = [0; 16];
+            word.copy_from_slice(&self.bytes[at..at + 16]);
+            u128::from_le_bytes(word)
+        };
+        let head = u128::from(self.kind as u8) << 8 | u128::from(self.len);
+        let mut first = [0; 16];
+        first[2..].copy_from_slice(&self.bytes[..14]);
+        state.write_u128(head | u128::from_le_bytes(first));
+        if self.len > 14 {
+            state.write_u128(word(14));
+        }
+        if self.len > 30 {
+            state.write_u128(word(30));
+        }
     }
 }
 
@@ -259,6 +277,36 @@ mod tests {
         assert_eq!(Key::from("192.0.2.7").ip(), None);
     }
 
+    /// Every byte used takes part in the hash, in whichever of its words it falls, and
+    /// the length does too (a value and the same with a zero byte more differ).
+    #[test]
+    fn every_byte_used_and_the_length_take_part_in_the_hash() {
+        let s = crate::KeyState::new();
+        // The kind too: an address and a value of the same bytes.
+        let v4 = Key::from(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)));
+        assert_ne!(s.hash_one(v4), s.hash_one(Key::from_bytes(&[10, 0, 0, 1])));
+        for len in [1, 13, 14, 15, 29, 30, 31, 45, Key::INLINE] {
+            let value = vec![b'v'; len];
+            for at in [0, len / 2, len - 1] {
+                let mut other = value.clone();
+                other[at] = b'w';
+                let (a, b) = (Key::from_bytes(&value), Key::from_bytes(&other));
+                assert_ne!(s.hash_one(a), s.hash_one(b), "length {len}, byte {at}");
+            }
+            let mut longer = value.clone();
+            longer.push(0);
+            if longer.len() <= Key::INLINE {
+                let (a, b) = (Key::from_bytes(&value), Key::from_bytes(&longer));
+                assert_ne!(a, b);
+                assert_ne!(
+                    s.hash_one(a),
+                    s.hash_one(b),
+                    "length {len} and one more zero"
+                );
+            }
+        }
+    }
+
     #[test]
     fn values_up_to_inline_are_exact_and_longer_ones_are_digests_that_still_differ() {
         let at = "a".repeat(Key::INLINE);
@@ -280,6 +328,7 @@ mod tests {
             "Key(127.0.0.1)"
         );
         assert_eq!(format!("{:?}", Key::from_bytes(&[0xff])), "Key([ff])");
+        assert_eq!(format!("{:?}", Key::MISSING), "Key(<missing>)");
         assert_eq!(std::mem::size_of::<Key>(), 48);
     }
 }

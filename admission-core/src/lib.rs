@@ -98,7 +98,7 @@ pub use bytes::{ByteLedger, BytePermit};
 pub use count::{Acquire, CountLedger, CountPermit, Drain};
 pub use gate::{Claim, Gate, GateBuilder, GatePermit, GateSnapshot};
 pub use key::Key;
-pub use keyed::{KeyedLedger, KeyedPermit, KeyedSnapshot};
+pub use keyed::{KeyHasher, KeyState, KeyedLedger, KeyedPermit, KeyedSnapshot};
 pub use priority::{ClassError, Classes, MAX_CLASSES, Priority};
 pub use refused::{CapacityError, Refused};
 pub use stats::Snapshot;

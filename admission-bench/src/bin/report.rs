@@ -27,8 +27,16 @@ fn main() -> ExitCode {
             print!("{}", admission_bench::report::table(&medians));
             // Instruction counts of the layer and of the keyed cycles, where valgrind and
             // the release builds of the loops are here (CI builds them before the report).
-            let instructions = callgrind(&target, "layer_loop", LAYER_VARIANTS, "per call");
-            callgrind(&target, "keyed_loop", KEYED_VARIANTS, "per cycle");
+            // Their variants' names are distinct: one map serves every target.
+            let layer = callgrind(&target, "layer_loop", LAYER_VARIANTS, "per call");
+            let keyed = callgrind(&target, "keyed_loop", KEYED_VARIANTS, "per cycle");
+            let instructions = match (layer, keyed) {
+                (Some(mut layer), Some(keyed)) => {
+                    layer.extend(keyed);
+                    Some(layer)
+                }
+                (layer, keyed) => layer.or(keyed),
+            };
             // The runs of the targets decided by a median of several (a missing or
             // unreadable one leaves those targets to the last run).
             let runs = admission_bench::report::read_runs(&criterion)

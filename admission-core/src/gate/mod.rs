@@ -1,6 +1,6 @@
 //! The gate: any combination of the three ledgers, admitted all-or-nothing.
 
-use std::collections::hash_map::RandomState;
+use crate::KeyState;
 use std::hash::{BuildHasher, Hash};
 
 use crate::priority::MAX_CLASSES;
@@ -70,7 +70,7 @@ use crate::{
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]
-pub struct Gate<K = Key, S = RandomState> {
+pub struct Gate<K = Key, S = KeyState> {
     count: CountLedger,
     bytes: Option<ByteLedger>,
     keyed: Option<KeyedLedger<K, S>>,
@@ -86,7 +86,7 @@ impl<K, S> Clone for Gate<K, S> {
     }
 }
 
-impl<K: Hash + Eq + Clone> Gate<K, RandomState> {
+impl<K: Hash + Eq + Clone> Gate<K, KeyState> {
     /// A builder with every limit disabled: the gate it builds counts requests in
     /// flight and refuses nothing (until closed, or given a limit at run time).
     ///
@@ -99,10 +99,10 @@ impl<K: Hash + Eq + Clone> Gate<K, RandomState> {
     /// assert_eq!(gate.count().capacity(), 0, "unlimited");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn builder() -> GateBuilder<K, RandomState> {
+    pub fn builder() -> GateBuilder<K, KeyState> {
         GateBuilder {
             limits: Limits::default(),
-            hasher: RandomState::new(),
+            hasher: KeyState::new(),
             _key: std::marker::PhantomData,
         }
     }

@@ -1,11 +1,12 @@
 //! `GatePermit`: what one admission holds, released when dropped.
 
 use super::*;
+use crate::KeyState;
 
 /// What a [`Gate`] granted: one permit per configured dimension, all released on drop.
 #[must_use = "the admission is released as soon as it is dropped"]
 #[derive(Debug)]
-pub struct GatePermit<K = Key, S = RandomState> {
+pub struct GatePermit<K = Key, S = KeyState> {
     pub(super) count: CountPermit,
     pub(super) bytes: Option<BytePermit>,
     pub(super) keyed: Option<KeyedPermit<K, S>>,

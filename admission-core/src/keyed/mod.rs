@@ -56,7 +56,6 @@
 //! Each ordering's comment names what it pairs with; loom fails a model when any one of
 //! them is weakened (`loom_models.rs`).
 
-use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hash};
 
@@ -163,8 +162,9 @@ const MAX_KEYS: usize = KEYS as usize;
 /// unbounded, a new key writes nothing shared but its own slot (with a bound, each new
 /// key and each key's last release also count it in one shared word).
 ///
-/// The hasher is a type parameter as in `HashMap`; the default `RandomState` resists
-/// hash flooding, which matters when keys come from clients.
+/// The hasher is a type parameter as in `HashMap`; the default, [`KeyState`], is fast and
+/// randomly seeded, so that clients cannot aim their keys at one slot (see it for the
+/// choice, and for how to use SipHash instead).
 ///
 /// # Examples
 ///
@@ -182,7 +182,7 @@ const MAX_KEYS: usize = KEYS as usize;
 /// assert_eq!(ledger.keys(), 0, "entries go with their last permit");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct KeyedLedger<K, S = RandomState> {
+pub struct KeyedLedger<K, S = KeyState> {
     owner: Arc<Owner<KeyedInner<K, S>>>,
 }
 
@@ -215,7 +215,7 @@ struct KeyedInner<K, S> {
 /// number of such entries it brought the ledger to; or the refusal.
 type Acquired<K, S> = Result<(KeyedPermit<K, S>, Option<u64>), Refused>;
 
-impl<K: Hash + Eq + Clone> KeyedLedger<K, RandomState> {
+impl<K: Hash + Eq + Clone> KeyedLedger<K, KeyState> {
     /// A ledger admitting at most `cap` permits per key; 0 means unlimited per key.
     ///
     /// # Errors
@@ -233,7 +233,7 @@ impl<K: Hash + Eq + Clone> KeyedLedger<K, RandomState> {
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```
     pub fn new(cap: usize) -> Result<Self, CapacityError> {
-        Self::with_hasher(cap, RandomState::new())
+        Self::with_hasher(cap, KeyState::new())
     }
 }
 
@@ -253,7 +253,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
     /// # Examples
     ///
     /// ```
-    /// use std::collections::hash_map::RandomState;
+    /// use std::hash::RandomState; // SipHash, in place of the default `KeyState`
     /// use admission_core::KeyedLedger;
     ///
     /// let ledger = KeyedLedger::<String, _>::with_hasher(1, RandomState::new())?;
@@ -274,7 +274,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
     /// above [`MAX_KEYS`](Self::MAX_KEYS).
     ///
     /// ```
-    /// use std::collections::hash_map::RandomState;
+    /// use std::hash::RandomState;
     /// use admission_core::{KeyedLedger, Refused};
     ///
     /// let ledger = KeyedLedger::with_limits(4, 1, RandomState::new())?;
@@ -565,6 +565,7 @@ mod lock_count {
 }
 
 mod entry;
+mod hash;
 mod inner;
 mod locked;
 mod permit;
@@ -572,6 +573,7 @@ mod probe;
 mod readings;
 
 use entry::{BOXED, Entry, EntryPtr, LookAway, Shard, home, lower_away, window_bits};
+pub use hash::{KeyHasher, KeyState};
 use locked::Found;
 pub use permit::KeyedPermit;
 use probe::Fast;

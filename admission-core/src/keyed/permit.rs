@@ -1,5 +1,6 @@
 //! A key's permit, and its release: lock-free at home, under the lock away from it.
 
+use crate::KeyState;
 use std::fmt;
 use std::ptr::NonNull;
 
@@ -41,7 +42,7 @@ pub(super) fn usable<T>(table: &HashTable<T>) -> usize {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[must_use = "the permit is released as soon as it is dropped"]
-pub struct KeyedPermit<K, S = RandomState> {
+pub struct KeyedPermit<K, S = KeyState> {
     pub(super) inner: NonNull<KeyedInner<K, S>>,
     pub(super) entry: NonNull<Entry<K>>,
 }

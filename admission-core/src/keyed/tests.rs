@@ -1,6 +1,7 @@
 //! The keyed ledger's unit tests: its API, limits and lifetime.
 
 use super::*;
+use std::collections::hash_map::RandomState;
 
 /// The last permit and the last handle dropped on two threads at once, with no join
 /// between them: whichever drop is last frees the ledger, and every use by the other
