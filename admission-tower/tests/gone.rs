@@ -448,3 +448,102 @@ async fn a_standing_queue_refuses_a_waiter_past_the_target_when_a_newer_one_come
     eventually("the newer waits on", || layer.gate().count().waiting() == 1).await;
     assert_eq!(layer.snapshot().wait.timed_out, 1);
 }
+
+/// A request whose body fails while it waits is answered 400 (no one reads it), leaves
+/// the queue, and is counted as gone; its handler is never called.
+#[tokio::test]
+async fn a_body_that_fails_while_waiting_is_answered_400_and_counted_as_gone() {
+    use tower::ServiceExt;
+    type Body = http_body_util::Either<
+        Empty<Bytes>,
+        StreamBody<tokio_stream::wrappers::ReceiverStream<Result<Frame<Bytes>, std::io::Error>>>,
+    >;
+    let layer = waiting_layer();
+    let seen = Arc::new(Seen::default());
+    let called = seen.clone();
+    let service = layer.layer(tower::service_fn(
+        move |request: Request<MeteredBody<Body>>| {
+            called.started.fetch_add(1, Ordering::SeqCst);
+            async move {
+                if request.uri().path() == "/hold" {
+                    std::future::pending::<()>().await;
+                }
+                Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
+            }
+        },
+    ));
+    // The slot's holder: a handler that never answers.
+    let holder = tokio::spawn(
+        service.clone().oneshot(
+            Request::get("/hold")
+                .body(Body::Left(Empty::new()))
+                .unwrap(),
+        ),
+    );
+    eventually("held", || layer.gate().count().in_flight() == 1).await;
+    let (tx, rx) = mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(1);
+    let body = StreamBody::new(tokio_stream::wrappers::ReceiverStream::new(rx));
+    let request = Request::post("/echo").body(Body::Right(body)).unwrap();
+    let waiter = tokio::spawn(service.oneshot(request));
+    eventually("it waits", || layer.gate().count().waiting() == 1).await;
+    tx.send(Err(std::io::Error::other("connection reset")))
+        .await
+        .unwrap();
+    let response = tokio::time::timeout(SEEN_WITHIN, waiter)
+        .await
+        .expect("answered at once")
+        .unwrap()
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(layer.gate().count().waiting(), 0);
+    assert_eq!(layer.snapshot().gone, 1);
+    assert_eq!(seen.started.load(Ordering::SeqCst), 1, "only the holder's");
+    holder.abort();
+}
+
+/// A request that asked to be told to send its body (`Expect: 100-continue`) is not told
+/// while it waits: its body is not read ahead. Once admitted, it is.
+#[tokio::test]
+async fn a_waiting_request_that_expects_100_continue_is_not_told_to_send_its_body() {
+    use tokio::io::AsyncReadExt;
+    let layer = waiting_layer();
+    let (addr, seen) = serve(&layer, false).await;
+    let holder = Client::send(addr, "/hold", Shape::NoBody, false).await;
+    eventually("held", || seen.started.load(Ordering::SeqCst) == 1).await;
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let head =
+        "POST /echo HTTP/1.1\r\nhost: t\r\ncontent-length: 5\r\nexpect: 100-continue\r\n\r\n";
+    stream.write_all(head.as_bytes()).await.unwrap();
+    eventually("it waits", || layer.gate().count().waiting() == 1).await;
+    let mut buf = [0; 256];
+    let early = tokio::time::timeout(Duration::from_millis(300), stream.read(&mut buf)).await;
+    assert!(
+        early.is_err(),
+        "nothing is sent while it waits: no 100 Continue"
+    );
+    holder.go(false);
+    let n = tokio::time::timeout(SEEN_WITHIN, stream.read(&mut buf))
+        .await
+        .expect("told to send, once admitted")
+        .unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 100 Continue"),
+        "{:?}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    stream.write_all(b"hello").await.unwrap();
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"hello") {
+        let n = tokio::time::timeout(SEEN_WITHIN, stream.read(&mut buf))
+            .await
+            .expect("answered")
+            .unwrap();
+        assert_ne!(
+            n,
+            0,
+            "closed before the echo: {:?}",
+            String::from_utf8_lossy(&answer)
+        );
+        answer.extend_from_slice(&buf[..n]);
+    }
+}

@@ -82,6 +82,7 @@ async fn beyond_the_waiters_a_request_is_refused_at_once() {
     let refused = send(addr, get("/")).await;
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(refused.headers()["retry-after"], "1");
+    assert_eq!(layer.snapshot().wait.timed_out, 0, "it never waited");
     seen.end_streams();
 }
 
@@ -192,6 +193,11 @@ async fn a_drain_refuses_every_waiter_at_once() {
         .expect("refused at once")
         .unwrap();
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        layer.snapshot().wait.timed_out,
+        0,
+        "refused by the drain, not by time"
+    );
     seen.end_streams();
     drop(holder);
     tokio::time::timeout(Duration::from_secs(5), drain)
