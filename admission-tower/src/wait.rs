@@ -21,14 +21,17 @@ use http::request::Parts;
 /// client's retry policy retries it, where a `DEADLINE_EXCEEDED` would not be retried).
 ///
 /// Waiters are served as slots free: the most important class first, within it the oldest.
-/// **Under sustained overload the wait sheds at once**, as Meta's adaptive LIFO with
-/// CoDel does: once the queue has been waited in for an interval without emptying (it
-/// *stands*; 100 ms by default), each class is served newest first and a waiter waits at
-/// most a short target (5 ms by default) instead of `max_wait`
-/// ([`standing_queue`](Self::standing_queue)). A burst that the slots absorb within the
-/// interval waits as long as `max_wait` lets it; a queue that stands adds at most the
-/// target to anyone's latency, admitted or refused. Per-key refusals (429) and requests
-/// too large (413) never wait. A drain or close refuses every waiter at once.
+/// **Under sustained overload the wait sheds at once**, after Meta's adaptive LIFO with
+/// CoDel: once the queue has been waited in for an interval without emptying (it
+/// *stands*; 100 ms by default), each class is served newest first, and a waiter that has
+/// waited a short target (5 ms by default) is refused as soon as a newer request of its
+/// class (or a more important one) comes to wait, since that one would be served first
+/// ([`standing_queue`](Self::standing_queue)). Under sustained overload newer requests
+/// keep coming, so no one waits much past the target, admitted or refused (measured on a
+/// real server at 5x its capacity: refusals within 7 ms at p99, and 3 ms added to the
+/// admitted p99); after a burst no newer request comes, and its waiters keep their places
+/// for as long as `max_wait` lets them. Per-key refusals (429) and requests too large
+/// (413) never wait. A drain or close refuses every waiter at once.
 ///
 /// # A client that goes away
 ///
@@ -42,9 +45,9 @@ use http::request::Parts;
 /// nothing had been read ahead; what was read ahead is charged to the byte budget as the
 /// handler reads it. Not seen while waiting: a client that hangs up after sending more
 /// than 64 KiB of its body, and one that sent `Expect: 100-continue` (reading its body
-/// would ask it to send it). Such a request waits out its wait (at most `max_wait`, or
-/// the target once the queue stands), and is then refused, or admitted and let go as
-/// soon as its body is read and fails (see [`SlowClients`](crate::SlowClients)).
+/// would ask it to send it). Such a request waits out its wait (at most `max_wait`, less
+/// once the queue stands and newer requests come), and is then refused, or admitted and
+/// let go as soon as its body is read and fails (see [`SlowClients`](crate::SlowClients)).
 ///
 /// # What waiting holds
 ///
@@ -100,9 +103,9 @@ impl Wait {
 
     /// The standing-queue rule (default 100 ms and 5 ms, Meta's CoDel settings): once
     /// the queue has been waited in for `interval` without emptying, it stands, and a
-    /// request waits at most `target` (never more than `max_wait`). A longer interval lets
-    /// longer bursts wait their whole `max_wait`; a shorter target sheds sooner under
-    /// sustained overload.
+    /// request that has waited `target` gives its place to the next newer one (never
+    /// waiting more than `max_wait`). A longer interval lets longer bursts be served
+    /// first come, first served; a shorter target sheds sooner under sustained overload.
     ///
     /// ```
     /// use std::time::Duration;
