@@ -77,7 +77,8 @@ pub struct WaitSnapshot {
     pub admitted: u64,
     /// Their waits added up, in microseconds.
     pub waited_micros: u64,
-    /// Requests refused when their wait ran out (`max_wait`, or their client's deadline).
+    /// Requests refused when their wait ran out: `max_wait`, their client's deadline, or,
+    /// in a standing queue, the target once a newer request came.
     pub timed_out: u64,
     /// Requests refused at once because their client's deadline left no time to wait
     /// and answer.
