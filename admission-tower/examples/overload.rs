@@ -1,14 +1,17 @@
 //! A real server under a real overload: `cargo run --release -p admission-tower --example overload`.
 //!
-//! A hyper server on 127.0.0.1 behind `AdmissionLayer` (count limit, byte budget with a
+//! A server on 127.0.0.1 (`AdmissionLayer::serve`) behind `AdmissionLayer` (count limit, byte budget with a
 //! maximum request, a per-key cap, priority classes, `/health` bypassed) serves a
 //! streaming endpoint whose bodies take a while, an upload endpoint and a short
 //! `/checkout`. A burst of real clients, far above the limits, hits it: streams (some
 //! hang up mid-stream), large uploads, too-large uploads, one noisy key, critical
 //! checkouts, and liveness probes throughout; and, first, a wave of slow clients: uploads
 //! that trickle and downloads whose clients stop reading, which the layer's `SlowClients`
-//! policy cuts (with a 1 s grace period here, 5 s by default, so that the run stays
-//! short). Each request states its class in
+//! and `ConnectionLimits` cut (with a 1 s grace period here, 5 s by default, so that the
+//! run stays short), and connections that hold a place doing nothing (request heads
+//! trickled a byte at a time, connections that send nothing, idle keep-alive), which
+//! `AdmissionLayer::serve` closes at its head and idle bounds (2 s here; 30 s and 130 s
+//! by default). Each request states its class in
 //! `x-request-class` (critical, default, sheddable: 100%, 90% and 70% of the count
 //! limit). The server's handlers keep their own count of what they hold, independent of
 //! the ledgers. At the end two tables say what happened, and the process exits non-zero
@@ -28,8 +31,8 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use admission_tower::{
-    AdmissionLayer, Classes, Connections, MeteredBody, MinDataRate, PerKey, Priority, SlowClients,
-    class, key,
+    AdmissionLayer, Classes, ConnectionLimits, MeteredBody, MinDataRate, PerKey, Priority,
+    SlowClients, class, key,
 };
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -37,7 +40,6 @@ use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Either, Full};
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
-use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::mpsc;
@@ -70,6 +72,13 @@ const STALLED: usize = 4;
 const DOWNLOAD_CHUNKS: usize = 256;
 /// The policy's grace periods in this run (the defaults are 5 s).
 const GRACE: Duration = Duration::from_secs(1);
+/// The wave's connections that hold a place doing nothing: request heads trickled a
+/// byte every 200 ms, connections that send nothing, and keep-alive connections idle
+/// after one request; all closed at the head and idle bound.
+const HEAD_TRICKLERS: usize = 4;
+const SILENT: usize = 4;
+const KEPT_ALIVE: usize = 4;
+const CONNECTION_BOUND: Duration = Duration::from_secs(2);
 
 /// What the handlers hold, counted by the handlers themselves.
 #[derive(Default)]
@@ -213,29 +222,61 @@ async fn handle(
     Ok(Response::new(AppBody { chunks, stake }))
 }
 
-async fn serve(layer: AdmissionLayer, inside: Arc<Inside>, connections: Connections) -> SocketAddr {
+async fn serve(layer: AdmissionLayer, inside: Arc<Inside>) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind loopback");
     let addr = listener.local_addr().expect("local address");
     let app = tower::service_fn(move |req| handle(req, inside.clone()));
-    let service = layer.layer(app);
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            // Each connection held to the policy's connection bounds (`axum::serve` users
-            // get the same from `admission.guard(listener)`).
-            let Some(stream) = connections.admit(stream) else {
-                continue;
-            };
-            let service = TowerToHyperService::new(service.clone());
-            tokio::spawn(async move {
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
+    // Every connection held to the layer's `ConnectionLimits`.
+    tokio::spawn(layer.serve(listener, layer.layer(app)).into_future());
     addr
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Holder {
+    /// Sends a request head a byte every 200 ms.
+    Trickler,
+    /// Sends nothing.
+    Silent,
+    /// Sends one request, then nothing.
+    KeptAlive,
+}
+
+/// A connection that holds its place doing nothing: how long until the server closed
+/// it, if it did within 10 s.
+async fn hold_a_connection(addr: SocketAddr, how: Holder) -> Option<Duration> {
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    let mut buf = vec![0; 1024];
+    if let Holder::KeptAlive = how {
+        stream
+            .write_all(b"GET /health HTTP/1.1\r\nhost: demo\r\n\r\n")
+            .await
+            .ok()?;
+        let n = stream.read(&mut buf).await.ok()?;
+        if !buf[..n].starts_with(b"HTTP/1.1 200") {
+            return None;
+        }
+    }
+    let start = Instant::now();
+    let (mut read, mut write) = stream.into_split();
+    let trickle = tokio::spawn(async move {
+        if let Holder::Trickler = how {
+            for byte in b"GET /health HTTP/1.1\r\nhost: demo\r\nx-slow: a byte at a time\r\n\r\n" {
+                if write.write_all(&[*byte]).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+        std::future::pending::<()>().await;
+    });
+    let closed = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Ok(1..) = read.read(&mut buf).await {}
+    })
+    .await;
+    trickle.abort();
+    closed.ok().map(|()| start.elapsed())
 }
 
 /// How one client request ended.
@@ -456,16 +497,17 @@ async fn main() -> std::process::ExitCode {
             class::header(class::HEADER, Priority::DEFAULT),
         )
         .bypass(|req| matches!(req.uri.path(), "/" | "/health"))
-        .slow_clients(
-            SlowClients::default()
-                .with_min_body_rate(MinDataRate::new(240, GRACE))
-                .with_min_send_rate(Some(MinDataRate::new(240, GRACE))),
+        .slow_clients(SlowClients::default().with_min_body_rate(MinDataRate::new(240, GRACE)))
+        .connections(
+            ConnectionLimits::default()
+                .with_min_send_rate(Some(MinDataRate::new(240, GRACE)))
+                .with_head_within(Some(CONNECTION_BOUND))
+                .with_idle(Some(CONNECTION_BOUND)),
         )
         .build()
         .expect("valid limits");
     let inside = Arc::new(Inside::default());
-    let connections = layer.connections().clone();
-    let addr = serve(layer.clone(), inside.clone(), connections).await;
+    let addr = serve(layer.clone(), inside.clone()).await;
     println!("admission overload demo: server on http://{addr}");
     println!(
         "limits: {COUNT_LIMIT} in flight, {} KiB of request bodies (one request at most {} KiB), {PER_KEY} per client; /health bypassed",
@@ -484,8 +526,12 @@ async fn main() -> std::process::ExitCode {
     );
 
     println!(
-        "slow wave first: {TRICKLERS} uploads trickling a byte every 100 ms, {STALLED} clients reading none of a 16 MiB download (cut below 240 B/s after {} s)\n",
+        "slow wave first: {TRICKLERS} uploads trickling a byte every 100 ms, {STALLED} clients reading none of a 16 MiB download (cut below 240 B/s after {} s)",
         GRACE.as_secs()
+    );
+    println!(
+        "  and {HEAD_TRICKLERS} request heads trickling a byte every 200 ms, {SILENT} connections that send nothing, {KEPT_ALIVE} idle after one request (closed at {} s)\n",
+        CONNECTION_BOUND.as_secs()
     );
 
     let tally = Arc::new(Tally::default());
@@ -495,6 +541,12 @@ async fn main() -> std::process::ExitCode {
         .collect();
     let stalled: Vec<_> = (0..STALLED)
         .map(|i| tokio::spawn(stalled_reader(addr, format!("stalled-{i}"))))
+        .collect();
+    let holders: Vec<_> = [Holder::Trickler; HEAD_TRICKLERS]
+        .into_iter()
+        .chain([Holder::Silent; SILENT])
+        .chain([Holder::KeptAlive; KEPT_ALIVE])
+        .map(|how| tokio::spawn(hold_a_connection(addr, how)))
         .collect();
     // The slow wave holds its permits before the burst comes.
     while layer.gate().count().in_flight() < (TRICKLERS + STALLED) as u64
@@ -621,6 +673,12 @@ async fn main() -> std::process::ExitCode {
             cut_stalled.push(after);
         }
     }
+    let mut closed_holders = Vec::new();
+    for h in holders {
+        if let Ok(Some(after)) = h.await {
+            closed_holders.push(after);
+        }
+    }
     burst_over.store(true, Ordering::Relaxed);
     for c in checkouts {
         let _ = c.await;
@@ -634,7 +692,10 @@ async fn main() -> std::process::ExitCode {
             && s.gate.bytes.is_some_and(|b| b.in_flight == 0)
             && s.gate.keyed.is_some_and(|k| k.keys == 0)
     };
-    while !idle(&layer.snapshot()) && settle.elapsed() < Duration::from_secs(5) {
+    let connections = layer.connections();
+    while !(idle(&layer.snapshot()) && connections.open() == 0)
+        && settle.elapsed() < Duration::from_secs(5)
+    {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let snap = layer.snapshot();
@@ -697,6 +758,13 @@ async fn main() -> std::process::ExitCode {
         "  {:<34} {} / {STALLED} cut before the end of the download",
         "stalled readers cut",
         cut_stalled.len(),
+    );
+    let holders = HEAD_TRICKLERS + SILENT + KEPT_ALIVE;
+    println!(
+        "  {:<34} {} / {holders} closed, the last after {}",
+        "connections holding a place idle",
+        closed_holders.len(),
+        slowest(&closed_holders)
     );
     println!(
         "  {:<34} {}",
@@ -799,6 +867,18 @@ async fn main() -> std::process::ExitCode {
     }
     if cut_408.iter().any(|after| *after > GRACE * 3) {
         broken.push("a trickling upload held its permits past the grace period");
+    }
+    if closed_holders.len() != HEAD_TRICKLERS + SILENT + KEPT_ALIVE {
+        broken.push("a connection doing nothing was not closed");
+    }
+    if closed_holders
+        .iter()
+        .any(|after| *after > CONNECTION_BOUND + GRACE)
+    {
+        broken.push("a connection doing nothing held its place past its bound");
+    }
+    if connections.open() != 0 {
+        broken.push("a connection was left open at the end");
     }
     if cut_stalled.len() != STALLED {
         broken.push("a client that stopped reading was not cut");

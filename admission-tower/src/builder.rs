@@ -8,7 +8,7 @@ use http::request::Parts;
 
 use crate::observe;
 use crate::shared::{BypassFn, ClassifyFn, HookFn};
-use crate::{Adaptive, PerKey, RefusalEvent, SlowClients};
+use crate::{Adaptive, ConnectionLimits, PerKey, RefusalEvent, SlowClients};
 
 pub use crate::limits::{NewGate, SharedGate};
 
@@ -60,6 +60,7 @@ pub struct AdmissionBuilder<G = NewGate> {
     pub(crate) report: observe::Options,
     pub(crate) adaptive: Option<Adaptive>,
     pub(crate) slow: SlowClients,
+    pub(crate) connections: ConnectionLimits,
     #[cfg(feature = "tokio")]
     pub(crate) wait: Option<crate::Wait>,
 }
@@ -77,6 +78,7 @@ impl<G> AdmissionBuilder<G> {
             report: observe::Options::default(),
             adaptive: None,
             slow: SlowClients::default(),
+            connections: ConnectionLimits::default(),
             #[cfg(feature = "tokio")]
             wait: None,
         }
@@ -97,6 +99,7 @@ impl<G> AdmissionBuilder<G> {
             report: self.report,
             adaptive: self.adaptive,
             slow: self.slow,
+            connections: self.connections,
             #[cfg(feature = "tokio")]
             wait: self.wait,
         };
@@ -300,6 +303,23 @@ impl<G> AdmissionBuilder<G> {
         self
     }
 
+    /// What a connection may hold, and for how long (safe by default): see
+    /// [`ConnectionLimits`], held by the layer's `serve` (feature `serve`) and `guard`
+    /// (feature `axum`).
+    ///
+    /// ```
+    /// use admission_tower::{AdmissionLayer, ConnectionLimits};
+    ///
+    /// let limits = ConnectionLimits::default().with_max_connections(Some(10_000));
+    /// let layer = AdmissionLayer::builder().count(512).connections(limits).build()?;
+    /// assert_eq!(layer.connection_limits(), limits);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn connections(mut self, limits: ConnectionLimits) -> Self {
+        self.connections = limits;
+        self
+    }
+
     /// The layer's name where it reports: the `name` label of its metrics (feature
     /// `metrics`) and the `name` field of its events (feature `tracing`). Default:
     /// `admission`.
@@ -327,6 +347,7 @@ impl<G: fmt::Debug> fmt::Debug for AdmissionBuilder<G> {
             .field("dry_run", &self.dry_run)
             .field("adaptive", &self.adaptive)
             .field("slow_clients", &self.slow)
+            .field("connections", &self.connections)
             .finish_non_exhaustive()
     }
 }

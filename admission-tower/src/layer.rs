@@ -14,7 +14,7 @@ use crate::builder::{NewGate, SharedGate};
 use crate::drain::DrainLimits;
 use crate::observe::Observer;
 use crate::shared::Shared;
-use crate::{Admission, AdmissionBuilder, AdmissionSnapshot, SlowClients};
+use crate::{Admission, AdmissionBuilder, AdmissionSnapshot, ConnectionLimits, SlowClients};
 #[cfg(feature = "axum")]
 use crate::{Guarded, GuardedIo};
 
@@ -111,9 +111,10 @@ impl AdmissionLayer {
             adaptive: None,
             sample_at: None,
             slow: SlowClients::off(),
+            connection_limits: ConnectionLimits::off(),
             too_slow: AtomicU64::new(0),
             #[cfg(feature = "tokio")]
-            connections: Connections::new(SlowClients::off()),
+            connections: Connections::new(ConnectionLimits::off()),
             count_only: true,
             untracked: true,
             #[cfg(feature = "tokio")]
@@ -288,8 +289,21 @@ impl AdmissionLayer {
         self.shared.adaptive.as_ref()
     }
 
-    /// The connection bounds of the layer's [`SlowClients`] policy, shared by every
-    /// listener it guards (`guard`, feature `axum`): the cap, and the connections open now.
+    /// The layer's [`ConnectionLimits`] ([`AdmissionBuilder::connections`]).
+    ///
+    /// ```
+    /// use admission_tower::{AdmissionLayer, ConnectionLimits};
+    ///
+    /// let layer = AdmissionLayer::builder().count(8).build()?;
+    /// assert_eq!(layer.connection_limits(), ConnectionLimits::default());
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn connection_limits(&self) -> ConnectionLimits {
+        self.shared.connection_limits
+    }
+
+    /// The connections open under the layer's [`ConnectionLimits`], shared by
+    /// everything that serves or guards connections for it.
     ///
     /// ```
     /// use admission_tower::AdmissionLayer;
@@ -299,21 +313,23 @@ impl AdmissionLayer {
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub fn connections(&self) -> &Connections {
         &self.shared.connections
     }
 
-    /// Bounds the connections `listener` accepts for `axum::serve`, by the layer's
-    /// [`SlowClients`] policy: a cap on open connections (closed at once above it), a
-    /// time to the first byte (30 s by default), and a minimum rate at which a client
-    /// takes what the server writes (240 B/s after 5 s), so a client that stops reading
-    /// a streamed response is cut and releases its permits. `ConnectInfo` keeps working
-    /// (the listener is a `TapIo`, which axum's `ConnectInfo<SocketAddr>` accepts).
+    /// Bounds the connections `listener` accepts for `axum::serve`, as far as a listener
+    /// can, by the layer's [`ConnectionLimits`]: the caps (closed at once above them),
+    /// a time to the first byte (the head bound, 30 s by default), and the minimum rate
+    /// at which a client takes what the server writes (240 B/s after 5 s), so a client
+    /// that stops reading a streamed response is cut and releases its permits.
+    /// `ConnectInfo` keeps working (the listener is a `TapIo`, which axum's
+    /// `ConnectInfo<SocketAddr>` accepts).
     ///
-    /// What a listener cannot do: it sees bytes, not requests, so it cannot bound the
-    /// time to a complete request head, or idle time between requests. For those, serve
-    /// with hyper-util's builder and its `header_read_timeout` (with a timer), which
-    /// composes with [`Connections::admit`] in its accept loop.
+    /// Prefer `serve` (feature `serve`) where you can. A listener sees bytes, not
+    /// requests: through it, a client that sends its head one byte every 10 s keeps its
+    /// connection for ever, and so does an idle keep-alive connection, and h2 streams
+    /// are hyper's default (200 a connection). Those take a place under the caps each.
     ///
     /// ```no_run
     /// use std::net::SocketAddr;
@@ -332,9 +348,11 @@ impl AdmissionLayer {
     /// # }
     /// ```
     #[cfg(feature = "axum")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
     pub fn guard<L>(&self, listener: L) -> GuardedListener<L>
     where
         L: axum::serve::Listener,
+        L::Addr: crate::ClientAddress,
     {
         use axum::serve::ListenerExt;
         let keep: fn(&mut GuardedIo<L::Io>) = |_| {};

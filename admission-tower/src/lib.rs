@@ -17,8 +17,9 @@
 //! | shape refusals (`Retry-After`, jitter, body) | [`Refusals`] |
 //! | share one limit between servers (HTTP and gRPC, a layer and an interceptor) | [`AdmissionLayer::from_gate`] over clones of one [`Gate`] |
 //! | cut request bodies that trickle, so a slow client cannot pin a limit | [`SlowClients`] (on by default) |
-//! | cap connections, close silent ones, cut clients that stop reading | `AdmissionLayer::guard` for `axum::serve` (feature `axum`), [`Connections`] for hyper-util |
-//! | shut down gracefully | [`AdmissionLayer::drain`] (refuse new, finish admitted, then complete) |
+//! | serve with every connection bounded: caps (per client address too), heads, idle, h2 streams | `AdmissionLayer::serve` (feature `serve`) with [`ConnectionLimits`] |
+//! | keep `axum::serve`, with what a listener can bound | `AdmissionLayer::guard` (feature `axum`); [`Connections`] in an accept loop of your own |
+//! | shut down gracefully | `Serve::with_graceful_shutdown` (with a deadline), or [`AdmissionLayer::drain`] (refuse new, finish admitted, then complete) |
 //! | read what it is doing | [`AdmissionLayer::snapshot`], [`AdmissionBuilder::on_refusal`]; features `metrics` and `tracing` (below) |
 //! | roll a limit out safely | [`AdmissionBuilder::dry_run`] |
 //! | find the limit as the server's capacity moves | [`AdmissionBuilder::adaptive`] |
@@ -52,7 +53,8 @@
 //!     .route("/work", get(|| async { "done" }))
 //!     .layer(admission.clone());
 //!
-//! // Serve it as usual: `axum::serve(listener, app).await`. Here, one request in-process:
+//! // Serve it with every connection bounded: `admission.serve(listener, app).await`
+//! // (feature `serve`), or as usual with `axum::serve`. Here, one request in-process:
 //! let response = app
 //!     .clone()
 //!     .oneshot(Request::get("/work").header("x-api-key", "k1").body(Body::empty())?)
@@ -182,19 +184,23 @@
 //! handler answers. Requests let go are counted in [`AdmissionSnapshot::gone`].
 //!
 //! Connections are the accept loop's, which a layer does not see. Serve through
-//! `AdmissionLayer::guard` (feature `axum`) or guard each accepted connection with
-//! [`Connections::admit`] (hyper-util) to bound them by the same [`SlowClients`] policy: a
-//! cap on open connections, 30 s to the first byte, and a client that stops reading a
-//! streamed response (a socket that takes less than 240 B/s for 5 s while the server
-//! has bytes for it) is cut, its permits released. Without that, such a client holds
-//! its permits for as long as it keeps the connection open: the response body is simply
-//! not polled.
+//! `AdmissionLayer::serve` (feature `serve`) to hold each to the layer's
+//! [`ConnectionLimits`]: caps on open connections and per client address, checked
+//! before anything is read; 30 s from the accept to a complete request head, whatever
+//! the connection does first (a TLS handshake, the h2 preface, a head trickled in), and
+//! from the first byte of each later head; 130 s idle; h2 pings, 100 streams a
+//! connection and 32 KiB of headers; and a client that stops reading a streamed response
+//! (a socket that takes less than 240 B/s for 5 s while the server has bytes for it) is
+//! cut, its permits released. `AdmissionLayer::guard` (for `axum::serve`, feature `axum`)
+//! and [`Connections::admit`] (an accept loop of your own) hold the caps, the first byte
+//! and the send rate only: a listener sees bytes, not requests, so through them a head
+//! trickled a byte every 10 s, or an idle keep-alive connection, keeps its place for as
+//! long as it likes.
 //!
-//! What it does not bound: the time to a complete request head, or idle time between
-//! requests (a listener sees bytes, not requests: use hyper-util's
-//! `http1::Builder::header_read_timeout`), how long a request takes (compose
-//! `tower::timeout`), memory a handler allocates beyond the request body (charge it to a
-//! `ByteLedger` yourself), or anything across processes.
+//! What it does not bound: how long a request takes (compose `tower::timeout`), memory a
+//! handler allocates beyond the request body (charge it to a `ByteLedger` yourself), an
+//! upgraded connection (WebSocket) once upgraded (it keeps its place under the caps), or
+//! anything across processes.
 //!
 //! # Adaptive concurrency
 //!
@@ -221,7 +227,6 @@
 mod adaptive_limit;
 mod body;
 mod builder;
-#[cfg(feature = "tokio")]
 mod connection;
 mod drain;
 mod error;
@@ -231,6 +236,8 @@ mod limits;
 mod observe;
 mod per_key;
 mod permit;
+#[cfg(feature = "serve")]
+mod serve;
 mod service;
 mod shared;
 mod slow;
@@ -240,12 +247,13 @@ mod wait;
 pub use adaptive_limit::{Adaptive, SampleAt};
 pub use body::ResponseBody;
 pub use builder::{AdmissionBuilder, NewGate, SharedGate};
+pub use connection::ConnectionLimits;
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub use connection::Guarded;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
-pub use connection::{Connections, GuardedIo};
+pub use connection::{ClientAddress, Connections, GuardedIo};
 pub use error::BuildError;
 pub use future::ResponseFuture;
 pub use layer::AdmissionLayer;
@@ -253,6 +261,9 @@ pub use layer::AdmissionLayer;
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub use layer::GuardedListener;
 pub use per_key::{PerKey, Unkeyed};
+#[cfg(feature = "serve")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
+pub use serve::{Handshake, Listener, Plain, Serve, Shutdown};
 pub use service::Admission;
 pub use shared::{AdmissionSnapshot, RefusalEvent, WaitSnapshot};
 pub use slow::SlowClients;

@@ -193,9 +193,10 @@ impl AdmissionBuilder<Gate> {
             would_shed: AtomicU64::new(0),
             sample_at,
             slow: self.slow,
+            connection_limits: self.connections,
             too_slow: AtomicU64::new(0),
             #[cfg(feature = "tokio")]
-            connections: crate::Connections::new(self.slow),
+            connections: crate::Connections::new(self.connections),
             adaptive,
             count_only,
             untracked: false,

@@ -102,9 +102,10 @@ pub(crate) struct Shared {
     /// Where requests are sampled for it (`None` without one).
     pub(crate) sample_at: Option<SampleAt>,
     pub(crate) slow: SlowClients,
+    pub(crate) connection_limits: crate::ConnectionLimits,
     /// Request bodies cut for arriving slower than the minimum rate.
     pub(crate) too_slow: AtomicU64,
-    /// The connection bounds of `slow`, for listeners this layer guards.
+    /// The connection bounds, for what this layer serves or guards.
     #[cfg(feature = "tokio")]
     pub(crate) connections: crate::Connections,
     /// Nothing to read from the head: no byte or key dimension, no bypass, no classes.

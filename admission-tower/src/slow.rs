@@ -1,8 +1,6 @@
 //! `SlowClients`: what the layer does about clients that hold what they were admitted
 //! with without doing their part.
 
-use std::time::Duration;
-
 use admission_http::MinDataRate;
 use http::header::CONTENT_TYPE;
 use http::request::Parts;
@@ -73,18 +71,12 @@ use http::request::Parts;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlowClients {
     body_rate: Option<MinDataRate>,
-    pub(crate) first_byte: Option<Duration>,
-    pub(crate) send_rate: Option<MinDataRate>,
-    pub(crate) max_connections: usize,
 }
 
 impl Default for SlowClients {
     fn default() -> Self {
         Self {
             body_rate: Some(MinDataRate::default()),
-            first_byte: Some(Duration::from_secs(30)),
-            send_rate: Some(MinDataRate::default()),
-            max_connections: 0,
         }
     }
 }
@@ -99,12 +91,7 @@ impl SlowClients {
     /// assert_eq!(SlowClients::off().min_body_rate(), None);
     /// ```
     pub const fn off() -> Self {
-        Self {
-            body_rate: None,
-            first_byte: None,
-            send_rate: None,
-            max_connections: 0,
-        }
+        Self { body_rate: None }
     }
 
     /// Request bodies held to `rate`.
@@ -143,92 +130,6 @@ impl SlowClients {
     /// ```
     pub const fn min_body_rate(&self) -> Option<MinDataRate> {
         self.body_rate
-    }
-
-    /// For connections made through `AdmissionLayer::guard`:
-    /// a connection that sends nothing within `within` of being accepted is closed.
-    /// Default 30 s (Kestrel's request-headers timeout); `None` never closes one.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use admission_tower::SlowClients;
-    ///
-    /// let policy = SlowClients::default().with_first_byte_within(Some(Duration::from_secs(10)));
-    /// assert_eq!(policy.first_byte_within(), Some(Duration::from_secs(10)));
-    /// ```
-    pub const fn with_first_byte_within(mut self, within: Option<Duration>) -> Self {
-        self.first_byte = within;
-        self
-    }
-
-    /// How long a guarded connection may take to send its first byte.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use admission_tower::SlowClients;
-    ///
-    /// assert_eq!(SlowClients::default().first_byte_within(), Some(Duration::from_secs(30)));
-    /// ```
-    pub const fn first_byte_within(&self) -> Option<Duration> {
-        self.first_byte
-    }
-
-    /// For guarded connections: while the server has bytes it cannot write (the client
-    /// does not read), the client must take them at `rate`, or the connection is closed.
-    /// Writes may wait on it for at most the grace period in all, earning back `1 / rate`
-    /// seconds a byte it takes (never more than the grace period: what it took fast
-    /// buys no long stall later), and all of it when a write is taken at once. Counted
-    /// only while a write waits, so an idle stream (server-sent events with heartbeats)
-    /// is never cut. Default 240 B/s after 5 s (Kestrel's minimum response data rate);
-    /// `None` lets a client stall forever.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use admission_http::MinDataRate;
-    /// use admission_tower::SlowClients;
-    ///
-    /// let policy = SlowClients::default().with_min_send_rate(None);
-    /// assert_eq!(policy.min_send_rate(), None);
-    /// ```
-    pub const fn with_min_send_rate(mut self, rate: Option<MinDataRate>) -> Self {
-        self.send_rate = rate;
-        self
-    }
-
-    /// The rate a guarded connection's client must read at while the server waits to
-    /// write.
-    ///
-    /// ```
-    /// use admission_tower::SlowClients;
-    ///
-    /// assert_eq!(SlowClients::default().min_send_rate().unwrap().bytes_per_second(), 240);
-    /// ```
-    pub const fn min_send_rate(&self) -> Option<MinDataRate> {
-        self.send_rate
-    }
-
-    /// For guarded connections: at most `max` open at once; a connection accepted above
-    /// it is closed at once. 0 (the default) sets no cap.
-    ///
-    /// ```
-    /// use admission_tower::SlowClients;
-    ///
-    /// assert_eq!(SlowClients::default().with_max_connections(1_000).max_connections(), 1_000);
-    /// ```
-    pub const fn with_max_connections(mut self, max: usize) -> Self {
-        self.max_connections = max;
-        self
-    }
-
-    /// The cap on open guarded connections (0: none).
-    ///
-    /// ```
-    /// use admission_tower::SlowClients;
-    ///
-    /// assert_eq!(SlowClients::default().max_connections(), 0);
-    /// ```
-    pub const fn max_connections(&self) -> usize {
-        self.max_connections
     }
 
     /// The rate this request's body is held to: none for a gRPC request.

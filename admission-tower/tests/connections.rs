@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
-use admission_tower::{AdmissionLayer, Connections, MinDataRate, SlowClients};
+use admission_tower::{AdmissionLayer, ConnectionLimits, Connections, MinDataRate};
 use bytes::Bytes;
 use http::StatusCode;
 use hyper_util::rt::TokioIo;
@@ -91,9 +91,9 @@ fn raise_open_files(want: u64) {
     }
 }
 
-fn policy() -> SlowClients {
-    SlowClients::default()
-        .with_first_byte_within(Some(Duration::from_secs(1)))
+fn policy() -> ConnectionLimits {
+    ConnectionLimits::default()
+        .with_head_within(Some(Duration::from_secs(1)))
         .with_min_send_rate(Some(MinDataRate::new(240, Duration::from_secs(1))))
 }
 
@@ -111,8 +111,7 @@ async fn connections_that_never_send_a_head_are_closed_and_leave_the_heap_as_it_
     let layer = AdmissionLayer::builder().count(64).build().unwrap();
     // A first-byte bound long enough for 2,000 connections to be made and accepted on a
     // busy machine before the first of them is closed.
-    let connections =
-        Connections::new(policy().with_first_byte_within(Some(Duration::from_secs(5))));
+    let connections = Connections::new(policy().with_head_within(Some(Duration::from_secs(5))));
     let (addr, _seen) = serve(&layer, connections.clone()).await;
     // Warm up: the runtime's and the server's one-time allocations.
     assert_eq!(send(addr, get("/")).await.status(), StatusCode::OK);
@@ -261,7 +260,7 @@ async fn an_idle_event_stream_with_heartbeats_is_not_cut() {
 #[tokio::test]
 async fn over_the_cap_a_connection_is_closed_at_once() {
     let layer = AdmissionLayer::builder().count(4).build().unwrap();
-    let connections = Connections::new(policy().with_max_connections(2));
+    let connections = Connections::new(policy().with_max_connections(Some(2)));
     let (addr, _seen) = serve(&layer, connections.clone()).await;
     let _a = TcpStream::connect(addr).await.unwrap();
     let _b = TcpStream::connect(addr).await.unwrap();
@@ -284,7 +283,7 @@ async fn axum_serve_through_the_guard_keeps_connect_info_for_a_peer_key() {
                 info.0.ip()
             }),
         ))
-        .slow_clients(policy().with_max_connections(4))
+        .connections(policy().with_max_connections(Some(4)))
         .build()
         .unwrap();
     let app = Router::new()
@@ -329,8 +328,7 @@ async fn a_request_head_bound_is_hyper_utils_and_composes_with_the_guard() {
     // stalls is past the first-byte bound. hyper's `header_read_timeout` (with a timer)
     // bounds the head, in the same accept loop.
     let layer = AdmissionLayer::builder().count(4).build().unwrap();
-    let connections =
-        Connections::new(policy().with_first_byte_within(Some(Duration::from_secs(30))));
+    let connections = Connections::new(policy().with_head_within(Some(Duration::from_secs(30))));
     let service = layer.layer(app(Arc::new(Seen::default())));
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -402,7 +400,7 @@ async fn a_client_that_reads_slowly_but_above_the_rate_is_not_cut() {
 
 #[test]
 fn a_guarded_connection_says_what_it_wraps() {
-    let connections = Connections::new(SlowClients::default());
+    let connections = Connections::new(ConnectionLimits::default());
     let guarded = connections.admit("io").unwrap();
     assert!(format!("{guarded:?}").starts_with("GuardedIo { io: \"io\""));
 }

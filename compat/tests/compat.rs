@@ -7,7 +7,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use admission_tower::{AdmissionLayer, SlowClients};
+use admission_tower::{AdmissionLayer, ConnectionLimits};
 use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::{BodyExt, Empty};
@@ -125,7 +125,7 @@ async fn raw_get(stream: &mut TcpStream) -> String {
 async fn axum_0_8_guarded_listener_closes_connections_over_the_cap() {
     let layer = AdmissionLayer::builder()
         .count(8)
-        .slow_clients(SlowClients::default().with_max_connections(1))
+        .connections(ConnectionLimits::default().with_max_connections(Some(1)))
         .build()
         .unwrap();
     let app = axum08::Router::new()
@@ -160,6 +160,84 @@ async fn axum_0_8_guarded_listener_closes_connections_over_the_cap() {
     }
     let mut third = TcpStream::connect(addr).await.unwrap();
     assert!(raw_get(&mut third).await.starts_with("HTTP/1.1 200"));
+}
+
+#[tokio::test]
+async fn axum_0_8_served_by_the_layer_with_connect_info() {
+    use axum08::extract::ConnectInfo;
+
+    let layer = count_of_one();
+    let app = axum08::Router::new()
+        .route(
+            "/peer",
+            axum08::routing::get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move {
+                peer.to_string()
+            }),
+        )
+        .layer(layer.clone());
+    let (listener, addr) = loopback().await;
+    tokio::spawn(layer.serve(listener, app).into_future());
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let local = stream.local_addr().unwrap().to_string();
+    stream
+        .write_all(b"GET /peer HTTP/1.1\r\nhost: a\r\n\r\n")
+        .await
+        .unwrap();
+    let answer = raw_get_answer(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with(&local), "{answer}");
+}
+
+/// Reads what comes on `stream` until the end of a short response.
+async fn raw_get_answer(stream: &mut TcpStream) -> String {
+    let mut buf = vec![0; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+        .await
+        .unwrap()
+        .unwrap();
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+/// tonic 0.14's routes, served by `AdmissionLayer::serve` (h2 prior knowledge, as tonic's
+/// client speaks), behind admission-grpc's refusals.
+#[tokio::test]
+async fn tonic_0_14_served_by_the_layer_sheds_as_resource_exhausted() {
+    use health014::pb::HealthCheckRequest;
+    use health014::pb::health_client::HealthClient;
+
+    let layer = AdmissionLayer::builder()
+        .count(1)
+        .refusals(admission_grpc::refusals())
+        .build()
+        .unwrap();
+    let (reporter, service) = health014::server::health_reporter();
+    reporter
+        .set_service_status("", health014::ServingStatus::Serving)
+        .await;
+    let routes = tonic014::service::Routes::new(service);
+    let (listener, addr) = loopback().await;
+    let served = layer.serve(listener, tower::Layer::layer(&layer, routes));
+    tokio::spawn(served.into_future());
+    let channel = tonic014::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client = HealthClient::new(channel);
+    let ask = || HealthCheckRequest {
+        service: String::new(),
+    };
+    let watch = client.watch(ask()).await.unwrap().into_inner();
+    in_flight(&layer, 1).await;
+    let refused = client.check(ask()).await.unwrap_err();
+    assert_eq!(
+        refused.code(),
+        tonic014::Code::ResourceExhausted,
+        "{refused:?}"
+    );
+    drop(watch);
+    in_flight(&layer, 0).await;
+    assert_eq!(client.check(ask()).await.unwrap().into_inner().status, 1);
 }
 
 /// A tonic server (health service) behind `$layer`, a count of one (and `$inner`, a layer

@@ -1,101 +1,32 @@
-//! Bounds on connections before any request exists: a cap on open connections, a time
-//! to the first byte, and a minimum rate at which a client takes what the server has
-//! to send. A listener sees connections and bytes, not where a request head ends or
-//! whether a request is in flight: that is what it can bound, and all it can.
+//! `GuardedIo`: a connection held to its first-byte and send-rate bounds, and to its
+//! places under the connection caps.
 
 use std::fmt;
 use std::future::Future as _;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use admission_core::{CountLedger, CountPermit};
+use admission_core::{CountPermit, KeyedPermit};
 use admission_http::MinDataRate;
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-use crate::SlowClients;
-
-/// The connection bounds of a [`SlowClients`] policy, and the count of open connections.
-#[derive(Debug, Clone)]
-pub struct Connections {
-    first_byte: Option<Duration>,
-    send_rate: Option<MinDataRate>,
-    open: CountLedger,
-}
-
-impl Connections {
-    /// The bounds of `policy`, with a ledger of its own for the connection cap.
-    ///
-    /// ```
-    /// use admission_tower::{Connections, SlowClients};
-    ///
-    /// let connections = Connections::new(SlowClients::default().with_max_connections(2));
-    /// let first = connections.admit(()).expect("under the cap");
-    /// let _second = connections.admit(()).expect("at the cap");
-    /// assert!(connections.admit(()).is_none(), "over it: close the connection");
-    /// drop(first);
-    /// assert_eq!(connections.open(), 1);
-    /// ```
-    pub fn new(policy: SlowClients) -> Self {
-        let open = CountLedger::new(policy.max_connections).unwrap_or_else(|_| {
-            CountLedger::new(CountLedger::MAX_CAPACITY).expect("the maximum fits")
-        });
-        Self {
-            first_byte: policy.first_byte,
-            send_rate: policy.send_rate,
-            open,
-        }
-    }
-
-    /// Connections open now.
-    ///
-    /// ```
-    /// use admission_tower::{Connections, SlowClients};
-    ///
-    /// assert_eq!(Connections::new(SlowClients::default()).open(), 0);
-    /// ```
-    pub fn open(&self) -> u64 {
-        self.open.in_flight()
-    }
-
-    /// Guards an accepted connection `io`, or `None` if the cap is reached: drop `io` to
-    /// close it.
-    ///
-    /// ```
-    /// use admission_tower::{Connections, SlowClients};
-    ///
-    /// let connections = Connections::new(SlowClients::default());
-    /// let guarded = connections.admit("an io").unwrap();
-    /// assert_eq!(*guarded.get_ref(), "an io");
-    /// assert_eq!(connections.open(), 1);
-    /// ```
-    pub fn admit<I>(&self, io: I) -> Option<GuardedIo<I>> {
-        let permit = self.open.try_acquire().ok()?;
-        let first_byte = self.first_byte.map(|within| Instant::now() + within);
-        Some(GuardedIo {
-            io,
-            _permit: permit,
-            first_byte,
-            send_rate: self.send_rate,
-            patience: self.send_rate.map_or(Duration::ZERO, |rate| rate.grace()),
-            since: None,
-            alarm: None,
-        })
-    }
-}
+/// A connection's places: under the cap on open connections and under its address's.
+pub(super) type Places = (CountPermit, Option<KeyedPermit<IpAddr>>);
 
 pin_project! {
-    /// A connection held to its [`Connections`] bounds: it errs with
+    /// A connection held to its [`Connections`](super::Connections) bounds: it errs with
     /// [`io::ErrorKind::TimedOut`] (and the server closes it) when it sent nothing in
     /// time, or when the client does not take what the server writes at the minimum
-    /// rate. It holds a place under the connection cap until dropped.
+    /// rate. It holds its places under the connection caps until dropped.
     pub struct GuardedIo<I> {
         #[pin]
         io: I,
-        _permit: CountPermit,
+        _places: Places,
         // Until the first byte is read: when the connection must have sent it.
         first_byte: Option<Instant>,
         send_rate: Option<MinDataRate>,
@@ -110,6 +41,23 @@ pin_project! {
 }
 
 impl<I> GuardedIo<I> {
+    pub(super) fn new(
+        io: I,
+        places: Places,
+        first_byte: Option<Instant>,
+        send_rate: Option<MinDataRate>,
+    ) -> Self {
+        Self {
+            io,
+            _places: places,
+            first_byte,
+            send_rate,
+            patience: send_rate.map_or(Duration::ZERO, |rate| rate.grace()),
+            since: None,
+            alarm: None,
+        }
+    }
+
     /// The connection.
     pub fn get_ref(&self) -> &I {
         &self.io
@@ -231,52 +179,3 @@ impl<I: AsyncWrite> AsyncWrite for GuardedIo<I> {
         self.poll_write(cx, first)
     }
 }
-
-#[cfg(feature = "axum")]
-mod listener {
-    use super::{Connections, GuardedIo};
-
-    /// An axum listener that guards every connection it accepts ([`Connections`]).
-    /// Made by `AdmissionLayer::guard`(crate::AdmissionLayer::guard).
-    #[derive(Debug)]
-    pub struct Guarded<L> {
-        listener: L,
-        connections: Connections,
-    }
-
-    impl<L> Guarded<L> {
-        pub(crate) fn new(listener: L, connections: Connections) -> Self {
-            Self {
-                listener,
-                connections,
-            }
-        }
-
-        /// The bounds and the open-connection count.
-        pub fn connections(&self) -> &Connections {
-            &self.connections
-        }
-    }
-
-    impl<L: axum::serve::Listener> axum::serve::Listener for Guarded<L> {
-        type Io = GuardedIo<L::Io>;
-        type Addr = L::Addr;
-
-        async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-            loop {
-                let (io, addr) = self.listener.accept().await;
-                // Over the cap the connection is closed at once: shed, never queue.
-                if let Some(io) = self.connections.admit(io) {
-                    return (io, addr);
-                }
-            }
-        }
-
-        fn local_addr(&self) -> std::io::Result<Self::Addr> {
-            self.listener.local_addr()
-        }
-    }
-}
-
-#[cfg(feature = "axum")]
-pub use listener::Guarded;

@@ -1,0 +1,219 @@
+//! `ConnectionLimits`: every bound on a connection, in one value.
+
+use std::time::Duration;
+
+use admission_http::MinDataRate;
+
+/// What a connection may hold, and for how long, before any request of it is admitted:
+/// one value, safe by default, set with [`AdmissionBuilder::connections`] and held by
+/// `AdmissionLayer::serve` (feature `serve`), which bounds all of it; or in part (the
+/// caps, the first byte within the head bound, the send rate) by `AdmissionLayer::guard`
+/// (feature `axum`) for `axum::serve`, and by `Connections::admit` in an accept loop of
+/// your own.
+///
+/// | Bound | What it stops | Default | Kestrel | nginx |
+/// |---|---|---|---|---|
+/// | [`max_connections`](Self::with_max_connections) | the process running out of sockets, tasks and buffers | none | `MaxConcurrentConnections` (none) | `worker_connections` |
+/// | [`max_per_address`](Self::with_max_per_address) | one client address taking every connection | none | — | `limit_conn` (none) |
+/// | [`head_within`](Self::with_head_within) | a request head trickled in (slowloris), a connection that never sends one, a stalled TLS handshake or h2 preface | 30 s | `RequestHeadersTimeout` 30 s | `client_header_timeout` 60 s |
+/// | [`idle`](Self::with_idle) | a connection kept open with nothing in flight | 130 s | `KeepAliveTimeout` 130 s | `keepalive_timeout` 75 s |
+/// | [`ping`](Self::with_ping) | an h2 peer that is gone without a word, its streams held | every 60 s, 20 s to answer | `KeepAlivePingDelay` (off), `KeepAlivePingTimeout` 20 s | — |
+/// | [`max_streams`](Self::with_max_streams) | one h2 connection opening streams without end (the excess is refused with `REFUSED_STREAM`, which clients retry) | 100 | `Http2.MaxStreamsPerConnection` 100 | `http2_max_concurrent_streams` 128 |
+/// | [`max_header_bytes`](Self::with_max_header_bytes) | a head of unbounded size (431 on HTTP/1.1; on h2 the stream is refused, and a CONTINUATION flood ends the connection) | 32 KiB | `MaxRequestHeadersTotalSize` 32 KiB | `large_client_header_buffers` 4 × 8 KiB |
+/// | [`min_send_rate`](Self::with_min_send_rate) | a client that stops reading a response, holding its request's permits | 240 B/s after 5 s | `MinResponseDataRate` 240 B/s, 5 s | `send_timeout` 60 s |
+///
+/// The head bound runs from the moment the connection is accepted to its first
+/// complete request head (whatever the connection does first counts: a handshake, the
+/// h2 preface, the head itself), and on HTTP/1.1 from the first byte of each later head
+/// to its end; the idle bound runs while the connection has no request in flight and
+/// (HTTP/1.1) no byte of a next head. An idle connection is closed gracefully (an h2
+/// `GOAWAY`), a head over its bound at once.
+///
+/// Not settable, and set to hyper's defences: an h2 client may have at most 20 streams
+/// it reset before the server took them and cause at most 1,024 resets by errors of its
+/// own, or the connection is ended (`ENHANCE_YOUR_CALM`): the "rapid reset" attack
+/// (CVE-2023-44487).
+///
+/// ```
+/// use std::time::Duration;
+/// use admission_tower::ConnectionLimits;
+///
+/// let limits = ConnectionLimits::default()
+///     .with_max_connections(Some(10_000))
+///     .with_max_per_address(Some(64))
+///     .with_head_within(Some(Duration::from_secs(10)));
+/// assert_eq!(limits.max_per_address(), Some(64));
+/// assert_eq!(limits.idle(), Some(Duration::from_secs(130)));
+/// assert_eq!(ConnectionLimits::off().head_within(), None);
+/// ```
+///
+/// [`AdmissionBuilder::connections`]: crate::AdmissionBuilder::connections
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    pub(crate) max_connections: Option<usize>,
+    pub(crate) max_per_address: Option<usize>,
+    pub(crate) head: Option<Duration>,
+    pub(crate) idle: Option<Duration>,
+    pub(crate) ping: Option<(Duration, Duration)>,
+    pub(crate) max_streams: Option<u32>,
+    pub(crate) max_header_bytes: usize,
+    pub(crate) send_rate: Option<MinDataRate>,
+}
+
+/// hyper's floor for its HTTP/1.1 read buffer, which also holds the head.
+const MIN_HEADER_BYTES: usize = 8 * 1024;
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: None,
+            max_per_address: None,
+            head: Some(Duration::from_secs(30)),
+            idle: Some(Duration::from_secs(130)),
+            ping: Some((Duration::from_secs(60), Duration::from_secs(20))),
+            max_streams: Some(100),
+            max_header_bytes: 32 * 1024,
+            send_rate: Some(MinDataRate::default()),
+        }
+    }
+}
+
+impl ConnectionLimits {
+    /// No bound a setting can turn off: no cap, no timer, no stream cap, no rate. The
+    /// header size stays bounded (at hyper's largest read buffer, about 400 KiB), and
+    /// hyper's defences against reset floods stay on.
+    ///
+    /// ```
+    /// use admission_tower::ConnectionLimits;
+    ///
+    /// let off = ConnectionLimits::off();
+    /// assert_eq!((off.idle(), off.max_streams(), off.min_send_rate()), (None, None, None));
+    /// ```
+    pub const fn off() -> Self {
+        Self {
+            max_connections: None,
+            max_per_address: None,
+            head: None,
+            idle: None,
+            ping: None,
+            max_streams: None,
+            max_header_bytes: 400 * 1024,
+            send_rate: None,
+        }
+    }
+
+    /// At most `max` connections open at once; one accepted above it is closed before
+    /// anything is read from it. `None`: no cap; at least 1.
+    pub const fn with_max_connections(mut self, max: Option<usize>) -> Self {
+        self.max_connections = max;
+        self
+    }
+
+    /// The cap on open connections.
+    pub const fn max_connections(&self) -> Option<usize> {
+        self.max_connections
+    }
+
+    /// At most `max` connections open at once from one client IP address (nginx's
+    /// `limit_conn`); one above it is closed before anything is read from it, while
+    /// other addresses are served. `None`: no cap; at least 1. Only where the address is known
+    /// (`AdmissionLayer::serve` and `guard` over TCP). Behind a proxy or a
+    /// load balancer every client has its address: leave it off there.
+    pub const fn with_max_per_address(mut self, max: Option<usize>) -> Self {
+        self.max_per_address = max;
+        self
+    }
+
+    /// The cap on open connections from one address.
+    pub const fn max_per_address(&self) -> Option<usize> {
+        self.max_per_address
+    }
+
+    /// How long a connection may take from being accepted to its first complete request
+    /// head, and (HTTP/1.1) from the first byte of each later head to its end. Over it
+    /// the connection is closed. `None`: no bound (a client may trickle a head for ever).
+    /// Through `guard` (a listener, which sees bytes, not heads) only the first byte is
+    /// timed by it.
+    pub const fn with_head_within(mut self, within: Option<Duration>) -> Self {
+        self.head = within;
+        self
+    }
+
+    /// The bound on request heads.
+    pub const fn head_within(&self) -> Option<Duration> {
+        self.head
+    }
+
+    /// How long a connection may stay open with no request in flight (and, on HTTP/1.1,
+    /// no byte of a next request) before it is closed gracefully. `None`: for ever.
+    /// Keep it above your clients' pool idle time (90 s for most) so that they close
+    /// first.
+    pub const fn with_idle(mut self, idle: Option<Duration>) -> Self {
+        self.idle = idle;
+        self
+    }
+
+    /// The idle bound.
+    pub const fn idle(&self) -> Option<Duration> {
+        self.idle
+    }
+
+    /// On h2, a ping after `every` without a frame from the peer; a peer that does not
+    /// answer within `timeout` is closed, and its streams' permits released. `None`: no
+    /// pings.
+    pub const fn with_ping(mut self, ping: Option<(Duration, Duration)>) -> Self {
+        self.ping = ping;
+        self
+    }
+
+    /// The h2 ping interval and timeout.
+    pub const fn ping(&self) -> Option<(Duration, Duration)> {
+        self.ping
+    }
+
+    /// At most `max` concurrent streams on one h2 connection; the excess is refused with
+    /// `REFUSED_STREAM`, which clients retry. `None`: hyper's default (200).
+    pub const fn with_max_streams(mut self, max: Option<u32>) -> Self {
+        self.max_streams = max;
+        self
+    }
+
+    /// The cap on concurrent h2 streams.
+    pub const fn max_streams(&self) -> Option<u32> {
+        self.max_streams
+    }
+
+    /// The largest request head, in bytes (HTTP/1.1: the request line and headers,
+    /// answered 431 above it; h2: the decoded header list). At least 8 KiB (hyper's
+    /// floor): a smaller value is raised to it.
+    pub const fn with_max_header_bytes(mut self, max: usize) -> Self {
+        self.max_header_bytes = if max < MIN_HEADER_BYTES {
+            MIN_HEADER_BYTES
+        } else {
+            max
+        };
+        self
+    }
+
+    /// The largest request head.
+    pub const fn max_header_bytes(&self) -> usize {
+        self.max_header_bytes
+    }
+
+    /// While the server has bytes it cannot write (the client does not read), the client
+    /// must take them at `rate`, or the connection is closed and its requests' permits
+    /// released. Writes may wait on it for at most the grace period in all, earning back
+    /// `1 / rate` seconds a byte it takes (never more than the grace period), and all of
+    /// it when a write is taken at once. Counted only while a write waits, so an idle
+    /// stream (server-sent events with heartbeats) is never cut. `None`: a client may
+    /// stall for ever.
+    pub const fn with_min_send_rate(mut self, rate: Option<MinDataRate>) -> Self {
+        self.send_rate = rate;
+        self
+    }
+
+    /// The rate a client must read at while the server waits to write.
+    pub const fn min_send_rate(&self) -> Option<MinDataRate> {
+        self.send_rate
+    }
+}
