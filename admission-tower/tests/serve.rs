@@ -7,11 +7,9 @@
 
 #![cfg(all(feature = "serve", feature = "axum"))]
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -29,28 +27,8 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep, timeout};
 
-/// Counts the bytes live on the heap, to see that attacks leave nothing behind.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: delegates to the system allocator; the counter is only arithmetic.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
+#[path = "support/heap.rs"]
+mod heap;
 
 const BOUND: Duration = Duration::from_secs(1);
 
@@ -382,16 +360,7 @@ async fn idle_connections_are_closed_and_an_event_stream_is_not() {
 
     // h2, idle after its client cancelled a request the handler never answered (the
     // request ends on the stream's task, not the connection's).
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let mut bytes = preface();
-    bytes.extend(frame(
-        HEADERS,
-        END_STREAM | END_HEADERS,
-        1,
-        &get_block("/hang"),
-    ));
-    stream.write_all(&bytes).await.unwrap();
-    eventually(|| layer.snapshot().gate.count.in_flight == 1).await;
+    let mut stream = h2_hanging(addr, &layer).await;
     stream
         .write_all(&frame(RST_STREAM, 0, 1, &[0, 0, 0, 8]))
         .await
@@ -555,16 +524,7 @@ async fn an_h2_peer_that_stops_answering_pings_is_closed_and_its_streams_let_go(
     let every = Duration::from_millis(300);
     let layer = layer(limits().with_ping(Some((every, every))));
     let addr = serve(&layer).await;
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let mut bytes = preface();
-    bytes.extend(frame(
-        HEADERS,
-        END_STREAM | END_HEADERS,
-        1,
-        &get_block("/hang"),
-    ));
-    stream.write_all(&bytes).await.unwrap();
-    eventually(|| layer.snapshot().gate.count.in_flight == 1).await;
+    let mut stream = h2_hanging(addr, &layer).await;
     // Reads what comes (the pings among it) and answers none.
     let start = Instant::now();
     let seen = frames(&mut stream, Duration::from_secs(5)).await;
@@ -576,6 +536,17 @@ async fn an_h2_peer_that_stops_answering_pings_is_closed_and_its_streams_let_go(
     );
     eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
     eventually(|| layer.connections().open() == 0).await;
+}
+
+/// An h2 connection by hand, with one request in flight that its handler never answers.
+async fn h2_hanging(addr: SocketAddr, layer: &AdmissionLayer) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let mut bytes = preface();
+    let get = get_block("/hang");
+    bytes.extend(frame(HEADERS, END_STREAM | END_HEADERS, 1, &get));
+    stream.write_all(&bytes).await.unwrap();
+    eventually(|| layer.snapshot().gate.count.in_flight == 1).await;
+    stream
 }
 
 /// Whether a frame of `kind` with error `code` came on stream 0 (a GOAWAY).
@@ -594,7 +565,7 @@ async fn floods_of_resets_and_continuations_end_their_connection_and_leave_nothi
     let mut before = 0;
     for round in 0..2 {
         if round == 1 {
-            before = LIVE.load(Ordering::Relaxed);
+            before = heap::live();
         }
         flood(addr).await;
         // Another client is served, and nothing is left.
@@ -605,7 +576,7 @@ async fn floods_of_resets_and_continuations_end_their_connection_and_leave_nothi
         eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
         sleep(Duration::from_millis(200)).await;
     }
-    let grown = LIVE.load(Ordering::Relaxed) - before;
+    let grown = heap::live() - before;
     assert!(grown < 64 << 10, "the heap grew by {grown} bytes");
 }
 

@@ -176,101 +176,105 @@ where
     type IntoFuture = Pin<Box<dyn Future<Output = Shutdown> + Send>>;
 
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(self.run())
+        Box::pin(async move {
+            let Self {
+                mut listener,
+                service,
+                handshake,
+                layer,
+                shutdown,
+            } = self;
+            let connections = layer.connections().clone();
+            let limits = *connections.limits();
+            let builder = builder(&limits);
+            let (stage, watching) = watch::channel(Stage::Serving);
+            let (mut signal, deadline) = match shutdown {
+                Some((signal, deadline)) => (Some(signal), deadline),
+                None => (None, Duration::ZERO),
+            };
+            loop {
+                let accepted = next(&mut listener, signal.as_mut()).await;
+                let Some((io, address)) = accepted else { break };
+                let accepted_at = Instant::now();
+                // Over a cap, the connection is closed before anything is read from it.
+                let Some(io) = connections.admit_from(io, address.ip(), None) else {
+                    continue;
+                };
+                let tracker = Arc::new(Tracker::new(accepted_at));
+                let service = Tracked::new(service.clone(), tracker.clone(), address);
+                let (builder, handshake, mut watching) =
+                    (builder.clone(), handshake.clone(), watching.clone());
+                tokio::spawn(async move {
+                    let head = limits.head.map(|within| accepted_at + within);
+                    let Some(io) = within(handshake.handshake(io), head, &mut watching).await
+                    else {
+                        return;
+                    };
+                    let io = TokioIo::new(Watched::new(io, tracker.clone()));
+                    let connection = builder
+                        .serve_connection_with_upgrades(io, TowerToHyperService::new(service))
+                        .into_owned();
+                    conn::drive(
+                        connection,
+                        |c| c.graceful_shutdown(),
+                        tracker,
+                        limits,
+                        watching,
+                    )
+                    .await;
+                });
+            }
+            drop(listener);
+            drop(watching);
+            shut_down(stage, &layer, deadline).await
+        })
     }
 }
 
-impl<L, S, H, B> Serve<L, S, H>
-where
-    L: Listener,
-    H: Handshake<crate::GuardedIo<L::Io>>,
-    S: Service<Request<Incoming>, Response = Response<B>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Into<BoxError>,
-    B: Body<Data = Bytes> + Send + 'static,
-    B::Error: Into<BoxError>,
-{
-    async fn run(self) -> Shutdown {
-        let Self {
-            mut listener,
-            service,
-            handshake,
-            layer,
-            shutdown,
-        } = self;
-        let connections = layer.connections().clone();
-        let limits = *connections.limits();
-        let builder = builder(&limits);
-        let (stage, watching) = watch::channel(Stage::Serving);
-        let (mut signal, deadline) = match shutdown {
-            Some((signal, deadline)) => (Some(signal), deadline),
-            None => (None, Duration::ZERO),
-        };
-        loop {
-            let accepted = {
-                let mut accept = pin!(listener.accept());
-                poll_fn(|cx| {
-                    if let Some(signal) = signal.as_mut() {
-                        if signal.as_mut().poll(cx).is_ready() {
-                            return Poll::Ready(None);
-                        }
-                    }
-                    accept.as_mut().poll(cx).map(Some)
-                })
-                .await
-            };
-            let Some((io, address)) = accepted else { break };
-            let accepted_at = Instant::now();
-            // Over a cap, the connection is closed before anything is read from it.
-            let Some(io) = connections.admit_from(io, address.ip(), None) else {
-                continue;
-            };
-            let tracker = Arc::new(Tracker::new(accepted_at));
-            let service = Tracked::new(service.clone(), tracker.clone(), address);
-            let (builder, handshake, mut watching) =
-                (builder.clone(), handshake.clone(), watching.clone());
-            tokio::spawn(async move {
-                let head = limits.head.map(|within| accepted_at + within);
-                let Some(io) = within(handshake.handshake(io), head, &mut watching).await else {
-                    return;
-                };
-                let io = TokioIo::new(Watched::new(io, tracker.clone()));
-                let connection = builder
-                    .serve_connection_with_upgrades(io, TowerToHyperService::new(service))
-                    .into_owned();
-                conn::drive(
-                    connection,
-                    |c| c.graceful_shutdown(),
-                    tracker,
-                    limits,
-                    watching,
-                )
-                .await;
-            });
+/// The next connection, or `None` once `signal` has come.
+async fn next<L: Listener>(
+    listener: &mut L,
+    signal: Option<&mut Signal>,
+) -> Option<(L::Io, L::Addr)> {
+    let mut accept = pin!(listener.accept());
+    let mut signal = signal;
+    poll_fn(|cx| {
+        if let Some(signal) = signal.as_mut() {
+            if signal.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(None);
+            }
         }
-        drop(listener);
-        drop(watching);
-        let _drained = layer.drain();
-        let _ = stage.send(Stage::Draining);
-        let all_closed = stage.closed();
-        let mut all_closed = pin!(all_closed);
-        if tokio::time::timeout(deadline, all_closed.as_mut())
-            .await
-            .is_ok()
-        {
-            return Shutdown {
-                connections_cut: 0,
-                requests_cut: 0,
-            };
-        }
-        let report = Shutdown {
-            connections_cut: stage.receiver_count(),
-            requests_cut: layer.snapshot().gate.count.in_flight,
+        accept.as_mut().poll(cx).map(Some)
+    })
+    .await
+}
+
+/// With the listener closed: drains the layer, asks every connection to close when its
+/// requests end, and cuts those still open at `deadline`.
+async fn shut_down(
+    stage: watch::Sender<Stage>,
+    layer: &AdmissionLayer,
+    deadline: Duration,
+) -> Shutdown {
+    let _drained = layer.drain();
+    let _ = stage.send(Stage::Draining);
+    let mut all_closed = pin!(stage.closed());
+    if tokio::time::timeout(deadline, all_closed.as_mut())
+        .await
+        .is_ok()
+    {
+        return Shutdown {
+            connections_cut: 0,
+            requests_cut: 0,
         };
-        let _ = stage.send(Stage::Cut);
-        all_closed.await;
-        report
     }
+    let report = Shutdown {
+        connections_cut: stage.receiver_count(),
+        requests_cut: layer.snapshot().gate.count.in_flight,
+    };
+    let _ = stage.send(Stage::Cut);
+    all_closed.await;
+    report
 }
 
 /// hyper-util's auto builder, set to `limits`.

@@ -1,0 +1,33 @@
+//! A global allocator that counts the bytes live on the heap, for the tests that check
+//! that closed connections and attacks leave nothing behind. Each test binary that
+//! includes it (`#[path = "support/heap.rs"] mod heap;`) counts its own heap.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicIsize, Ordering};
+
+/// Counts the bytes live on the heap, to see that closed connections leave nothing.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: delegates to the system allocator; the counter is only arithmetic.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract is passed on unchanged.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+pub(crate) fn live() -> isize {
+    LIVE.load(Ordering::Relaxed)
+}
