@@ -23,6 +23,7 @@
 //! | a cap chosen per client (tenant tiers) | [`KeyedLedger::try_acquire_with_cap`], [`Claim::key_cap`] | [`Refused::Key`] |
 //! | a count limit that finds the server's concurrency itself | [`AdaptiveLimit`] driving a [`CountLedger`] ([`adaptive`]) | [`Refused::Count`] |
 //! | a burst served rather than shed | [`CountLedger::acquire`] / [`Gate::claim`] after [`CountLedger::set_max_waiting`] (a future, no timer: add your runtime's timeout) | [`Refused::Count`] beyond the waiters |
+//! | a byte budget sized from the memory the process may use | [`memory::MemoryLimit::read`] (cgroup v2 or v1, else the machine), [`memory::MemoryBudget`] | |
 //! | shutting down gracefully | [`Gate::drain`] → [`Drain`] (a future, or [`Drain::wait`]) | [`Refused::Closed`] |
 //!
 //! Every permit is `'static`, `Send + Sync`, `#[must_use]`, and releases exactly once,
@@ -86,6 +87,7 @@ mod key;
 #[allow(unsafe_code)]
 mod keyed;
 mod limit;
+pub mod memory;
 mod priority;
 #[allow(unsafe_code)]
 mod raw;

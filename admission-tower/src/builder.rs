@@ -61,6 +61,7 @@ pub struct AdmissionBuilder<G = NewGate> {
     pub(crate) adaptive: Option<Adaptive>,
     pub(crate) slow: SlowClients,
     pub(crate) connections: ConnectionLimits,
+    pub(crate) memory: Option<crate::memory::Resolved>,
     #[cfg(feature = "tokio")]
     pub(crate) wait: Option<crate::Wait>,
 }
@@ -79,6 +80,7 @@ impl<G> AdmissionBuilder<G> {
             adaptive: None,
             slow: SlowClients::default(),
             connections: ConnectionLimits::default(),
+            memory: None,
             #[cfg(feature = "tokio")]
             wait: None,
         }
@@ -100,6 +102,7 @@ impl<G> AdmissionBuilder<G> {
             adaptive: self.adaptive,
             slow: self.slow,
             connections: self.connections,
+            memory: self.memory,
             #[cfg(feature = "tokio")]
             wait: self.wait,
         };

@@ -4,6 +4,7 @@ use std::fmt;
 
 use admission_core::CapacityError;
 use admission_core::adaptive::AdaptiveError;
+use admission_core::memory::MemoryError;
 
 /// Why [`AdmissionBuilder::build`](crate::AdmissionBuilder::build) could not make a layer.
 ///
@@ -22,7 +23,7 @@ use admission_core::adaptive::AdaptiveError;
 /// assert!(!error.to_string().contains(&cause), "said once, by the source");
 /// # Ok::<(), BuildError>(())
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BuildError {
     /// A limit is beyond what its ledger represents.
@@ -46,6 +47,13 @@ pub enum BuildError {
     /// The adaptive limit's bounds are invalid, or its count ledger (a shared gate's) is
     /// driven by another adaptive limit already.
     Adaptive(AdaptiveError),
+    /// The memory limit a [`MemoryShare`](crate::MemoryShare) is a share of could not be
+    /// read: the error names the file (or says the platform has none).
+    Memory(MemoryError),
+    /// A [`MemoryShare`](crate::MemoryShare) of 0 or less, or above 1.
+    MemoryShare,
+    /// Both `bytes` and `bytes_share`: the budget is one or the other.
+    BytesAndShare,
 }
 
 impl From<AdaptiveError> for BuildError {
@@ -82,6 +90,15 @@ impl fmt::Display for BuildError {
                 f.write_str("both `count` and `adaptive` were set; the adaptive limit sets the count")
             }
             BuildError::Adaptive(_) => f.write_str("invalid adaptive limit"),
+            BuildError::Memory(_) => {
+                f.write_str("the memory limit for `bytes_share` could not be read")
+            }
+            BuildError::MemoryShare => {
+                f.write_str("a memory share must be above 0 and at most 1")
+            }
+            BuildError::BytesAndShare => f.write_str(
+                "both `bytes` and `bytes_share` were set; the byte budget is one or the other",
+            ),
         }
     }
 }
@@ -91,6 +108,7 @@ impl std::error::Error for BuildError {
         match self {
             BuildError::Capacity(error) => Some(error),
             BuildError::Adaptive(error) => Some(error),
+            BuildError::Memory(error) => Some(error),
             _ => None,
         }
     }

@@ -121,6 +121,8 @@ impl AdmissionLayer {
             wait: None,
             waits: Default::default(),
             gone: AtomicU64::new(0),
+            memory: None,
+            _follower: None,
             gate,
         })
     }

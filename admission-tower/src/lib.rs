@@ -10,6 +10,7 @@
 //! | You want to | Use |
 //! |---|---|
 //! | put the gate in front of a service | [`AdmissionLayer::builder`] → [`AdmissionLayer`] → [`Admission`] |
+//! | size the byte budget from the machine, and shed before the process runs out of memory | [`AdmissionBuilder::bytes_share`] with [`MemoryShare`] |
 //! | serve bursts rather than shed them (bounded) | [`AdmissionBuilder::wait`] with a [`Wait`] |
 //! | cap each client (429 over its share) | [`PerKey`] with [`key::header`] or [`key::peer_ip`] |
 //! | give each tenant the cap of its tier | [`PerKey::cap_by`] |
@@ -233,6 +234,7 @@ mod error;
 mod future;
 mod layer;
 mod limits;
+mod memory;
 mod observe;
 mod per_key;
 mod permit;
@@ -260,6 +262,7 @@ pub use layer::AdmissionLayer;
 #[cfg(feature = "axum")]
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub use layer::GuardedListener;
+pub use memory::MemoryShare;
 pub use per_key::{PerKey, Unkeyed};
 #[cfg(feature = "serve")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]

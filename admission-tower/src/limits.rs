@@ -7,7 +7,7 @@ use admission_core::Gate;
 use crate::drain::DrainLimits;
 use crate::observe::Observer;
 use crate::shared::Shared;
-use crate::{AdmissionBuilder, AdmissionLayer, BuildError, PerKey};
+use crate::{AdmissionBuilder, AdmissionLayer, BuildError, MemoryShare, PerKey};
 
 /// Where a builder's gate comes from: built from its own limits
 /// ([`AdmissionLayer::builder`]). Only such a builder has the limit setters.
@@ -15,6 +15,7 @@ use crate::{AdmissionBuilder, AdmissionLayer, BuildError, PerKey};
 pub struct NewGate {
     count: Option<usize>,
     bytes: Option<u64>,
+    memory: Option<MemoryShare>,
     max_request_bytes: Option<u64>,
 }
 
@@ -56,7 +57,9 @@ impl AdmissionBuilder<NewGate> {
     /// declared `Content-Length` is charged at the head, a body without one as it arrives;
     /// the charge is held until the response body ends. `None` for no budget (the
     /// default). This bounds request bytes the server is handed, not what handlers
-    /// allocate.
+    /// allocate. To size it from the memory the process may use, and to have it shrink
+    /// when the rest of the process grows, use [`bytes_share`](Self::bytes_share) instead
+    /// ([`MemoryShare`] says how to choose the share).
     ///
     /// ```
     /// use admission_tower::AdmissionLayer;
@@ -67,6 +70,26 @@ impl AdmissionBuilder<NewGate> {
     /// ```
     pub fn bytes(mut self, budget: impl Into<Option<u64>>) -> Self {
         self.gate.bytes = budget.into();
+        self
+    }
+
+    /// A byte budget stated as a share of the memory the process may use (its cgroup's
+    /// limit, else the machine's), read when the layer is built, and optionally
+    /// following what the rest of the process uses: see [`MemoryShare`]. In place of
+    /// [`bytes`](Self::bytes), not beside it.
+    ///
+    /// ```
+    /// use admission_tower::{AdmissionLayer, MemoryShare};
+    ///
+    /// # #[cfg(target_os = "linux")] {
+    /// let layer = AdmissionLayer::builder().bytes_share(MemoryShare::of(0.25)).build()?;
+    /// let limit = layer.snapshot().memory.unwrap();
+    /// assert_eq!(layer.gate().bytes().unwrap().budget(), limit.bytes() / 4);
+    /// # }
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn bytes_share(mut self, share: MemoryShare) -> Self {
+        self.gate.memory = Some(share);
         self
     }
 
@@ -95,10 +118,11 @@ impl AdmissionBuilder<NewGate> {
         let (
             NewGate {
                 count,
-                bytes,
+                mut bytes,
+                memory,
                 max_request_bytes,
             },
-            this,
+            mut this,
         ) = self.swap(());
         for (what, limit) in [
             ("count", count.map(|n| n as u64)),
@@ -111,6 +135,19 @@ impl AdmissionBuilder<NewGate> {
         }
         if count.is_some() && this.adaptive.is_some() {
             return Err(BuildError::CountAndAdaptive);
+        }
+        if let Some(memory) = memory {
+            if bytes.is_some() {
+                return Err(BuildError::BytesAndShare);
+            }
+            let resolved = memory.resolve()?;
+            bytes = Some(
+                resolved
+                    .budget
+                    .bytes()
+                    .min(admission_core::ByteLedger::MAX_BUDGET),
+            );
+            this.memory = Some(resolved);
         }
         let mut gate = Gate::builder()
             .count(count.unwrap_or(0))
@@ -159,6 +196,8 @@ impl AdmissionBuilder<Gate> {
     /// The layer over `self.gate`, the configuration checked.
     fn finish(self) -> Result<AdmissionLayer, BuildError> {
         let gate = self.gate;
+        let memory_limit = self.memory.as_ref().map(|memory| memory.budget.limit());
+        let follower = self.memory.and_then(|memory| memory.start(gate.bytes()));
         let (adaptive, sample_at) = match self.adaptive {
             Some(adaptive) => (
                 Some(adaptive.limit.build(gate.count())?),
@@ -180,6 +219,7 @@ impl AdmissionBuilder<Gate> {
             &self.report,
             &gate,
             self.classes.as_ref().map(|(classes, _)| classes),
+            memory_limit.map(|limit| limit.bytes()),
         );
         Ok(AdmissionLayer::from_shared(Shared {
             drain: DrainLimits::from(&self.refusals),
@@ -204,6 +244,8 @@ impl AdmissionBuilder<Gate> {
             wait: self.wait,
             waits: Default::default(),
             gone: AtomicU64::new(0),
+            memory: memory_limit,
+            _follower: follower,
             gate,
         }))
     }

@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use admission_core::adaptive::AdaptiveSnapshot;
+use admission_core::memory::MemoryLimit;
 use admission_core::{AdaptiveLimit, Claim, Classes, Gate, GatePermit, GateSnapshot, Priority};
 use admission_core::{Key, Refused};
 use admission_http::{MinDataRate, Refusals, Rejection, content_length};
@@ -60,6 +61,9 @@ pub struct AdmissionSnapshot {
     /// released. (A client that goes while its response streams is not counted here: its
     /// body's end releases the permits as any end does.)
     pub gone: u64,
+    /// The memory limit the byte budget was sized from, with a
+    /// [`MemoryShare`](crate::MemoryShare): its bytes and what sets it.
+    pub memory: Option<MemoryLimit>,
 }
 
 /// What came of the requests that found the count full, on a layer with a
@@ -122,6 +126,10 @@ pub(crate) struct Shared {
     pub(crate) waits: [AtomicU64; 4],
     /// Requests let go because their client went away (see `AdmissionSnapshot::gone`).
     pub(crate) gone: AtomicU64,
+    /// The memory limit a byte budget was sized from ([`crate::MemoryShare`]).
+    pub(crate) memory: Option<MemoryLimit>,
+    /// The thread keeping that budget following the process's use, stopped on drop.
+    pub(crate) _follower: Option<crate::memory::Follower>,
 }
 
 /// How a wait for a count slot ended, short of a slot.
@@ -311,6 +319,7 @@ impl Shared {
                 deadline: self.waits[3].load(Ordering::Relaxed),
             },
             gone: self.gone.load(Ordering::Relaxed),
+            memory: self.memory,
         }
     }
 }

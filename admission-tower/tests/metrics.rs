@@ -98,9 +98,14 @@ async fn the_prometheus_text_equals_the_snapshot_and_the_clients_tally() {
         .build()
         .unwrap();
     // A second layer in the same process: told apart by its name.
+    // Its byte budget a share of a memory limit of 64 MiB, laid out in files.
+    let root = std::env::temp_dir().join(format!("admission-metrics-{}", std::process::id()));
+    std::fs::create_dir_all(root.join("proc")).unwrap();
+    std::fs::write(root.join("proc/meminfo"), "MemTotal: 65536 kB\n").unwrap();
     let other = AdmissionLayer::builder()
         .name("other")
         .count(1)
+        .bytes_share(admission_tower::MemoryShare::of(0.5).read_from(&root))
         .build()
         .unwrap();
     // And a layer with no limit at all: with metrics on, it still counts its requests.
@@ -260,10 +265,14 @@ async fn the_prometheus_text_equals_the_snapshot_and_the_clients_tally() {
         "{rendered}"
     );
     // The other layer's series carry its own name, and no series carries a key.
-    assert!(
-        rendered.contains("admission_limit_requests{name=\"other\"} 1"),
-        "{rendered}"
-    );
+    for line in [
+        "admission_limit_requests{name=\"other\"} 1",
+        "admission_memory_limit_bytes{name=\"other\"} 67108864",
+        "admission_limit_bytes{name=\"other\"} 33554432",
+    ] {
+        assert!(rendered.contains(line), "{line} missing:\n{rendered}");
+    }
+    assert!(!rendered.contains("admission_memory_limit_bytes{name=\"test\"}"));
     assert!(
         !rendered.contains("t0") && !rendered.contains("big"),
         "a key leaked into a label"

@@ -47,6 +47,7 @@ pub(super) struct LayerMetrics {
     requests: Level,
     limit_requests: Gauge,
     closed: Gauge,
+    memory: Option<(Gauge, u64)>,
     bytes: Option<(Level, Gauge, Gauge)>,
     keys: Option<(Gauge, Gauge, Gauge, Gauge)>,
 }
@@ -107,6 +108,11 @@ fn describe() {
         "The byte budget in force (+Inf: none)."
     );
     describe_gauge!(
+        "admission_memory_limit_bytes",
+        Unit::Bytes,
+        "The memory limit a byte budget stated as a share was sized from."
+    );
+    describe_gauge!(
         "admission_limit_request_bytes",
         Unit::Bytes,
         "The largest body one request may have (+Inf: none)."
@@ -139,7 +145,12 @@ fn limit(value: u64) -> f64 {
 }
 
 impl LayerMetrics {
-    pub(super) fn new(name: &str, gate: &Gate, classes: Option<&Classes>) -> Self {
+    pub(super) fn new(
+        name: &str,
+        gate: &Gate,
+        classes: Option<&Classes>,
+        memory: Option<u64>,
+    ) -> Self {
         describe();
         let base = vec![Label::new("name", name.to_owned())];
         let with = |extra: &[(&'static str, &str)]| {
@@ -188,6 +199,7 @@ impl LayerMetrics {
             },
             limit_requests: gauge("admission_limit_requests"),
             closed: gauge("admission_closed"),
+            memory: memory.map(|bytes| (gauge("admission_memory_limit_bytes"), bytes)),
             bytes: gate.bytes().map(|_| {
                 let level = Level {
                     in_flight: gauge("admission_in_flight_bytes"),
@@ -237,6 +249,9 @@ impl LayerMetrics {
     }
 
     pub(super) fn record_gauges(&self, gate: &Gate) {
+        if let Some((gauge, bytes)) = &self.memory {
+            gauge.set(*bytes as f64);
+        }
         let snap = gate.snapshot();
         self.requests.in_flight.set(snap.count.in_flight as f64);
         self.waiting.set(gate.count().waiting() as f64);

@@ -64,12 +64,13 @@ impl Observer {
         options: &Options,
         gate: &Gate,
         classes: Option<&admission_core::Classes>,
+        memory: Option<u64>,
     ) -> Self {
         Self {
             #[cfg(feature = "metrics")]
             metrics: options
                 .metrics
-                .then(|| metrics_impl::LayerMetrics::new(&options.name, gate, classes)),
+                .then(|| metrics_impl::LayerMetrics::new(&options.name, gate, classes, memory)),
             #[cfg(feature = "tracing")]
             pressure: tracing_impl::Pressure::default(),
             #[cfg(feature = "tracing")]
