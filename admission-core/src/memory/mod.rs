@@ -202,14 +202,15 @@ fn cgroup_limit(root: &Path) -> Result<Option<(u64, MemorySource)>, MemoryError>
     let mut v2 = None;
     for line in text.lines() {
         let mut fields = line.splitn(3, ':');
-        let (Some(id), Some(controllers), Some(path)) =
+        let (Some(_id), Some(controllers), Some(path)) =
             (fields.next(), fields.next(), fields.next())
         else {
             return Err(MemoryError::malformed(&membership));
         };
+        // v2's line is the one without controllers (`0::/path`); v1's name theirs.
         if controllers.split(',').any(|c| c == "memory") {
             v1 = Some(path);
-        } else if id == "0" && controllers.is_empty() {
+        } else if controllers.is_empty() {
             v2 = Some(path);
         }
     }

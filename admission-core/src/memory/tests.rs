@@ -140,6 +140,16 @@ fn unreadable_and_malformed_files_are_errors_that_name_them() {
         assert!(error.path().ends_with(file), "{error}");
     }
 
+    // A membership file that is there but cannot be read (a directory in its place).
+    let root = tree(&[MEMINFO]);
+    std::fs::create_dir_all(root.join("proc/self/cgroup")).unwrap();
+    let error = MemoryLimit::read_at(&root).unwrap_err();
+    assert!(
+        matches!(error.kind(), MemoryErrorKind::Unreadable(_)),
+        "{error}"
+    );
+    assert!(error.path().ends_with("proc/self/cgroup"));
+
     // A limit file that is there but cannot be read (a directory in its place).
     let root = tree(&[MEMINFO, ("proc/self/cgroup", "0::/\n")]);
     std::fs::create_dir_all(root.join("sys/fs/cgroup/memory.max")).unwrap();
@@ -172,6 +182,7 @@ fn a_budget_is_its_share_until_the_rest_of_the_process_leaves_less() {
     assert!(MemoryBudget::new(limit, 0.0).is_none());
     assert!(MemoryBudget::new(limit, 1.5).is_none());
     let budget = MemoryBudget::new(limit, 0.25).unwrap();
+    assert_eq!((budget.limit(), budget.share()), (limit, 0.25));
     assert_eq!(budget.bytes(), 250 << 20);
     // The rest of the process is small: the share.
     assert_eq!(budget.tightened(100 << 20, 0), 250 << 20);
