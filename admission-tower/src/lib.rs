@@ -119,8 +119,9 @@
 //!
 //! # Compatibility
 //!
-//! Tested in CI against each: axum 0.8 (the connection guard too) and 0.7 (the layer; the
-//! guard is an axum 0.8 `serve::Listener`); tonic 0.14, 0.13 and 0.12, the last with a
+//! Tested in CI against each: axum 0.8 (served by `serve` with `ConnectInfo`, and the
+//! connection guard) and 0.7 (the layer; the guard is an axum 0.8 `serve::Listener`);
+//! tonic 0.14 (its routes served by `serve` too), 0.13 and 0.12, the last with a
 //! layer behind this one that boxes the request body into tonic 0.12's own
 //! (`request.map(tonic::body::boxed)`). Rust 1.85 or newer, every feature included.
 //!

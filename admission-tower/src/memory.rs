@@ -23,7 +23,7 @@ use crate::BuildError;
 /// charged to the budget) is counted, and grows back, never above the share. So a cache or
 /// a leak elsewhere in the process makes the server shed uploads (503, retryable) before
 /// the process meets its limit, not after the kernel has ended it. A thread of the layer's
-/// own reads `/proc/self/status` every 250 ms by default (about 20 µs a read): no request
+/// own reads `/proc/self/status` (one small file) every 250 ms by default: no request
 /// reads anything. A lone request is still admitted whatever the budget (up to the
 /// maximum request size).
 ///

@@ -365,11 +365,22 @@ async fn idle_connections_are_closed_and_an_event_stream_is_not() {
         .write_all(&frame(RST_STREAM, 0, 1, &[0, 0, 0, 8]))
         .await
         .unwrap();
-    let after = closed_after(&mut stream, Duration::from_secs(5)).await;
+    let start = Instant::now();
+    let seen = answering_pings(&mut stream, Duration::from_secs(5)).await;
+    let after = start.elapsed();
     assert!(
-        after.is_some_and(|after| after >= BOUND - Duration::from_millis(50)),
+        after >= BOUND - Duration::from_millis(50) && after < BOUND * 3,
         "{after:?}"
     );
+    // Closed gracefully: a GOAWAY that takes no more streams, a ping, and, once the
+    // client has answered it, the last GOAWAY, naming the last stream taken (1).
+    let goaways: Vec<&[u8]> = seen
+        .iter()
+        .filter(|(kind, ..)| *kind == GOAWAY)
+        .map(|(.., payload)| &payload[..4])
+        .collect();
+    assert_eq!(goaways.last(), Some(&&[0, 0, 0, 1][..]), "{seen:?}");
+    assert!(goaways.len() >= 2, "{seen:?}");
 
     // An event stream with heartbeats outlives three idle bounds.
     let mut events = TcpStream::connect(addr).await.unwrap();
@@ -432,6 +443,7 @@ fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
 const HEADERS: u8 = 1;
 const RST_STREAM: u8 = 3;
 const SETTINGS: u8 = 4;
+const PING: u8 = 6;
 const GOAWAY: u8 = 7;
 const CONTINUATION: u8 = 9;
 const END_STREAM: u8 = 1;
@@ -529,7 +541,10 @@ async fn an_h2_peer_that_stops_answering_pings_is_closed_and_its_streams_let_go(
     let start = Instant::now();
     let seen = frames(&mut stream, Duration::from_secs(5)).await;
     let after = start.elapsed();
-    assert!(seen.iter().any(|(kind, ..)| *kind == 6), "a ping: {seen:?}");
+    assert!(
+        seen.iter().any(|(kind, ..)| *kind == PING),
+        "a ping: {seen:?}"
+    );
     assert!(
         after >= every * 2 - Duration::from_millis(50) && after < Duration::from_secs(2),
         "{after:?}"
@@ -547,6 +562,39 @@ async fn h2_hanging(addr: SocketAddr, layer: &AdmissionLayer) -> TcpStream {
     stream.write_all(&bytes).await.unwrap();
     eventually(|| layer.snapshot().gate.count.in_flight == 1).await;
     stream
+}
+
+/// Reads frames until the connection closes or `within` passes, answering each ping.
+async fn answering_pings(stream: &mut TcpStream, within: Duration) -> Vec<(u8, u8, u32, Vec<u8>)> {
+    let mut read = Vec::new();
+    let mut frames = Vec::new();
+    let _ = timeout(within, async {
+        let mut buf = [0; 8192];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => read.extend_from_slice(&buf[..n]),
+            }
+            while read.len() >= 9 {
+                let len =
+                    usize::from(read[0]) << 16 | usize::from(read[1]) << 8 | usize::from(read[2]);
+                if read.len() < 9 + len {
+                    break;
+                }
+                let frame: Vec<u8> = read.drain(..9 + len).collect();
+                let (kind, flags) = (frame[3], frame[4]);
+                if kind == PING && flags == 0 {
+                    let _ = stream
+                        .write_all(&self::frame(PING, 1, 0, &frame[9..]))
+                        .await;
+                }
+                let id = u32::from_be_bytes([frame[5], frame[6], frame[7], frame[8]]) & 0x7fff_ffff;
+                frames.push((kind, flags, id, frame[9..].to_vec()));
+            }
+        }
+    })
+    .await;
+    frames
 }
 
 /// Whether a frame of `kind` with error `code` came on stream 0 (a GOAWAY).
