@@ -1,0 +1,58 @@
+//! Growth: with no queue and the work filling the limit, the limit grows faster round
+//! after round (√limit, then half the limit, then the limit), so a server four times
+//! larger is found in four rounds; capacity that comes back is climbed at once.
+
+use super::{Gradient, Law, Round};
+
+/// Under half the limit the last probe began at, a round with no queue at all and every
+/// slot busy is capacity come back: as sure as a second round with no queue.
+const BACK: f64 = 0.5;
+
+/// What growth keeps.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Growth {
+    /// Rounds in a row that found no queue and grew the limit while the work filled it.
+    pub(super) streak: u32,
+    /// Rounds since the limit last grew by a sure step.
+    pub(super) since_sure: u32,
+}
+
+impl Default for Growth {
+    fn default() -> Self {
+        Self {
+            streak: 0,
+            since_sure: u32::MAX,
+        }
+    }
+}
+
+impl Gradient {
+    /// The target of a round with no queue that the work filled: the law's, or (where
+    /// the latency is at most the knee, or capacity is coming back) a step that grows
+    /// round after round. The larger steps only where the round held the limit full, as
+    /// a ramp does: a load at the server's capacity nears any limit now and then, and a
+    /// doubled limit there only lengthens the queue's tail.
+    pub(super) fn grow(&mut self, round: &Round, law: &Law) -> f64 {
+        let limit = round.limit;
+        let back = law.latency <= law.noload * (1.0 + law.noise)
+            && self.probes.from.is_some_and(|from| limit < BACK * from);
+        if self.stale.rising >= 2 || back {
+            self.growth.streak = self.growth.streak.max(1);
+        }
+        if law.latency > law.knee && self.stale.rising < 2 {
+            // Within the noise of the knee: the law's step alone.
+            if law.queued {
+                self.growth.streak = 0;
+            }
+            return law.target;
+        }
+        self.growth.streak += 1;
+        let full = round.max_in_flight >= round.window_limit;
+        let step = match self.growth.streak {
+            2 if full => limit / 2.0,
+            3.. if full => limit,
+            _ => limit.sqrt(),
+        };
+        law.target.max(limit + step.max(limit.sqrt()))
+    }
+}

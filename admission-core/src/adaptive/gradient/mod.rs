@@ -1,0 +1,239 @@
+use super::{Algorithm, Window};
+
+mod first;
+mod growth;
+mod law;
+mod noise;
+mod probe;
+mod skew;
+mod stale;
+
+use law::{Law, Round};
+use noise::ServiceSpread;
+
+/// A delay-gradient controller: the limit follows the ratio of a no-load latency it
+/// measures itself to the latency now, plus a small queue allowance.
+///
+/// # The law
+///
+/// Once per round (windows merged until they hold enough samples for a mean within about
+/// 10%, over one and a half latencies since the limit last moved), with `n` the no-load
+/// latency, `m` the round's mean latency and `knee = n × (1 + tolerance)`:
+///
+/// ```text
+/// concurrency = limit × clamp(knee / m, 0.5, 1 + tolerance)
+/// target      = concurrency + √concurrency
+/// ```
+///
+/// While the server is saturated, Little's law makes `m / n` the limit over the server's
+/// concurrency, so the target sits just above what the server runs at once, with a queue
+/// of `√` of it to keep its workers busy between arrivals. A cut is smoothed (halfway,
+/// by default) unless the queue is beyond doubt; growth needs the work to fill the limit.
+/// A share of [`Overload`](super::Outcome::Overload) outcomes above what the service
+/// fails with at no load multiplies the limit by [`backoff`](Self::backoff) instead.
+///
+/// # Its mechanisms
+///
+/// - **The no-load estimate and its probe.** `n` starts as the first hundred samples'
+///   mean. Every [`probe_every`](Self::probe_every) rounds (sooner when throughput falls
+///   or a round reads faster than `n`) the limit drops to [`probe`](Self::probe) of the
+///   server's concurrency until the queue drains, and the latency then is `n`. A probe
+///   that reads lower probes 30% lower at once, until one finds no less.
+/// - **A queue, or noise.** A round is queued only beyond two standard errors of its
+///   mean (the latencies' spread over √samples), and beyond doubt at 1.5 times that.
+/// - **Growth.** Rounds with no queue grow the limit by √limit, then half of it, then
+///   all of it. Under half the last probe's limit, a round with no queue at all is
+///   capacity coming back, climbed at once.
+/// - **A slower service.** A queue's latency falls with what is in flight, a slower
+///   service's does not: when what the work runs at once falls by a quarter and the
+///   latency does not, the latency is the new `n`.
+/// - **A faster service.** Its rounds read faster than `n`, or, behind the queue the
+///   stale knee allows, spread less (a queue moves every quartile alike): a probe comes.
+/// - **A skewed service.** Where the median is under half the mean, a round is read by
+///   its median (which a queue moves and the long requests barely do).
+///
+/// # Choosing it, and what it costs
+///
+/// Use it where latency reflects load: work that waits for a bounded resource (a pool,
+/// a dependency's concurrency, CPU). Where latency says little and the service reports
+/// overload itself, use [`Aimd`](super::Aimd); where the server's capacity is known and
+/// fixed, a static limit is simpler and as good.
+///
+/// It moves once per round, and a round needs about 100 × CV² samples (CV the latencies'
+/// coefficient of variation, at least 1): a server answering 50 a second (10 in flight
+/// at 200 ms) takes seconds per step, and heavy tails four times that. Each probe holds
+/// the limit below the server for a few rounds. A service that slows little by little
+/// reads as a queue until what is in flight falls by a quarter, so the limit sags
+/// meanwhile. Each mechanism's effect on the simulator's targets, with and without it,
+/// is in `admission-bench`'s README.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use admission_core::adaptive::{Algorithm, Gradient, Outcome, Window};
+///
+/// // 100 ms of a server of 64 workers at 10 ms, saturated (Little's law).
+/// let window = |limit: u64| {
+///     let mut w = Window::new(limit, Duration::from_millis(100));
+///     let latency = Duration::from_millis(10 * limit.max(64) / 64);
+///     for _ in 0..10 * limit.min(64) {
+///         w.add(latency, Outcome::Success, limit);
+///     }
+///     w
+/// };
+/// let mut gradient = Gradient::default();
+/// // The first hundred samples set the no-load estimate.
+/// assert_eq!(gradient.update(&window(64)), 64);
+/// assert_eq!(gradient.no_load_latency(), Some(Duration::from_millis(10)));
+/// // At 128, twice the latency: a queue. Two rounds read so, a probe finds the
+/// // estimate right, and the limit comes down to just above the knee.
+/// let mut limit = 128;
+/// for _ in 0..20 {
+///     limit = gradient.update(&window(limit));
+/// }
+/// assert!((64..=90).contains(&limit), "{limit}");
+/// ```
+#[derive(Debug, Clone)]
+pub struct Gradient {
+    tolerance: f64,
+    smoothing: f64,
+    probe_every: u32,
+    probe: f64,
+    backoff: f64,
+    threshold: f64,
+    /// The controller's limit, fractional.
+    limit: f64,
+    /// The no-load latency estimate, in seconds.
+    noload: Option<f64>,
+    /// Whether a probe, or a round with more in flight, has confirmed the estimate.
+    confirmed: bool,
+    spread: ServiceSpread,
+    /// Seconds since the limit last changed.
+    since_change: f64,
+    /// The windows since then that show the limit in force, merged.
+    round: Window,
+    /// The median latency over the mean at no load (a skewed service's is low).
+    shape: Option<f64>,
+    probes: probe::Probes,
+    first: first::First,
+    stale: stale::Stale,
+    growth: growth::Growth,
+}
+
+fn seconds(duration: Option<std::time::Duration>) -> Option<f64> {
+    duration.map(|d| d.as_secs_f64())
+}
+
+impl Default for Gradient {
+    fn default() -> Self {
+        Self {
+            tolerance: 0.1,
+            smoothing: 0.5,
+            probe_every: 100,
+            probe: 0.9,
+            backoff: 0.9,
+            threshold: 0.01,
+            limit: 0.0,
+            noload: None,
+            confirmed: false,
+            spread: ServiceSpread::default(),
+            since_change: 0.0,
+            round: Window::default(),
+            shape: None,
+            probes: probe::Probes::default(),
+            first: first::First::default(),
+            stale: stale::Stale::default(),
+            growth: growth::Growth::default(),
+        }
+    }
+}
+
+impl Gradient {
+    /// How much above the no-load latency a round's mean may be before the limit falls
+    /// (default 0.1: 10%). Higher keeps more queued in the server (more throughput when
+    /// the estimate reads low, more latency).
+    pub fn tolerance(mut self, tolerance: f64) -> Self {
+        self.tolerance = tolerance.clamp(0.0, 10.0);
+        self
+    }
+
+    /// How far each round moves the limit down toward a lower target (default 0.5;
+    /// between 0.05 and 1): lower is steadier and slower.
+    pub fn smoothing(mut self, smoothing: f64) -> Self {
+        self.smoothing = smoothing.clamp(0.05, 1.0);
+        self
+    }
+
+    /// Rounds between probes of the no-load latency (default 100; at least 4).
+    pub fn probe_every(mut self, windows: u32) -> Self {
+        self.probe_every = windows.max(4);
+        self
+    }
+
+    /// The share of the server's estimated concurrency a probe lowers the limit to
+    /// (default 0.9; between 0.1 and 1).
+    pub fn probe(mut self, share: f64) -> Self {
+        self.probe = share.clamp(0.1, 1.0);
+        self
+    }
+
+    /// What the limit is multiplied by after a round in which the share of
+    /// [`Overload`](super::Outcome::Overload) samples exceeded what the last probe saw
+    /// by more than [`threshold`](Self::threshold) (default 0.9).
+    pub fn backoff(mut self, backoff: f64) -> Self {
+        self.backoff = backoff.clamp(0.1, 1.0);
+        self
+    }
+
+    /// How far the share of overloaded samples may exceed what the last probe saw before
+    /// the limit backs off (default 0.01).
+    pub fn threshold(mut self, share: f64) -> Self {
+        self.threshold = share.clamp(0.0, 1.0);
+        self
+    }
+
+    /// The limit changed: what follows is measured afresh.
+    fn changed(&mut self) {
+        self.since_change = 0.0;
+        self.round = Window::default();
+    }
+
+    /// A concurrency with the law's queue allowance: `c + √c`.
+    fn allowance(concurrency: f64) -> f64 {
+        concurrency + concurrency.sqrt()
+    }
+}
+
+impl Algorithm for Gradient {
+    fn update(&mut self, window: &Window) -> u64 {
+        let Some(latency) = seconds(window.mean_latency()) else {
+            return window.limit;
+        };
+        self.spread.observe(window);
+        if let Some(probe) = self.probe_step(window, latency) {
+            return probe;
+        }
+        // Start from the limit in force unless it is our own, rounded (clamped by the
+        // bounds, or handed back by an operator).
+        if (self.limit - window.limit as f64).abs() >= 1.0 {
+            self.limit = window.limit as f64;
+            self.changed();
+        }
+        let Some(noload) = self.noload else {
+            self.first_samples(window);
+            return window.limit;
+        };
+        match self.next_round(window, latency, noload) {
+            Some(round) => {
+                let mean = seconds(round.mean_latency()).unwrap_or(latency);
+                self.decide(&round, mean, noload)
+            }
+            None => self.limit as u64,
+        }
+    }
+
+    fn no_load_latency(&self) -> Option<std::time::Duration> {
+        self.noload.map(std::time::Duration::from_secs_f64)
+    }
+}

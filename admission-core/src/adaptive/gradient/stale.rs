@@ -1,0 +1,216 @@
+//! A stale estimate: the service itself changed. A slower one reads, against the old
+//! estimate, like a queue, but a queue's latency falls with what is in flight and a
+//! slower service's does not; a faster one hides behind a queue the stale knee allows,
+//! but a queue moves every quartile alike. Capacity that changes shows in throughput.
+
+use super::noise::{beyond_doubt, margin};
+use super::probe::SOON;
+use super::{Gradient, Round};
+use crate::adaptive::Spread;
+
+/// What the work runs at once fell by a quarter from the most it ran ...
+const SLOWER_FALL: f64 = 0.75;
+/// ... and the latency fell less than in proportion (three times the noise of the two
+/// rounds), and by no more than a tenth: the service slowed.
+const SLOWER_LATENCY_FLOOR: f64 = 0.9;
+/// Within a tenth of the most it ran: the anchor moves to the latency there now.
+const NEAR_THE_MOST: f64 = 0.9;
+/// The interquartile range under this share of the last probe's: the service quickened.
+const QUICK: f64 = 0.6;
+/// A probe begun for a quicker service queued when its mean is this much over what its
+/// spread says the service takes.
+const QUICKENED_QUEUE: f64 = 1.25;
+/// Each saturated round's weight in the recent throughput.
+const RECENT_WEIGHT: f64 = 0.3;
+/// The recent throughput's spread at first (a quarter, squared): nothing reads as a rise.
+const RECENT_SPREAD_START: f64 = 0.0625;
+/// A change in throughput counts beyond 2.5 standard errors of a round's count, and at
+/// least 10%.
+const THROUGHPUT_SIGMAS: f64 = 2.5;
+const THROUGHPUT_FLOOR: f64 = 0.1;
+/// A rise counts beyond 1.5 times how much the recent throughput varies.
+const RISE_SPREAD: f64 = 1.5;
+/// The reference throughput (the rounds just after a probe) is read from at least this
+/// many samples before a fall is judged, and from at most this many (so that a slow
+/// drift shows as a fall).
+const REFERENCE_MIN: u64 = 200;
+const REFERENCE_MAX: u64 = 1000;
+
+/// The recent saturated rounds, averaged.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Recent {
+    /// Answers a second.
+    throughput: f64,
+    /// The throughputs' squared relative deviation from the average.
+    spread: f64,
+    /// Latency, seconds.
+    latency: f64,
+}
+
+/// What the stale-estimate checks keep.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Stale {
+    /// The saturated round with the most in flight since the estimate was last set, or
+    /// since the latency last rose: that many, its latency and its samples.
+    anchor: Option<(f64, f64, u64)>,
+    /// The first saturated rounds after the last probe: their samples and seconds.
+    reference: (u64, f64),
+    /// The saturated rounds since, averaged.
+    recent: Option<Recent>,
+    /// Rounds in a row whose throughput rose beyond its noise, the latency falling.
+    pub(super) rising: u32,
+    /// Rounds in a row whose spread reads a service far faster than the estimate.
+    pub(super) quick_rounds: u32,
+}
+
+impl Stale {
+    /// A probe measured the estimate: what follows is measured from it.
+    pub(super) fn after_probe(&mut self) {
+        self.anchor = None;
+        self.reference = (0, 0.0);
+        self.recent = None;
+        self.quick_rounds = 0;
+    }
+}
+
+impl Gradient {
+    /// A slower service: what the work ran at once (throughput × latency) has come down
+    /// by a quarter from the anchor, the work filling the limit, and the latency has not
+    /// come down with it. The latency now is taken as the estimate, with no probe (one
+    /// sized from the stale estimate would go far below the server), and a probe
+    /// follows soon to check it. Returns the estimate to read the round by.
+    pub(super) fn check_slower(&mut self, round: &Round, noload: f64) -> f64 {
+        if !self.confirmed {
+            return noload;
+        }
+        let cv = self.spread.cv();
+        let spread = |count: u64| cv * (1.0 / count as f64 + 1.0 / round.samples).sqrt();
+        let in_flight = round.throughput * round.mean;
+        let clean = round.max_in_flight <= round.window_limit;
+        let filled = round.saturated && round.binds && clean;
+        let knee = noload * (1.0 + self.tolerance);
+        let jumped = beyond_doubt(round.mean, knee, round.noise);
+        let here = (in_flight, round.mean, round.count);
+        match self.stale.anchor {
+            // The latency rose beyond its noise, or beyond doubt: measured afresh from
+            // here (from the next filled round, if this one is not).
+            Some((_, anchored, count))
+                if round.mean > anchored * (1.0 + 3.0 * spread(count)) || jumped =>
+            {
+                self.stale.anchor = filled.then_some(here);
+            }
+            _ if !filled => {}
+            Some((high, anchored, count)) if in_flight <= SLOWER_FALL * high => {
+                let proportional = in_flight / high + 3.0 * spread(count);
+                if round.mean >= anchored * proportional.max(SLOWER_LATENCY_FLOOR) {
+                    self.noload = Some(round.mean);
+                    self.stale.anchor = None;
+                    self.stale.reference = (0, 0.0);
+                    self.stale.recent = None;
+                    self.probes.since =
+                        self.probes.since.max(self.probe_every.saturating_sub(SOON));
+                    return round.mean;
+                }
+            }
+            Some((high, ..)) if in_flight >= NEAR_THE_MOST * high => {
+                self.stale.anchor = Some((high.max(in_flight), round.mean, round.count));
+            }
+            Some(_) => {}
+            None => self.stale.anchor = Some(here),
+        }
+        noload
+    }
+
+    /// What a spread of latencies says the service takes now, as a share of what it took
+    /// at the last probe: their interquartile range over the probe's.
+    fn service_share(&self, spread: &Spread) -> Option<f64> {
+        let (_, quiet, _) = self.probes.quiet.filter(|&(_, iqr, _)| iqr > 0.0)?;
+        Some(spread.interquartile()? / quiet)
+    }
+
+    /// Whether a saturated round's spread reads a service far quicker than at the last
+    /// probe; counts such rounds in a row.
+    pub(super) fn read_quick(&mut self, round: &Round, spread: &Spread) -> bool {
+        let quick = round.saturated
+            && self
+                .service_share(spread)
+                .is_some_and(|share| share < QUICK);
+        self.stale.quick_rounds = if quick {
+            self.stale.quick_rounds + 1
+        } else {
+            0
+        };
+        quick
+    }
+
+    /// Whether a probe (`latency` its mean) begun for a service that quickened queued.
+    pub(super) fn quickened(&self, latency: f64) -> bool {
+        self.stale.quick_rounds >= 2
+            && self
+                .service_share(&self.probes.probed.spread)
+                .zip(self.probes.quiet)
+                .is_some_and(|(share, (.., mean))| latency > QUICKENED_QUEUE * share * mean)
+    }
+
+    /// Capacity came back: the server answers more a second than the rounds before,
+    /// beyond how much those vary, and the latency fell with it (Little's law at the
+    /// same limit), though not below the estimate. Counts such rounds in a row.
+    pub(super) fn read_rise(&mut self, round: &Round, noload: f64, latency: f64) -> bool {
+        let cv = self.spread.cv();
+        let rose = self.stale.recent.is_some_and(|recent| {
+            let needed = (THROUGHPUT_SIGMAS * cv / round.samples.sqrt())
+                .max(RISE_SPREAD * recent.spread.sqrt())
+                .max(THROUGHPUT_FLOOR);
+            round.saturated
+                && latency >= (1.0 - margin(round.noise).max(THROUGHPUT_FLOOR)) * noload
+                && round.throughput > recent.throughput * (1.0 + needed)
+                && latency < recent.latency * (1.0 - round.noise)
+        });
+        self.stale.rising = if rose { self.stale.rising + 1 } else { 0 };
+        rose
+    }
+
+    /// Follows the throughput of the rounds the work filled, and answers whether it fell
+    /// below the reference (the rounds just after the last probe) by a tenth, or several
+    /// times a round's noise: the server runs fewer at once, or each request takes
+    /// longer, and only a probe tells which. (A round the work did not fill says nothing
+    /// of the server: less demand is not less capacity.)
+    pub(super) fn read_fall(&mut self, round: &Round, latency: f64, rose: bool) -> bool {
+        let (count, seconds) = self.stale.reference;
+        if round.saturated {
+            self.stale.recent = Some(match self.stale.recent {
+                Some(recent) => {
+                    let w = RECENT_WEIGHT;
+                    let deviation = round.throughput / recent.throughput - 1.0;
+                    Recent {
+                        throughput: (1.0 - w) * recent.throughput + w * round.throughput,
+                        // (A rise is no noise.)
+                        spread: if rose {
+                            recent.spread
+                        } else {
+                            (1.0 - w) * recent.spread + w * deviation * deviation
+                        },
+                        latency: (1.0 - w) * recent.latency + w * latency,
+                    }
+                }
+                None => Recent {
+                    throughput: round.throughput,
+                    spread: RECENT_SPREAD_START,
+                    latency,
+                },
+            });
+        }
+        let needed =
+            (THROUGHPUT_SIGMAS * self.spread.cv() / round.samples.sqrt()).max(THROUGHPUT_FLOOR);
+        let fell = round.saturated
+            && count >= REFERENCE_MIN
+            && self
+                .stale
+                .recent
+                .is_some_and(|recent| recent.throughput < count as f64 / seconds * (1.0 - needed));
+        if round.saturated && !fell && count < REFERENCE_MAX {
+            self.stale.reference = (count + round.count, seconds + round.elapsed);
+        }
+        fell
+    }
+}
