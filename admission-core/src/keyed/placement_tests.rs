@@ -472,7 +472,9 @@ fn shard<K, S>(ledger: &KeyedLedger<K, S>, i: usize) -> (usize, usize, usize) {
     ignore = "6,400 keys held at once: five minutes interpreted, and the spread is no memory question"
 )]
 fn keys_spread_over_every_shard() {
-    let ledger = KeyedLedger::new(1).unwrap();
+    // A fixed hasher: with a random one, one run in twenty left a shard's block with a
+    // free slot (fewer of its keys than slots reach it), which says nothing of the spread.
+    let ledger = KeyedLedger::with_hasher(1, fixed()).unwrap();
     let keys = SHARDS as u64 * 100;
     let held: Vec<_> = (0..keys).map(|k| ledger.try_acquire(&k).unwrap()).collect();
     // Every slot is taken (the windows start all over each block), and every key's
