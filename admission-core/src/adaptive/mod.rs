@@ -116,6 +116,8 @@ pub use builder::AdaptiveBuilder;
 pub(crate) use driver::{Control, Driver, Steered};
 use driver::{micros, nanos};
 pub use gradient::Gradient;
+#[doc(hidden)]
+pub use gradient::Mechanism;
 
 /// How an admitted piece of work ended, as the limit learns it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -356,6 +358,45 @@ impl Window {
         self.spread
             .quantile(0.5)
             .map(|micros| Duration::from_secs_f64(micros / 1e6))
+    }
+
+    /// The latency below which a share `q` (0 to 1) of the samples fall, to within an
+    /// eighth of a doubling (each sample is counted in a latency bucket, eight to a
+    /// doubling); `None` without samples. `latency_quantile(0.5)` is the median.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_core::adaptive::{Outcome, Window};
+    ///
+    /// let mut window = Window::new(8, Duration::from_millis(100));
+    /// for ms in 1..=100 {
+    ///     window.add(Duration::from_millis(ms), Outcome::Success, 1);
+    /// }
+    /// let p95 = window.latency_quantile(0.95).unwrap();
+    /// assert!(p95 > Duration::from_millis(90) && p95 < Duration::from_millis(100));
+    /// ```
+    pub fn latency_quantile(&self, q: f64) -> Option<Duration> {
+        self.spread
+            .quantile(q.clamp(0.0, 1.0))
+            .map(|micros| Duration::from_secs_f64(micros / 1e6))
+    }
+
+    /// The latencies' interquartile range (the 75th percentile less the 25th): how much
+    /// the service itself varies. A queue's wait, alike for every request, moves every
+    /// quartile alike and leaves it as it was; a heavy tail moves it little. `None`
+    /// without samples.
+    pub fn latency_interquartile_range(&self) -> Option<Duration> {
+        self.spread
+            .interquartile()
+            .map(|micros| Duration::from_secs_f64(micros / 1e6))
+    }
+
+    /// The latencies' coefficient of variation read from every sample's bucket (each at
+    /// its bucket's middle, within 1/16 of its value), where
+    /// [`latency_cv`](Self::latency_cv) reads one sample in eight exactly: steadier for
+    /// a window of a few hundred samples. `None` without samples.
+    pub fn bucketed_latency_cv(&self) -> Option<f64> {
+        self.spread.bucketed_cv()
     }
 
     /// The latencies' coefficient of variation (standard deviation over mean), from a

@@ -515,3 +515,46 @@ fn a_limit_the_controller_raises_grants_the_waiters() {
     ));
     drop(held);
 }
+
+/// The window's quantiles and spread, as an `Algorithm` of the user's own reads them: a
+/// queue (40 ms more for every request) moves the quartiles alike, so the interquartile
+/// range stands while the coefficient of variation narrows.
+#[test]
+fn a_window_s_quantiles_and_spread_read_a_queue_as_a_shift() {
+    let empty = Window::new(8, Duration::from_millis(100));
+    assert_eq!(empty.latency_quantile(0.5), None);
+    assert_eq!(empty.latency_interquartile_range(), None);
+    assert_eq!(empty.bucketed_latency_cv(), None);
+    let window = |wait: u64| {
+        let mut w = Window::new(8, Duration::from_millis(100));
+        for ms in 1..=100 {
+            w.add(Duration::from_millis(ms + wait), Outcome::Success, 1);
+        }
+        w
+    };
+    let (quiet, queued) = (window(0), window(40));
+    let ms = |d: Option<Duration>| d.unwrap().as_secs_f64() * 1e3;
+    // Within an eighth of a doubling.
+    assert!((ms(quiet.latency_quantile(0.25)) - 25.0).abs() < 25.0 / 8.0);
+    assert!((ms(quiet.latency_quantile(0.75)) - 75.0).abs() < 75.0 / 8.0);
+    assert!((ms(queued.latency_quantile(0.25)) - 65.0).abs() < 65.0 / 8.0);
+    let (a, b) = (
+        ms(quiet.latency_interquartile_range()),
+        ms(queued.latency_interquartile_range()),
+    );
+    assert!(
+        (a - 50.0).abs() < 10.0 && (b - 50.0).abs() < 10.0,
+        "{a} {b}"
+    );
+    let (a, b) = (
+        quiet.bucketed_latency_cv().unwrap(),
+        queued.bucketed_latency_cv().unwrap(),
+    );
+    // 29/50.5 and 29/90.5, each within a bucket's error.
+    assert!(
+        (a - 0.57).abs() < 0.05 && (b - 0.32).abs() < 0.05,
+        "{a} {b}"
+    );
+    // Out of range, a share is taken as its nearest end.
+    assert_eq!(quiet.latency_quantile(2.0), quiet.latency_quantile(1.0));
+}

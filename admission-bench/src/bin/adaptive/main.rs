@@ -1,32 +1,28 @@
 //! The adaptive limit's evidence: `cargo run --release -p admission-bench --bin adaptive`.
 //!
 //! A deterministic virtual-time simulation (see `admission_bench::sim`) of a server
-//! behind each limiter, side by side, on a fixed list of seeds, across scenarios that
-//! vary the service-time distribution, the server's concurrency `C` and service time
-//! `S`, the load's shape, the capacity, and the clients' deadlines. Prints one table per
-//! scenario, then the targets of each adaptive limiter, scenario by scenario; exits
-//! non-zero if a target of `Gradient` is missed, other than those listed in `OPEN` (known
-//! misses, printed as such; a listed one that is met fails the run too).
+//! behind each limiter, side by side, across scenarios that vary the service-time
+//! distribution, the server's concurrency `C` and service time `S`, the load's shape, the
+//! capacity, and the clients' deadlines.
 //!
-//! `--quick` runs one seed of each scenario (for trying a change; CI runs them all);
-//! `--seeds 4,5,6` runs the seeds listed instead (those CI does not gate on).
-//! `--trace NAME [below|above]` prints each window `Gradient` sees in the first scenario
-//! whose name contains NAME, started below (the default) or above, on the first seed (or
-//! `--seed N`).
-//!
-//! `--markdown` also prints the targets as the table of the crate's README ("The last
-//! run"); `--readme PATH` checks that the table in the README at PATH is this run's, and
-//! fails the run if it is not (CI passes it, so that the README's figures are the ones CI
-//! computes). Both on CI's seeds only. `--held-out` runs `Gradient` on seeds 4 to 24
-//! instead, in seven runs of three, and prints the README's held-out table: where a
-//! target is missed, in how many runs, and the worst figure (about four minutes; not in
-//! CI).
+//! Two sets of seeds. Seeds 1-99 are for trying changes: the default run prints one table
+//! per scenario on seeds 1-3 (`--seeds 4,5,6` for others, `--quick` for one), then the
+//! targets of each adaptive limiter, worst seed, and exits non-zero if `Gradient` misses
+//! one; `--markdown` prints them as a table; `--trace NAME [below|above] [--seed N]`
+//! prints each window `Gradient` sees in the first scenario whose name contains NAME.
+//! Seeds 100-199 are held out: no change is tuned on them. `--held-out` judges
+//! `Gradient` on them seed by seed, by properties of the whole (see `held_out.rs`), on the
+//! first 24 (`--seeds-held N` for more); CI runs it with `--readme PATH`, which also
+//! checks that the README's held-out section is this run's. `--ablation` runs the same
+//! seeds with each mechanism off in turn, and prints the README's ablation table.
 
 use std::process::ExitCode;
 use std::sync::Mutex;
 
 use admission_bench::sim::{self, Limiter, Outcomes, Scenario, Service};
-use admission_core::adaptive::{Aimd, Algorithm, Gradient, Window};
+use admission_core::adaptive::{Aimd, Algorithm, Gradient, Mechanism, Window};
+
+mod held_out;
 
 /// `Gradient`, printing each window it sees and what it answers.
 #[derive(Debug)]
@@ -111,9 +107,7 @@ fn trace(name: &str, above: bool, seed: u64) -> ExitCode {
 const ADAPTIVE_ROWS: usize = 3;
 /// The static sweep, in multiples of the server's initial concurrency.
 const SWEEP: [f64; 10] = [0.5, 0.75, 0.9, 1.0, 1.0625, 1.125, 1.25, 1.5, 2.0, 4.0];
-/// Seeds: three per scenario, the ones CI gates on. The targets do not hold alike on
-/// every seed: on held-out seeds (`--seeds 4,5,6`, and on to 24) `Gradient` misses some
-/// (see the crate's README).
+/// Seeds for trying a change: three per scenario (any of 1-99 with `--seeds`).
 const SEEDS: [u64; 3] = [1, 2, 3];
 
 const MS: f64 = 0.001;
@@ -236,17 +230,23 @@ fn starts(scenario: &Scenario) -> [u64; 2] {
     [(c / 6).max(2), 4 * c]
 }
 
-fn limiters(scenario: &Scenario) -> Vec<(String, Make)> {
+/// `Gradient` with the mechanisms in `off` turned off.
+fn gradient(off: &[Mechanism]) -> Gradient {
+    off.iter().fold(Gradient::default(), |g, &m| g.without(m))
+}
+
+fn limiters(scenario: &Scenario, off: &[Mechanism]) -> Vec<(String, Make)> {
     let c = scenario.workers[0].1;
     let [below, above] = starts(scenario);
+    let (one, two) = (off.to_vec(), off.to_vec());
     let mut all: Vec<(String, Make)> = vec![
         (
             format!("gradient from {below}"),
-            Box::new(move || Limiter::Adaptive(Box::new(Gradient::default()), below)),
+            Box::new(move || Limiter::Adaptive(Box::new(gradient(&one)), below)),
         ),
         (
             format!("gradient from {above}"),
-            Box::new(move || Limiter::Adaptive(Box::new(Gradient::default()), above)),
+            Box::new(move || Limiter::Adaptive(Box::new(gradient(&two)), above)),
         ),
         (
             format!("aimd from {below}"),
@@ -275,7 +275,19 @@ struct Results {
 }
 
 fn simulate(scenarios: &[Scenario], seeds: &[u64]) -> Results {
-    let limiters: Vec<_> = scenarios.iter().map(limiters).collect();
+    simulate_with(scenarios, seeds, &[], None)
+}
+
+/// `simulate`, with `Gradient`'s mechanisms in `off` turned off; given `base` (a run of
+/// the same scenarios and seeds), only `Gradient`'s rows are run and the others taken
+/// from it.
+fn simulate_with(
+    scenarios: &[Scenario],
+    seeds: &[u64],
+    off: &[Mechanism],
+    base: Option<&Results>,
+) -> Results {
+    let limiters: Vec<_> = scenarios.iter().map(|s| limiters(s, off)).collect();
     let names = limiters
         .iter()
         .map(|l| l.iter().map(|(n, _)| n.clone()).collect())
@@ -301,7 +313,10 @@ fn simulate(scenarios: &[Scenario], seeds: &[u64]) -> Results {
                     let Some(&(s, k, l)) = jobs.get(index) else {
                         break;
                     };
-                    let outcome = sim::run(&scenarios[s], (limiters[s][l].1)(), seeds[k]);
+                    let outcome = match base {
+                        Some(base) if l >= 2 => base.runs[s][k][l].clone(),
+                        _ => sim::run(&scenarios[s], (limiters[s][l].1)(), seeds[k]),
+                    };
                     results.lock().unwrap()[index] = Some(outcome);
                 }
             });
@@ -412,18 +427,6 @@ enum Figure {
 }
 
 impl Figure {
-    /// The worse of two figures for `target` (of a range, the wider).
-    fn worse(self, other: Figure, target: Target) -> Figure {
-        match (self, other) {
-            (Figure::One(a), Figure::One(b)) => match target {
-                Target::Goodput | Target::Window => Figure::One(a.min(b)),
-                _ => Figure::One(a.max(b)),
-            },
-            (Figure::Range(a, b), Figure::Range(c, d)) => Figure::Range(a.min(c), b.max(d)),
-            (figure, _) => figure,
-        }
-    }
-
     fn show(self, target: Target) -> String {
         match (target, self) {
             (Target::Goodput | Target::Shed | Target::Window, Figure::One(v)) => {
@@ -543,19 +546,15 @@ struct Verdict {
     met: bool,
     /// `Gradient`'s (the rows that gate the run).
     gating: bool,
-    /// Listed in `OPEN`.
-    open: bool,
 }
 
 impl Verdict {
     /// How the run's report words it.
     fn word(&self) -> &'static str {
-        match (self.met, self.gating, self.open) {
-            (true, _, false) => "MET",
-            (true, _, true) => "MET (listed open)",
-            (false, true, true) => "MISSED (open)",
-            (false, true, false) => "MISSED",
-            (false, false, _) => "missed",
+        match (self.met, self.gating) {
+            (true, _) => "MET",
+            (false, true) => "MISSED",
+            (false, false) => "missed",
         }
     }
 
@@ -582,8 +581,6 @@ fn verdicts(scenarios: &[Scenario], results: &Results) -> Vec<Verdict> {
                     Ask::Stated => target.met(figure),
                     Ask::Near(_, reference) => target.near(figure, reference),
                 };
-                let open =
-                    gating && OPEN.contains(&(scenario.name.as_str(), side(l), target.label()));
                 all.push(Verdict {
                     scenario: s,
                     limiter: l,
@@ -592,7 +589,6 @@ fn verdicts(scenarios: &[Scenario], results: &Results) -> Vec<Verdict> {
                     ask,
                     met,
                     gating,
-                    open,
                 });
             }
         }
@@ -602,7 +598,7 @@ fn verdicts(scenarios: &[Scenario], results: &Results) -> Vec<Verdict> {
 
 /// The README's results table: a row per scenario and start of `Gradient`, a cell per
 /// target (`*` where the target is a static limit's figure within 10%), and whether the
-/// row meets them all, misses one listed open, or misses one.
+/// row meets them all, or misses one.
 fn table(scenarios: &[Scenario], verdicts: &[Verdict]) -> Vec<String> {
     let mut rows = Vec::new();
     for (s, scenario) in scenarios.iter().enumerate() {
@@ -619,13 +615,8 @@ fn table(scenarios: &[Scenario], verdicts: &[Verdict]) -> Vec<String> {
                 if matches!(v.ask, Ask::Near(..)) {
                     cells[at].push('*');
                 }
-                if v.open && !v.met {
-                    cells[at].push_str(" (open)");
-                }
             }
-            let status = if row.iter().any(|v| v.open && !v.met) {
-                "open"
-            } else if row.iter().any(|v| !v.met) {
+            let status = if row.iter().any(|v| !v.met) {
                 "MISSED"
             } else {
                 "MET"
@@ -642,79 +633,25 @@ fn table(scenarios: &[Scenario], verdicts: &[Verdict]) -> Vec<String> {
     rows
 }
 
-/// `--held-out`: `Gradient` on seeds 4 to 24, in seven runs of three as CI runs its own
-/// (each target read at the worst seed of its run). Prints, where a target is missed, the
-/// runs that miss it and the worst figure over all seven, as the README's held-out table,
-/// and the count of misses. Exits non-zero if any is missed (it is not CI's gate: about
-/// four minutes on two cores).
-fn held_out(scenarios: &[Scenario]) -> ExitCode {
-    let started = std::time::Instant::now();
-    let mut rows: Vec<(usize, usize, Target, u32, Figure)> = Vec::new();
-    for run in 0..7 {
-        let seeds: Vec<u64> = (0..3).map(|k| 4 + 3 * run + k).collect();
-        let results = simulate(scenarios, &seeds);
-        for v in verdicts(scenarios, &results).iter().filter(|v| v.gating) {
-            let key = (v.scenario, v.limiter, v.target);
-            let at = match rows.iter().position(|r| (r.0, r.1, r.2) == key) {
-                Some(at) => at,
-                None => {
-                    rows.push((v.scenario, v.limiter, v.target, 0, v.figure));
-                    rows.len() - 1
-                }
-            };
-            let row = &mut rows[at];
-            row.3 += u32::from(!v.met);
-            row.4 = row.4.worse(v.figure, v.target);
-        }
-    }
-    println!("| scenario | start | target | runs missed of 7 | worst |");
-    println!("|---|---|---|---|---|");
-    let mut total = 0;
-    for &(s, l, target, missed, worst) in rows.iter().filter(|r| r.3 > 0) {
-        total += missed;
-        let start = side(l);
-        println!(
-            "| {} | {start} ({}) | {} | {missed} | {} |",
-            scenarios[s].name,
-            starts(&scenarios[s])[l],
-            target.label(),
-            worst.show(target)
-        );
-    }
-    println!();
-    println!(
-        "gradient misses {total} targets over seven runs of seeds 4-24 ({:.0} s)",
-        started.elapsed().as_secs_f64()
-    );
-    if total == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
-}
-
-/// The rows of the results table in the README at `path`: the lines after its header
-/// (`| scenario | start | goodput |`) and the line under it, up to the first that is not
-/// a row.
-fn readme_table(path: &str) -> Result<Vec<String>, String> {
+/// Checks that the section of the README at `path` between `<!-- NAME -->` and
+/// `<!-- /NAME -->` is `lines` (blank lines around them aside).
+fn check_section(path: &str, name: &str, lines: &[String]) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read it: {e}"))?;
-    let mut lines = text.lines();
-    lines
-        .by_ref()
-        .find(|line| line.starts_with("| scenario | start | goodput |"))
-        .ok_or("no table whose header begins `| scenario | start | goodput |`")?;
-    Ok(lines
-        .skip(1)
-        .take_while(|line| line.starts_with('|'))
-        .map(str::to_owned)
-        .collect())
+    let (open, close) = (format!("<!-- {name} -->"), format!("<!-- /{name} -->"));
+    let section = text
+        .split_once(&open)
+        .and_then(|(_, rest)| rest.split_once(&close))
+        .map(|(inside, _)| inside.trim())
+        .ok_or(format!("no section between {open} and {close}"))?;
+    let expected = lines.join("\n");
+    if section == expected.trim() {
+        println!("{path}: its {name} section is this run's");
+        Ok(())
+    } else {
+        println!("{path}: its {name} section is not this run's; this run's:\n{expected}");
+        Err(format!("the {name} section is not this run's"))
+    }
 }
-
-/// Targets `Gradient` is known to miss, if any (issue 33): scenario, started `below` or
-/// `above`, target. Printed as such, they do not fail the run; one that is met does (take
-/// it off the list), so the list stays what the run shows (see the crate's README for
-/// both). None on CI's seeds now; the held-out seeds (`--held-out`) still miss some.
-const OPEN: &[(&str, &str, &str)] = &[];
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
@@ -747,7 +684,10 @@ fn main() -> ExitCode {
     };
     let scenarios = scenarios();
     if args.iter().any(|a| a == "--held-out") {
-        return held_out(&scenarios);
+        return held_out::run(&scenarios, &args);
+    }
+    if args.iter().any(|a| a == "--ablation") {
+        return held_out::ablation(&scenarios, &args);
     }
     let started = std::time::Instant::now();
     let results = simulate(&scenarios, seeds);
@@ -844,7 +784,6 @@ fn main() -> ExitCode {
     );
     let verdicts = verdicts(&scenarios, &results);
     let mut missed = Vec::new();
-    let mut known = 0;
     for (s, scenario) in scenarios.iter().enumerate() {
         println!();
         println!("{}", scenario.name);
@@ -874,20 +813,8 @@ fn main() -> ExitCode {
                 v.figure.show(v.target),
                 v.word()
             );
-            if v.gating && v.met == v.open {
-                missed.push(format!(
-                    "{}: {name}: {}{}",
-                    scenario.name,
-                    v.target.label(),
-                    if v.open {
-                        " (listed open, but met: take it off OPEN)"
-                    } else {
-                        ""
-                    }
-                ));
-            }
-            if v.open && !v.met {
-                known += 1;
+            if v.gating && !v.met {
+                missed.push(format!("{}: {name}: {}", scenario.name, v.target.label()));
             }
         }
     }
@@ -902,36 +829,12 @@ fn main() -> ExitCode {
             .sum::<usize>(),
         started.elapsed().as_secs_f64()
     );
-    let ci_seeds = seeds == SEEDS.as_slice();
-    if args.iter().any(|a| a == "--markdown") && ci_seeds {
+    if args.iter().any(|a| a == "--markdown") {
         println!();
         println!("{}", table.join("\n"));
     }
-    if let Some(path) = args
-        .iter()
-        .position(|a| a == "--readme")
-        .and_then(|at| args.get(at + 1))
-    {
-        match readme_table(path) {
-            _ if !ci_seeds => println!("{path}: not checked (the table is of CI's seeds)"),
-            Ok(rows) if rows == table => println!("{path}: its table is this run's"),
-            Ok(_) => {
-                println!("{path}: its table is not this run's; this run's (also with --markdown):");
-                println!("{}", table.join("\n"));
-                missed.push(format!("{path}: the table of the last run"));
-            }
-            Err(error) => {
-                println!("{path}: {error}");
-                missed.push(format!("{path}: the table of the last run"));
-            }
-        }
-    }
     if missed.is_empty() {
-        if known == 0 {
-            println!("every target of gradient: MET");
-        } else {
-            println!("every target of gradient: MET, but the {known} listed open (issue 33)");
-        }
+        println!("every target of gradient: MET");
         ExitCode::SUCCESS
     } else {
         println!("gradient MISSED {} targets:", missed.len());

@@ -4,7 +4,7 @@
 //! and only a probe or a latency twice the knee cuts.
 
 use super::noise::QUEUE_SIGMAS;
-use super::{Gradient, Round, seconds};
+use super::{Gradient, Mechanism, Round, seconds};
 use crate::adaptive::Window;
 
 /// The first estimate is the mean of this many samples (within 10% for an exponential).
@@ -58,6 +58,7 @@ impl Gradient {
     pub(super) fn wider(&self, queued: bool, round: &Window, noload: f64, latency: f64) -> bool {
         !self.confirmed
             && queued
+            && self.on(Mechanism::FirstWider)
             && self
                 .first
                 .cv
@@ -96,7 +97,9 @@ impl Gradient {
                     .map(|median| median / estimate);
             }
         } else if wider
-            || !queued && window.max_in_flight as f64 <= SAME_IN_FLIGHT * self.first.in_flight
+            || self.on(Mechanism::FirstAverage)
+                && !queued
+                && window.max_in_flight as f64 <= SAME_IN_FLIGHT * self.first.in_flight
         {
             self.first.unconfirmed.merge(window);
             self.noload = seconds(self.first.unconfirmed.mean_latency());

@@ -2,7 +2,7 @@
 //! after round (√limit, then half the limit, then the limit), so a server four times
 //! larger is found in four rounds; capacity that comes back is climbed at once.
 
-use super::{Gradient, Law, Round};
+use super::{Gradient, Law, Mechanism, Round};
 
 /// Under half the limit the last probe began at, a round with no queue at all and every
 /// slot busy is capacity come back: as sure as a second round with no queue.
@@ -34,7 +34,8 @@ impl Gradient {
     /// doubled limit there only lengthens the queue's tail.
     pub(super) fn grow(&mut self, round: &Round, law: &Law) -> f64 {
         let limit = round.limit;
-        let back = law.latency <= law.noload * (1.0 + law.noise)
+        let back = self.on(Mechanism::CapacityBack)
+            && law.latency <= law.noload * (1.0 + law.noise)
             && self.probes.from.is_some_and(|from| limit < BACK * from);
         if self.stale.rising >= 2 || back {
             self.growth.streak = self.growth.streak.max(1);
@@ -48,9 +49,10 @@ impl Gradient {
         }
         self.growth.streak += 1;
         let full = round.max_in_flight >= round.window_limit;
+        let ramp = self.on(Mechanism::Ramp);
         let step = match self.growth.streak {
-            2 if full => limit / 2.0,
-            3.. if full => limit,
+            2 if full && ramp => limit / 2.0,
+            3.. if full && ramp => limit,
             _ => limit.sqrt(),
         };
         law.target.max(limit + step.max(limit.sqrt()))

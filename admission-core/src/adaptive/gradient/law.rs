@@ -3,7 +3,7 @@
 //! probe is due.
 
 use super::noise::{self, beyond_doubt, margin, queued};
-use super::{Gradient, seconds};
+use super::{Gradient, Mechanism, seconds};
 use crate::adaptive::Window;
 
 /// A cut waits for the work to fill the limit: its most in flight at 90% of it ...
@@ -44,8 +44,6 @@ pub(super) struct Round {
     /// The mean's relative noise: the service's spread over √samples.
     pub(super) noise: f64,
     pub(super) throughput: f64,
-    /// Mean latency, seconds.
-    pub(super) mean: f64,
     pub(super) max_in_flight: u64,
     pub(super) elapsed: f64,
     /// The work filled the limit at some point ...
@@ -106,7 +104,6 @@ impl Gradient {
             samples,
             noise: self.spread.cv() / samples.sqrt(),
             throughput,
-            mean,
             max_in_flight: window.max_in_flight,
             elapsed: window.elapsed.as_secs_f64(),
             binds: window.max_in_flight as f64 >= BINDS * window.limit as f64,
@@ -117,7 +114,6 @@ impl Gradient {
     /// One round's decision: the limit it sets, or a probe's.
     pub(super) fn decide(&mut self, window: &Window, mean: f64, noload: f64) -> u64 {
         let round = self.read(window, mean);
-        let noload = self.check_slower(&round, noload);
         let latency = self.read_latency(window, noload, mean);
         let quick = self.read_quick(&round, &window.spread);
         let rose = self.read_rise(&round, noload, latency);
@@ -132,7 +128,8 @@ impl Gradient {
         self.step_toward(target, &round, noload, latency);
         self.probes.since += 1;
         let fell = self.read_fall(&round, latency, rose);
-        let faster = latency < (1.0 - margin(round.noise).max(FASTER)) * noload
+        let faster = self.on(Mechanism::FasterProbe)
+            && latency < (1.0 - margin(round.noise).max(FASTER)) * noload
             || self.stale.quick_rounds >= 2;
         self.probe_if_due(&round, noload, latency, fell, faster)
             .unwrap_or(self.limit as u64)
@@ -187,17 +184,13 @@ impl Gradient {
         }
     }
 
-    /// A cut: the law's where the work filled the limit or queued beyond doubt; held
-    /// while an unconfirmed estimate may be the short requests'; and otherwise no lower
-    /// than what the work used (a heavy tail's round may read a queue by chance).
+    /// A cut: the law's, but held while an unconfirmed estimate may be the short
+    /// requests'.
     fn cut(&self, round: &Round, law: &Law) -> f64 {
         if self.unconfirmed_holds(law.latency, law.knee, law.noise, law.wider) {
             round.limit
-        } else if round.binds || beyond_doubt(law.latency, law.knee, law.noise) {
-            law.target
         } else {
-            let used = round.max_in_flight as f64;
-            law.target.max(used * (1.0 + self.tolerance) + used.sqrt())
+            law.target
         }
     }
 
@@ -242,7 +235,9 @@ impl Gradient {
         let since = self.probes.since;
         let early = (fell || faster) && since >= EARLY_AFTER;
         let due = if self.confirmed {
-            since >= self.probe_every && self.growth.streak == 0 && self.growth.since_sure >= SETTLE
+            since >= self.probe_every
+                && self.growth.streak == 0
+                && (self.growth.since_sure >= SETTLE || !self.on(Mechanism::Settle))
         } else {
             self.first.queued_rounds >= 2 || since >= self.probe_every
         };
@@ -259,7 +254,8 @@ impl Gradient {
             round.limit.min(self.limit)
         }
         .min(round.max_in_flight.max(1) as f64);
-        let sized = if fell && !due && latency <= DRIFT * noload {
+        let sized = if self.on(Mechanism::DriftSizing) && fell && !due && latency <= DRIFT * noload
+        {
             (noload * latency).sqrt()
         } else {
             noload

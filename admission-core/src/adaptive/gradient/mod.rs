@@ -3,12 +3,15 @@ use super::{Algorithm, Window};
 mod first;
 mod growth;
 mod law;
+mod mechanism;
 mod noise;
 mod probe;
 mod skew;
 mod stale;
 
 use law::{Law, Round};
+#[doc(hidden)]
+pub use mechanism::Mechanism;
 use noise::ServiceSpread;
 
 /// A delay-gradient controller: the limit follows the ratio of a no-load latency it
@@ -44,11 +47,10 @@ use noise::ServiceSpread;
 /// - **Growth.** Rounds with no queue grow the limit by √limit, then half of it, then
 ///   all of it. Under half the last probe's limit, a round with no queue at all is
 ///   capacity coming back, climbed at once.
-/// - **A slower service.** A queue's latency falls with what is in flight, a slower
-///   service's does not: when what the work runs at once falls by a quarter and the
-///   latency does not, the latency is the new `n`.
-/// - **A faster service.** Its rounds read faster than `n`, or, behind the queue the
-///   stale knee allows, spread less (a queue moves every quartile alike): a probe comes.
+/// - **A changed service or server.** A probe comes early when the throughput of the
+///   rounds the work fills falls by a tenth (fewer at once, or each slower: the probe
+///   tells which), or a round reads faster than `n`, or, behind the queue the stale knee
+///   allows, spreads less (a queue moves every quartile alike).
 /// - **A skewed service.** Where the median is under half the mean, a round is read by
 ///   its median (which a queue moves and the long requests barely do).
 ///
@@ -63,8 +65,7 @@ use noise::ServiceSpread;
 /// coefficient of variation, at least 1): a server answering 50 a second (10 in flight
 /// at 200 ms) takes seconds per step, and heavy tails four times that. Each probe holds
 /// the limit below the server for a few rounds. A service that slows little by little
-/// reads as a queue until what is in flight falls by a quarter, so the limit sags
-/// meanwhile. Each mechanism's effect on the simulator's targets, with and without it,
+/// reads as a queue until the throughput falls by a tenth, so the limit sags meanwhile. Each mechanism's effect on the simulator's targets, with and without it,
 /// is in `admission-bench`'s README.
 ///
 /// # Examples
@@ -119,6 +120,8 @@ pub struct Gradient {
     first: first::First,
     stale: stale::Stale,
     growth: growth::Growth,
+    /// Mechanisms turned off (bits of [`Mechanism`]).
+    off: u32,
 }
 
 fn seconds(duration: Option<std::time::Duration>) -> Option<f64> {
@@ -145,6 +148,7 @@ impl Default for Gradient {
             first: first::First::default(),
             stale: stale::Stale::default(),
             growth: growth::Growth::default(),
+            off: 0,
         }
     }
 }
@@ -191,6 +195,18 @@ impl Gradient {
     pub fn threshold(mut self, share: f64) -> Self {
         self.threshold = share.clamp(0.0, 1.0);
         self
+    }
+
+    /// Turns a mechanism off, to measure what it earns. Not for production use.
+    #[doc(hidden)]
+    pub fn without(mut self, mechanism: Mechanism) -> Self {
+        self.off |= mechanism.bit();
+        self
+    }
+
+    /// Whether a mechanism is on.
+    fn on(&self, mechanism: Mechanism) -> bool {
+        self.off & mechanism.bit() == 0
     }
 
     /// The limit changed: what follows is measured afresh.

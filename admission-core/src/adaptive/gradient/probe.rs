@@ -3,7 +3,7 @@
 
 use super::noise::{SAMPLES_PER_CV2, margin};
 use super::skew::SKEWED;
-use super::{Gradient, seconds};
+use super::{Gradient, Mechanism, seconds};
 use crate::adaptive::Window;
 
 /// A probe measures until it has this many samples (more where the latencies spread
@@ -19,9 +19,9 @@ const MEASURE_LATENCIES_CAP: f64 = 50.0;
 const DECIDED: f64 = 0.25;
 /// The queue drains in about the latency of the round before, with a margin for the tail.
 const DRAIN_LATENCIES: f64 = 1.5;
-/// The most a probe raises the estimate by, unless it ran below the knee: more waits for
-/// the next probe, soon, so that a probe that queued cannot ratchet the estimate up.
-pub(super) const MAX_RAISE: f64 = 1.5;
+/// A probe this far above the estimate may have queued (at a server that shrank as it
+/// began): its spread tells.
+const MAX_RAISE: f64 = 1.5;
 /// What a probe that found the estimate high multiplies its limit by for the next.
 const DESCENT: f64 = 0.7;
 /// A skewed service's probe goes no lower than this share of the limit: its estimate
@@ -31,10 +31,7 @@ const SKEWED_PROBE_FLOOR: f64 = 0.75;
 /// no more than the work brought, and a lower one would only shed work.
 const FILLED: f64 = 0.9;
 /// A probe that needs checking is followed by another this many rounds on.
-pub(super) const SOON: u32 = 10;
-/// A probe ran below the knee when it served less than the round before by at least 5%
-/// and three standard errors of its count.
-const UNQUEUED_FALL: f64 = 0.95;
+const SOON: u32 = 10;
 
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(super) enum Phase {
@@ -126,13 +123,6 @@ impl Reading {
 
     fn throughput(&self) -> f64 {
         self.samples as f64 / self.elapsed.max(1e-9)
-    }
-
-    /// Whether the probe ran below the knee: its throughput fell from that of the
-    /// saturated round before the probe beyond its noise.
-    fn unqueued(&self, before: Option<f64>) -> bool {
-        let sigmas = 3.0 / (self.samples as f64).sqrt();
-        before.is_some_and(|before| self.throughput() < before * (1.0 - sigmas).min(UNQUEUED_FALL))
     }
 }
 
@@ -273,15 +263,17 @@ impl Gradient {
         let filled = self.probes.probed.max_in_flight as f64 >= FILLED * probe.limit as f64;
         // Far above the estimate and spread as a queue (it may have queued at a server
         // that shrank as it began), or a service that quickened behind a queue.
-        let queued = self
-            .noload
-            .is_some_and(|n| latency > MAX_RAISE * n && !self.spreads_as_a_service(latency, n))
-            || self.quickened(latency);
-        if (lower || !self.confirmed || queued) && filled && probe.limit > 1 {
+        let queued = self.noload.is_some_and(|n| {
+            self.on(Mechanism::ProbeQueueSpread)
+                && latency > MAX_RAISE * n
+                && !self.spreads_as_a_service(latency, n)
+        }) || self.quickened(latency);
+        let descend = lower || !self.confirmed || queued;
+        if descend && self.on(Mechanism::Descent) && filled && probe.limit > 1 {
             return self.descend(&reading, probe, latency, queued);
         }
         let soon = probe.descended && !fell;
-        self.conclude(&reading, probe, latency, margin, lower, soon)
+        self.conclude(probe, latency, margin, lower, soon)
     }
 
     /// The estimate was high (or unmeasured, or the probe queued): take the reading, and
@@ -308,17 +300,16 @@ impl Gradient {
         next
     }
 
-    /// The probe ends: the estimate takes its reading (averaged in, or a bounded step up
-    /// where it may have queued), and the limit resumes where the round before the probe
-    /// says the server's concurrency is.
+    /// The probe ends: the estimate takes its reading (averaged in where it agrees), and
+    /// the limit resumes where the round before the probe says the server's concurrency
+    /// is.
     fn conclude(
         &mut self,
-        reading: &Reading,
         probe: Probe,
         latency: f64,
         margin: f64,
         lower: bool,
-        mut soon: bool,
+        soon: bool,
     ) -> u64 {
         let spread = &self.probes.probed.spread;
         self.probes.quiet = spread
@@ -327,14 +318,7 @@ impl Gradient {
             .map(|(cv, iqr)| (cv, iqr, latency));
         self.stale.after_probe();
         self.noload = Some(match self.noload {
-            Some(n) if latency > (1.0 + margin) * n => {
-                if latency > MAX_RAISE * n && !reading.unqueued(probe.before) {
-                    soon = true;
-                    MAX_RAISE * n
-                } else {
-                    latency
-                }
-            }
+            Some(n) if latency > (1.0 + margin) * n => latency,
             Some(n) if !lower => (n + latency) / 2.0,
             _ => latency,
         });

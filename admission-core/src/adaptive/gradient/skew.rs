@@ -2,7 +2,7 @@
 //! queue adds to every latency alike and moves the median as much as the mean, while
 //! the long requests, bunching by chance, move the mean and barely the median.
 
-use super::Gradient;
+use super::{Gradient, Mechanism};
 use crate::adaptive::Window;
 
 /// A service whose median latency is under half its mean is read by its median.
@@ -14,7 +14,7 @@ impl Gradient {
     /// Whether the service reads as skewed, as the probes (or the first estimate's
     /// rounds) have it.
     pub(super) fn skewed(&self) -> bool {
-        self.shape.is_some_and(|shape| shape < SKEWED)
+        self.on(Mechanism::Skew) && self.shape.is_some_and(|shape| shape < SKEWED)
     }
 
     /// How long a round must span since the limit changed: the latency, or for a skewed
@@ -23,9 +23,10 @@ impl Gradient {
     /// a mean latency is the short requests, and reads faster than the server is.
     pub(super) fn reach(&self, window: &Window, latency: f64) -> f64 {
         let skewed = self.skewed()
-            || window
-                .median_latency()
-                .is_some_and(|median| median.as_secs_f64() < SKEWED * latency);
+            || self.on(Mechanism::Skew)
+                && window
+                    .median_latency()
+                    .is_some_and(|median| median.as_secs_f64() < SKEWED * latency);
         let tail = window.spread.quantile(TAIL).filter(|_| skewed);
         tail.map_or(latency, |micros| latency.max(micros / 1e6))
     }
@@ -35,7 +36,7 @@ impl Gradient {
     /// without its tail's noise); otherwise its mean.
     pub(super) fn read_latency(&self, round: &Window, noload: f64, mean: f64) -> f64 {
         match (self.shape, round.median_latency()) {
-            (Some(shape), Some(median)) if shape < SKEWED => {
+            (Some(shape), Some(median)) if shape < SKEWED && self.on(Mechanism::Skew) => {
                 noload * (1.0 - shape) + median.as_secs_f64()
             }
             _ => mean,

@@ -1,20 +1,14 @@
-//! A stale estimate: the service itself changed. A slower one reads, against the old
-//! estimate, like a queue, but a queue's latency falls with what is in flight and a
-//! slower service's does not; a faster one hides behind a queue the stale knee allows,
-//! but a queue moves every quartile alike. Capacity that changes shows in throughput.
+//! A stale estimate: the service or the server changed since the last probe. A fall in
+//! the throughput of the rounds the work filled (fewer at once, or each slower: only a
+//! probe tells which) or a round faster than the estimate sets off a probe early; a
+//! service that quickened hides behind the queue the stale knee allows, but a queue moves
+//! every quartile alike, so its interquartile range tells. Capacity that comes back shows
+//! as throughput rising while the latency falls.
 
-use super::noise::{beyond_doubt, margin};
-use super::probe::SOON;
-use super::{Gradient, Round};
+use super::noise::margin;
+use super::{Gradient, Mechanism, Round};
 use crate::adaptive::Spread;
 
-/// What the work runs at once fell by a quarter from the most it ran ...
-const SLOWER_FALL: f64 = 0.75;
-/// ... and the latency fell less than in proportion (three times the noise of the two
-/// rounds), and by no more than a tenth: the service slowed.
-const SLOWER_LATENCY_FLOOR: f64 = 0.9;
-/// Within a tenth of the most it ran: the anchor moves to the latency there now.
-const NEAR_THE_MOST: f64 = 0.9;
 /// The interquartile range under this share of the last probe's: the service quickened.
 const QUICK: f64 = 0.6;
 /// A probe begun for a quicker service queued when its mean is this much over what its
@@ -50,9 +44,6 @@ struct Recent {
 /// What the stale-estimate checks keep.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Stale {
-    /// The saturated round with the most in flight since the estimate was last set, or
-    /// since the latency last rose: that many, its latency and its samples.
-    anchor: Option<(f64, f64, u64)>,
     /// The first saturated rounds after the last probe: their samples and seconds.
     reference: (u64, f64),
     /// The saturated rounds since, averaged.
@@ -66,7 +57,6 @@ pub(super) struct Stale {
 impl Stale {
     /// A probe measured the estimate: what follows is measured from it.
     pub(super) fn after_probe(&mut self) {
-        self.anchor = None;
         self.reference = (0, 0.0);
         self.recent = None;
         self.quick_rounds = 0;
@@ -74,53 +64,6 @@ impl Stale {
 }
 
 impl Gradient {
-    /// A slower service: what the work ran at once (throughput × latency) has come down
-    /// by a quarter from the anchor, the work filling the limit, and the latency has not
-    /// come down with it. The latency now is taken as the estimate, with no probe (one
-    /// sized from the stale estimate would go far below the server), and a probe
-    /// follows soon to check it. Returns the estimate to read the round by.
-    pub(super) fn check_slower(&mut self, round: &Round, noload: f64) -> f64 {
-        if !self.confirmed {
-            return noload;
-        }
-        let cv = self.spread.cv();
-        let spread = |count: u64| cv * (1.0 / count as f64 + 1.0 / round.samples).sqrt();
-        let in_flight = round.throughput * round.mean;
-        let clean = round.max_in_flight <= round.window_limit;
-        let filled = round.saturated && round.binds && clean;
-        let knee = noload * (1.0 + self.tolerance);
-        let jumped = beyond_doubt(round.mean, knee, round.noise);
-        let here = (in_flight, round.mean, round.count);
-        match self.stale.anchor {
-            // The latency rose beyond its noise, or beyond doubt: measured afresh from
-            // here (from the next filled round, if this one is not).
-            Some((_, anchored, count))
-                if round.mean > anchored * (1.0 + 3.0 * spread(count)) || jumped =>
-            {
-                self.stale.anchor = filled.then_some(here);
-            }
-            _ if !filled => {}
-            Some((high, anchored, count)) if in_flight <= SLOWER_FALL * high => {
-                let proportional = in_flight / high + 3.0 * spread(count);
-                if round.mean >= anchored * proportional.max(SLOWER_LATENCY_FLOOR) {
-                    self.noload = Some(round.mean);
-                    self.stale.anchor = None;
-                    self.stale.reference = (0, 0.0);
-                    self.stale.recent = None;
-                    self.probes.since =
-                        self.probes.since.max(self.probe_every.saturating_sub(SOON));
-                    return round.mean;
-                }
-            }
-            Some((high, ..)) if in_flight >= NEAR_THE_MOST * high => {
-                self.stale.anchor = Some((high.max(in_flight), round.mean, round.count));
-            }
-            Some(_) => {}
-            None => self.stale.anchor = Some(here),
-        }
-        noload
-    }
-
     /// What a spread of latencies says the service takes now, as a share of what it took
     /// at the last probe: their interquartile range over the probe's.
     fn service_share(&self, spread: &Spread) -> Option<f64> {
@@ -131,7 +74,8 @@ impl Gradient {
     /// Whether a saturated round's spread reads a service far quicker than at the last
     /// probe; counts such rounds in a row.
     pub(super) fn read_quick(&mut self, round: &Round, spread: &Spread) -> bool {
-        let quick = round.saturated
+        let quick = self.on(Mechanism::Quicker)
+            && round.saturated
             && self
                 .service_share(spread)
                 .is_some_and(|share| share < QUICK);
@@ -161,7 +105,8 @@ impl Gradient {
             let needed = (THROUGHPUT_SIGMAS * cv / round.samples.sqrt())
                 .max(RISE_SPREAD * recent.spread.sqrt())
                 .max(THROUGHPUT_FLOOR);
-            round.saturated
+            self.on(Mechanism::CapacityBack)
+                && round.saturated
                 && latency >= (1.0 - margin(round.noise).max(THROUGHPUT_FLOOR)) * noload
                 && round.throughput > recent.throughput * (1.0 + needed)
                 && latency < recent.latency * (1.0 - round.noise)
@@ -202,7 +147,8 @@ impl Gradient {
         }
         let needed =
             (THROUGHPUT_SIGMAS * self.spread.cv() / round.samples.sqrt()).max(THROUGHPUT_FLOOR);
-        let fell = round.saturated
+        let fell = self.on(Mechanism::FallProbe)
+            && round.saturated
             && count >= REFERENCE_MIN
             && self
                 .stale

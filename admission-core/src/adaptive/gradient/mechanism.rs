@@ -1,0 +1,59 @@
+//! The mechanisms by name, each of which can be turned off to measure what it earns.
+
+/// One of [`Gradient`](super::Gradient)'s mechanisms, by name: turned off with
+/// `Gradient::without`, for measuring what each earns (`admission-bench`'s ablation
+/// table). Not for production use: every mechanism is on by default for a reason that
+/// table gives.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Mechanism {
+    /// A probe that reads lower than the estimate probes 30% lower at once.
+    Descent,
+    /// A probe far above the estimate whose latencies spread as a queue's is a queue.
+    ProbeQueueSpread,
+    /// Growth speeds up round after round with no queue (√limit, half, the limit).
+    Ramp,
+    /// Capacity that comes back (throughput rising, or no queue under half the last
+    /// probe's limit) is climbed at once.
+    CapacityBack,
+    /// A fall in throughput sets off a probe early.
+    FallProbe,
+    /// A round faster than the estimate sets off a probe early.
+    FasterProbe,
+    /// A service that quickened behind a queue is read from its interquartile range.
+    Quicker,
+    /// A skewed service is read by its median.
+    Skew,
+    /// Unconfirmed, rounds that read the same latency are averaged into the estimate.
+    FirstAverage,
+    /// Unconfirmed, a round spread wider than the first samples is the service, not a queue.
+    FirstWider,
+    /// A scheduled probe waits ten rounds after the limit grew for sure.
+    Settle,
+    /// A probe set off by a fall with the latency near the estimate is sized from the
+    /// geometric mean of the two.
+    DriftSizing,
+}
+
+impl Mechanism {
+    /// Every mechanism, in the order the ablation table lists them.
+    pub const ALL: [Mechanism; 12] = [
+        Self::Descent,
+        Self::ProbeQueueSpread,
+        Self::Ramp,
+        Self::CapacityBack,
+        Self::FallProbe,
+        Self::FasterProbe,
+        Self::Quicker,
+        Self::Skew,
+        Self::FirstAverage,
+        Self::FirstWider,
+        Self::Settle,
+        Self::DriftSizing,
+    ];
+
+    pub(super) fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
+}
