@@ -40,7 +40,6 @@ pub(super) struct Round {
     pub(super) limit: f64,
     pub(super) window_limit: u64,
     pub(super) count: u64,
-    pub(super) samples: f64,
     /// The mean's relative noise: the service's spread over √samples.
     pub(super) noise: f64,
     pub(super) throughput: f64,
@@ -50,6 +49,13 @@ pub(super) struct Round {
     pub(super) binds: bool,
     /// ... and on average.
     pub(super) saturated: bool,
+}
+
+impl Round {
+    /// Its samples, as a number to compute with.
+    pub(super) fn samples(&self) -> f64 {
+        self.count as f64
+    }
 }
 
 /// A round as the law reads it.
@@ -101,7 +107,6 @@ impl Gradient {
             limit: self.limit,
             window_limit: window.limit,
             count: window.samples,
-            samples,
             noise: self.spread.cv() / samples.sqrt(),
             throughput,
             max_in_flight: window.max_in_flight,
@@ -137,10 +142,10 @@ impl Gradient {
 
     /// The round's target: backed off on overload, else the law's, held or grown.
     fn target(&mut self, round: &Round, window: &Window, noload: f64, latency: f64) -> f64 {
-        let overloaded = window.overloaded as f64 / round.samples;
+        let overloaded = window.overloaded as f64 / round.samples();
         let baseline = self.probes.baseline;
         if overloaded
-            > baseline + self.threshold + OVERLOAD_SIGMAS * (baseline / round.samples).sqrt()
+            > baseline + self.threshold + OVERLOAD_SIGMAS * (baseline / round.samples()).sqrt()
         {
             self.growth.streak = 0;
             return round.limit * self.backoff;
@@ -153,7 +158,9 @@ impl Gradient {
         let noise = self
             .spread
             .measured_cv(noise::SPREAD_SAMPLES)
-            .map_or(round.noise, |cv| round.noise.min(cv / round.samples.sqrt()));
+            .map_or(round.noise, |cv| {
+                round.noise.min(cv / round.samples().sqrt())
+            });
         let queued = queued(latency, knee, noise);
         let wider = self.wider(queued, window, noload, latency);
         let law = Law {

@@ -102,7 +102,7 @@ impl Gradient {
     pub(super) fn read_rise(&mut self, round: &Round, noload: f64, latency: f64) -> bool {
         let cv = self.spread.cv();
         let rose = self.stale.recent.is_some_and(|recent| {
-            let needed = (THROUGHPUT_SIGMAS * cv / round.samples.sqrt())
+            let needed = (THROUGHPUT_SIGMAS * cv / round.samples().sqrt())
                 .max(RISE_SPREAD * recent.spread.sqrt())
                 .max(THROUGHPUT_FLOOR);
             self.on(Mechanism::CapacityBack)
@@ -146,7 +146,7 @@ impl Gradient {
             });
         }
         let needed =
-            (THROUGHPUT_SIGMAS * self.spread.cv() / round.samples.sqrt()).max(THROUGHPUT_FLOOR);
+            (THROUGHPUT_SIGMAS * self.spread.cv() / round.samples().sqrt()).max(THROUGHPUT_FLOOR);
         let fell = self.on(Mechanism::FallProbe)
             && round.saturated
             && count >= REFERENCE_MIN
