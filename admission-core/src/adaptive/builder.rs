@@ -1,5 +1,9 @@
 //! `AdaptiveBuilder`: an adaptive limit's algorithm, bounds and window, and `build`.
 
+use std::time::Instant;
+
+use super::driver::{micros, nanos};
+use super::limit::Guard;
 use super::*;
 
 /// Builds an [`AdaptiveLimit`]; from [`AdaptiveLimit::builder`].

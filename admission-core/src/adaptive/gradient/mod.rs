@@ -65,8 +65,9 @@ use noise::ServiceSpread;
 /// coefficient of variation, at least 1): a server answering 50 a second (10 in flight
 /// at 200 ms) takes seconds per step, and heavy tails four times that. Each probe holds
 /// the limit below the server for a few rounds. A service that slows little by little
-/// reads as a queue until the throughput falls by a tenth, so the limit sags meanwhile. Each mechanism's effect on the simulator's targets, with and without it,
-/// is in `admission-bench`'s README.
+/// reads as a queue until the throughput falls by a tenth, so the limit sags meanwhile.
+/// Each mechanism's effect on the simulator's targets, with and without it, is in
+/// `admission-bench`'s README.
 ///
 /// # Examples
 ///

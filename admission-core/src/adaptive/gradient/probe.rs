@@ -363,7 +363,7 @@ impl Gradient {
 
     /// Whether a probe is draining the queue (`Some(false)`) or measuring (`Some(true)`);
     /// `None` outside a probe.
-    #[cfg(test)]
+    #[cfg(all(test, not(admission_loom)))]
     pub(in crate::adaptive) fn probing(&self) -> Option<bool> {
         match self.probes.phase {
             Phase::Normal => None,

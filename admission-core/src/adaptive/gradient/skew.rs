@@ -44,7 +44,7 @@ impl Gradient {
     }
 
     /// The service's median over its mean at no load, as read so far.
-    #[cfg(test)]
+    #[cfg(all(test, not(admission_loom)))]
     pub(in crate::adaptive) fn shape(&self) -> Option<f64> {
         self.shape
     }
