@@ -128,6 +128,11 @@ impl<G> AdmissionBuilder<G> {
     /// ([`class::header`](crate::class::header)) is the client's word: trust it only from
     /// callers you trust, or derive it from what authenticates them.
     ///
+    /// Classes need a count limit (a `count`, an adaptive limit or a shared gate's), and
+    /// each class's share of the smallest it can be (the adaptive minimum) must be at
+    /// least one request: `build` says which class falls short
+    /// ([`BuildError::ClassShareRoundsToZero`](crate::BuildError::ClassShareRoundsToZero)).
+    ///
     /// ```
     /// use admission_tower::{class, AdmissionLayer, Classes, Priority};
     ///
@@ -272,7 +277,10 @@ impl<G> AdmissionBuilder<G> {
     /// in bursts, where a few milliseconds of waiting use capacity that shedding at once
     /// would waste; under sustained overload it still sheds (beyond `max_waiting`, and
     /// once the queue stands, newest first, no waiter past 5 ms while newer requests
-    /// come). The timer is tokio's.
+    /// come). The timer is tokio's. It needs a count limit to wait for, and room for a
+    /// waiter for some time: `build` refuses it otherwise
+    /// ([`BuildError::WaitWithoutCount`](crate::BuildError::WaitWithoutCount),
+    /// [`BuildError::EmptyWait`](crate::BuildError::EmptyWait)).
     ///
     /// ```
     /// use std::time::Duration;

@@ -54,6 +54,27 @@ pub enum BuildError {
     MemoryShare,
     /// Both `bytes` and `bytes_share`: the budget is one or the other.
     BytesAndShare,
+    /// Priority classes without a count limit (a `count`, an `adaptive` limit or a
+    /// shared gate's count): a class is a share of the count, and with none, every class
+    /// is admitted alike.
+    PriorityWithoutCount,
+    /// A priority class whose share of the smallest count limit the layer can have (the
+    /// fixed count, the adaptive limit's minimum, or the shared gate's count) rounds
+    /// down to 0: every request of that class would be refused with nothing in flight.
+    ClassShareRoundsToZero {
+        /// The class's name.
+        class: String,
+        /// Its share, in percent.
+        share: u8,
+        /// The count limit at which it rounds to 0.
+        limit: u64,
+    },
+    /// A [`Wait`](crate::Wait) without a count limit (a `count`, an `adaptive` limit or
+    /// a shared gate's count) to wait for: nothing would ever wait.
+    WaitWithoutCount,
+    /// A [`Wait`](crate::Wait) that lets nothing wait: `max_waiting` or `max_wait` of 0
+    /// (named here). To shed at once, leave `wait` out.
+    EmptyWait(&'static str),
 }
 
 impl From<AdaptiveError> for BuildError {
@@ -98,6 +119,27 @@ impl fmt::Display for BuildError {
             }
             BuildError::BytesAndShare => f.write_str(
                 "both `bytes` and `bytes_share` were set; the byte budget is one or the other",
+            ),
+            BuildError::PriorityWithoutCount => f.write_str(
+                "priority classes without a count limit (`count` or `adaptive`) never refuse anything",
+            ),
+            BuildError::ClassShareRoundsToZero {
+                class,
+                share,
+                limit,
+            } => write!(
+                f,
+                "priority class `{class}` ({share}%) of a count limit of {limit} rounds down to 0 \
+                 and would refuse all its requests; raise the count (or the adaptive minimum) \
+                 to at least {}",
+                100_u64.div_ceil(u64::from(*share))
+            ),
+            BuildError::WaitWithoutCount => f.write_str(
+                "a `wait` without a count limit (`count` or `adaptive`) never waits",
+            ),
+            BuildError::EmptyWait(what) => write!(
+                f,
+                "a `wait` with `{what}` of 0 lets nothing wait; to shed at once, leave `wait` out"
             ),
         }
     }

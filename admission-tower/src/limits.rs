@@ -113,7 +113,9 @@ impl AdmissionBuilder<NewGate> {
     /// # Errors
     ///
     /// A [`BuildError`] that names what is wrong: a limit of 0 or beyond its ledger's
-    /// range, both a count and an adaptive limit, invalid adaptive bounds.
+    /// range, both a count and an adaptive limit, invalid adaptive bounds, priority
+    /// classes or a wait without a count to apply to, a class whose share of the count
+    /// rounds to 0, a wait that lets nothing wait.
     pub fn build(self) -> Result<AdmissionLayer, BuildError> {
         let (
             NewGate {
@@ -205,6 +207,39 @@ impl AdmissionBuilder<Gate> {
             ),
             None => (None, None),
         };
+        // The smallest count limit the layer can run at: the adaptive limit's minimum,
+        // else the fixed count (0: none).
+        let smallest = match &adaptive {
+            Some(adaptive) => adaptive.snapshot().min,
+            None => gate.count().capacity(),
+        };
+        if let Some((classes, _)) = &self.classes {
+            if smallest == 0 {
+                return Err(BuildError::PriorityWithoutCount);
+            }
+            for (class, priority) in classes.iter() {
+                let share = priority.share();
+                if smallest * u64::from(share) < 100 {
+                    return Err(BuildError::ClassShareRoundsToZero {
+                        class: class.to_owned(),
+                        share,
+                        limit: smallest,
+                    });
+                }
+            }
+        }
+        #[cfg(feature = "tokio")]
+        if let Some(wait) = &self.wait {
+            if smallest == 0 {
+                return Err(BuildError::WaitWithoutCount);
+            }
+            if wait.max_waiting == 0 {
+                return Err(BuildError::EmptyWait("max_waiting"));
+            }
+            if wait.max_wait.is_zero() {
+                return Err(BuildError::EmptyWait("max_wait"));
+            }
+        }
         #[cfg(feature = "tokio")]
         if let Some(wait) = &self.wait {
             gate.count().set_max_waiting(wait.max_waiting);

@@ -220,3 +220,96 @@ async fn a_refusal_has_one_shape_the_last_one_set() {
         assert_eq!(refused.status() == StatusCode::SERVICE_UNAVAILABLE, !grpc);
     }
 }
+
+/// Priority classes are shares of the count: without a count they never refuse, and a
+/// class whose share of the smallest count rounds to 0 would refuse every request of its
+/// class with nothing in flight. Both are errors that name the class and the count to
+/// reach; at that count, the build succeeds.
+#[test]
+fn priority_classes_that_could_never_or_always_refuse_are_errors() {
+    use admission_tower::{Classes, Priority};
+    let priority = |builder: admission_tower::AdmissionBuilder| {
+        builder
+            .priority(Classes::standard(), |_, _| Priority::DEFAULT)
+            .build()
+    };
+    assert_eq!(
+        priority(AdmissionLayer::builder()).unwrap_err(),
+        BuildError::PriorityWithoutCount
+    );
+    let error = priority(AdmissionLayer::builder().count(1)).unwrap_err();
+    assert_eq!(
+        error,
+        BuildError::ClassShareRoundsToZero {
+            class: "default".into(),
+            share: 90,
+            limit: 1
+        }
+    );
+    assert!(error.to_string().contains("at least 2"), "{error}");
+    // sheddable (70%) rounds to 0 up to a count of 1 only: 2 × 70% = 1.4.
+    assert!(priority(AdmissionLayer::builder().count(2)).is_ok());
+    // An adaptive limit is checked at its minimum.
+    let adaptive = |min| {
+        AdmissionLayer::builder()
+            .adaptive(AdaptiveLimit::builder(Gradient::default()).bounds(min, 100))
+    };
+    assert!(matches!(
+        priority(adaptive(1)).unwrap_err(),
+        BuildError::ClassShareRoundsToZero { limit: 1, .. }
+    ));
+    assert!(priority(adaptive(2)).is_ok());
+    // A shared gate, at its count.
+    let shared = |count| {
+        let gate: Gate = Gate::builder().count(count).build().unwrap();
+        AdmissionLayer::from_gate(gate)
+            .priority(Classes::standard(), |_, _| Priority::DEFAULT)
+            .build()
+    };
+    assert_eq!(shared(0).unwrap_err(), BuildError::PriorityWithoutCount);
+    assert!(shared(2).is_ok());
+}
+
+/// A wait needs a count to wait for, and room for one waiter for some time.
+#[test]
+fn a_wait_that_could_never_wait_is_an_error() {
+    use admission_tower::Wait;
+    use std::time::Duration;
+    let ms = Duration::from_millis(10);
+    assert_eq!(
+        AdmissionLayer::builder()
+            .bytes(1 << 20)
+            .wait(Wait::new(8, ms))
+            .build()
+            .unwrap_err(),
+        BuildError::WaitWithoutCount
+    );
+    assert_eq!(
+        AdmissionLayer::builder()
+            .count(4)
+            .wait(Wait::new(0, ms))
+            .build()
+            .unwrap_err(),
+        BuildError::EmptyWait("max_waiting")
+    );
+    assert_eq!(
+        AdmissionLayer::builder()
+            .count(4)
+            .wait(Wait::new(8, Duration::ZERO))
+            .build()
+            .unwrap_err(),
+        BuildError::EmptyWait("max_wait")
+    );
+    let adaptive = AdaptiveLimit::builder(Gradient::default());
+    let layer = AdmissionLayer::builder()
+        .adaptive(adaptive)
+        .wait(Wait::new(8, ms))
+        .build()
+        .unwrap();
+    assert_eq!(layer.gate().count().max_waiting(), 8);
+    assert!(
+        BuildError::EmptyWait("max_wait")
+            .to_string()
+            .contains("leave `wait` out")
+    );
+}
