@@ -62,6 +62,7 @@
 
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![doc(html_root_url = "https://docs.rs/admission-http/0.1")]
 
 mod ahead;
 mod body;

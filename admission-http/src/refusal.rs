@@ -189,7 +189,8 @@ fn next_random() -> u64 {
 /// The body is the user's choice: a closure over the request's method, URI and headers
 /// and the rejection, so one server can answer in two error envelopes by path. The
 /// default is one line of plain text naming the reason (`overloaded: count limit
-/// reached`): it costs next to nothing to build under overload, reads well in `curl` and
+/// reached`; a client over its own share reads `too many requests from this client:
+/// per-key limit reached`, since the server is not overloaded): it costs next to nothing to build under overload, reads well in `curl` and
 /// in logs, and presumes no API's error format. APIs with an envelope set their own.
 ///
 /// # Examples
@@ -559,6 +560,10 @@ fn whole_seconds(delay: Duration) -> u64 {
 
 fn default_body(cx: &RefusalContext<'_>) -> RefusalBody {
     let text = match cx.rejection {
+        // One client over its share: the server is not overloaded.
+        Rejection::Refused(refused @ Refused::Key) => {
+            format!("too many requests from this client: {refused}\n")
+        }
         Rejection::Refused(refused) if refused.is_retryable() => {
             format!("overloaded: {refused}\n")
         }

@@ -246,3 +246,32 @@ fn a_response_closure_answers_grpc_calls_too() {
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(response.body(), "mine");
 }
+
+/// The default body names the cause: a 429 is one client over its share, not an
+/// overloaded server; a 503 is the server's limit.
+#[test]
+fn the_default_body_names_the_cause_of_each_refusal() {
+    let request = http::Request::get("/").body(()).unwrap();
+    let body = |refused| {
+        let response = Refusals::new().respond(&request, Rejection::Refused(refused));
+        (
+            response.status(),
+            String::from_utf8(response.body().to_vec()).unwrap(),
+        )
+    };
+    assert_eq!(
+        body(Refused::Key),
+        (
+            http::StatusCode::TOO_MANY_REQUESTS,
+            "too many requests from this client: per-key limit reached\n".to_owned()
+        )
+    );
+    assert_eq!(
+        body(Refused::Count),
+        (
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            "overloaded: count limit reached\n".to_owned()
+        )
+    );
+    assert_eq!(body(Refused::TooLarge).1, "request too large\n");
+}

@@ -341,6 +341,11 @@ impl<G> AdmissionBuilder<G> {
 
     /// Whether this layer records metrics (default: yes, every layer does once the
     /// feature is on).
+    ///
+    /// The layer registers its series with the recorder installed when
+    /// [`build`](AdmissionBuilder::build) runs: **install the recorder first**. One
+    /// installed after the layer is built receives nothing from it (the `metrics` facade
+    /// cannot tell a library which recorder is coming), and its `render` stays empty.
     #[cfg(feature = "metrics")]
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn metrics(mut self, enabled: bool) -> Self {

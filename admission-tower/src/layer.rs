@@ -18,7 +18,8 @@ use crate::{Admission, AdmissionBuilder, AdmissionSnapshot, ConnectionLimits, Sl
 #[cfg(feature = "axum")]
 use crate::{Guarded, GuardedIo};
 
-/// Applies admission control to a service: sheds what is over the limits, never queues.
+/// Applies admission control to a service: sheds what is over the limits, at once or
+/// after a bounded [`Wait`](crate::Wait), never into an unbounded queue.
 ///
 /// Every clone of the layer, and every service it makes, shares one gate: a limit per
 /// clone would enforce nothing, since frameworks clone services per connection or per

@@ -141,8 +141,10 @@
 //!    `Retry-After` for one key over its cap, 413 for a body above the
 //!    maximum (checked first: never a retryable answer to a request that can never
 //!    fit), 400 for a malformed `Content-Length`. The inner service is never called and
-//!    the refused body is never handed to it. Nothing waits for capacity: there is no
-//!    queue;
+//!    the refused body is never handed to it. By default nothing waits for capacity;
+//!    with a [`Wait`] (feature `tokio`), a request that finds the count full waits for a
+//!    slot, bounded in waiters, in time and by its client's deadline, and is refused as
+//!    above when the wait runs out;
 //! 4. charges a body that has no `Content-Length` (chunked uploads, gRPC) as it arrives.
 //!    If the byte budget refuses it before the service has answered, the request is
 //!    answered as refused (503 + `Retry-After`, or 413 past the maximum), in place of
@@ -225,6 +227,7 @@
 #![cfg_attr(feature = "tracing", doc = include_str!("observe/tracing.md"))]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
+#![doc(html_root_url = "https://docs.rs/admission-tower/0.1")]
 
 mod adaptive_limit;
 mod body;
@@ -276,7 +279,7 @@ pub use slow::SlowClients;
 pub use wait::Wait;
 
 // What the layer takes and gives, from the crates beneath: one dependency for a server.
-pub use admission_core::{Classes, Gate, GateSnapshot, Key, Priority, Refused, adaptive};
+pub use admission_core::{Classes, Drain, Gate, GateSnapshot, Key, Priority, Refused, adaptive};
 pub use admission_http::{
     BodyRefused, MeteredBody, MinDataRate, RefusalBody, RefusalContext, Refusals, Rejection, class,
     key,
