@@ -6,7 +6,7 @@ use admission_core::Key;
 use http::request::Parts;
 
 type KeyFn = Box<dyn Fn(&Parts) -> Option<Key> + Send + Sync>;
-type CapFn = Box<dyn Fn(&Parts, &Key) -> Option<u64> + Send + Sync>;
+type CapFn = Box<dyn Fn(&Parts, &Key) -> Option<usize> + Send + Sync>;
 
 /// A cap on each client's requests in flight (429 + `Retry-After` above it), and how
 /// clients are told apart: for [`AdmissionBuilder::per_key`](crate::AdmissionBuilder::per_key).
@@ -106,8 +106,8 @@ impl PerKey {
 
     /// A cap chosen per key: tenant tiers. For each request, `cap_by` looks at the head
     /// and the key and returns that key's cap (a paying tenant 32), or `None` for the
-    /// value's own cap. `Some(0)` refuses the key everything (429), `Some(u64::MAX)` gives
-    /// it no cap. Keep it cheap (a map read, or a claim already parsed into the request's
+    /// value's own cap, in the same unit as [`PerKey::new`]'s. `Some(0)` refuses the key
+    /// everything (429), `Some(usize::MAX)` gives it no cap. Keep it cheap (a map read, or a claim already parsed into the request's
     /// extensions): it runs on every request with a key.
     ///
     /// ```
@@ -122,7 +122,7 @@ impl PerKey {
     /// ```
     pub fn cap_by<F>(mut self, cap_by: F) -> Self
     where
-        F: Fn(&Parts, &Key) -> Option<u64> + Send + Sync + 'static,
+        F: Fn(&Parts, &Key) -> Option<usize> + Send + Sync + 'static,
     {
         self.cap_by = Some(Box::new(cap_by));
         self
@@ -200,6 +200,7 @@ impl KeyPolicy {
     /// The key's own cap, where caps are chosen per key.
     #[inline]
     pub(crate) fn cap_for(&self, parts: &Parts, key: &Key) -> Option<u64> {
-        self.cap_by.as_ref().and_then(|cap_by| cap_by(parts, key))
+        let cap = self.cap_by.as_ref().and_then(|cap_by| cap_by(parts, key))?;
+        Some(u64::try_from(cap).unwrap_or(u64::MAX))
     }
 }

@@ -66,10 +66,12 @@ use http::request::Parts;
 /// ```
 /// use std::time::Duration;
 /// use admission_tower::{AdmissionLayer, Wait};
+/// use http::HeaderName;
 ///
+/// let deadline = HeaderName::from_static("x-timeout-ms");
 /// let layer = AdmissionLayer::builder()
 ///     .count(64)
-///     .wait(Wait::new(256, Duration::from_millis(100)).deadline_header("x-timeout-ms"))
+///     .wait(Wait::new(256, Duration::from_millis(100)).deadline_header(deadline))
 ///     .build()?;
 /// # Ok::<(), admission_tower::BuildError>(())
 /// ```
@@ -128,11 +130,9 @@ impl Wait {
     /// `x-timeout-ms`): a request waits no longer than that less the time to answer it.
     /// gRPC's `grpc-timeout` is always read.
     ///
-    /// # Panics
-    ///
-    /// If `name` is not a valid header name (a constant of yours, checked at start-up).
-    pub fn deadline_header(mut self, name: &str) -> Self {
-        self.deadline_header = Some(HeaderName::try_from(name).expect("a valid header name"));
+    /// The name is an [`http::HeaderName`], as [`key::header`](crate::key::header)'s is.
+    pub fn deadline_header(mut self, name: HeaderName) -> Self {
+        self.deadline_header = Some(name);
         self
     }
 
@@ -196,7 +196,7 @@ mod tests {
     #[test]
     fn the_budget_is_max_wait_or_the_clients_deadline_less_the_answer() {
         let wait = Wait::new(8, Duration::from_millis(100))
-            .deadline_header("x-timeout-ms")
+            .deadline_header(http::HeaderName::from_static("x-timeout-ms"))
             .service_time(Duration::from_millis(20));
         let ms = Duration::from_millis;
         assert_eq!(wait.budget(&parts(&[]), None), Some(ms(100)));

@@ -136,7 +136,7 @@ async fn a_client_deadline_too_close_to_meet_is_refused_at_once() {
         .count(1)
         .wait(
             Wait::new(4, Duration::from_secs(5))
-                .deadline_header("x-timeout-ms")
+                .deadline_header(http::HeaderName::from_static("x-timeout-ms"))
                 .service_time(Duration::from_millis(50)),
         )
         .build()
