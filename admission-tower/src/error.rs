@@ -77,6 +77,27 @@ pub enum BuildError {
     EmptyWait(&'static str),
 }
 
+/// What a drain given a deadline ([`AdmissionLayer::drain_within`](crate::AdmissionLayer::drain_within))
+/// left in flight when the deadline came.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Undrained {
+    /// Admitted requests still running (their response bodies not ended).
+    pub requests: u64,
+}
+
+impl fmt::Display for Undrained {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "drain deadline passed with {} admitted requests in flight",
+            self.requests
+        )
+    }
+}
+
+impl std::error::Error for Undrained {}
+
 impl From<AdaptiveError> for BuildError {
     fn from(error: AdaptiveError) -> Self {
         BuildError::Adaptive(error)

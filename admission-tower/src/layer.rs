@@ -3,6 +3,8 @@
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
+#[cfg(feature = "tokio")]
+use std::time::Duration;
 
 use admission_core::{AdaptiveLimit, Classes, Drain, Gate};
 use admission_http::Refusals;
@@ -252,6 +254,38 @@ impl AdmissionLayer {
     /// ```
     pub fn drain(&self) -> Drain {
         self.shared.gate.drain()
+    }
+
+    /// [`drain`](Self::drain), waited for at most `deadline`: an open stream (server-sent
+    /// events, a gRPC stream, a download to a client that stopped reading) can keep a
+    /// drain pending for ever. `Ok` once every admitted request is done; at the deadline,
+    /// [`Undrained`](crate::Undrained) says how many are still in flight, and the caller
+    /// decides (exit and cut them, or wait on). The layer stays closed either way.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let admission = AdmissionLayer::builder().count(512).build()?;
+    /// let held = admission.gate().try_admit(None, 0)?; // a request still running
+    /// let undrained = admission.drain_within(Duration::from_millis(10)).await.unwrap_err();
+    /// assert_eq!(undrained.requests, 1);
+    /// drop(held);
+    /// admission.drain_within(Duration::from_millis(10)).await?;
+    /// # Ok(())
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
+    pub async fn drain_within(&self, deadline: Duration) -> Result<(), crate::Undrained> {
+        match tokio::time::timeout(deadline, self.drain()).await {
+            Ok(()) => Ok(()),
+            Err(_) => Err(crate::Undrained {
+                requests: self.shared.gate.count().in_flight(),
+            }),
+        }
     }
 
     /// Refuses every new request until [`reopen`](Self::reopen), as

@@ -260,7 +260,7 @@ pub use connection::Guarded;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use connection::{ClientAddress, Connections, GuardedIo};
-pub use error::BuildError;
+pub use error::{BuildError, Undrained};
 pub use future::ResponseFuture;
 pub use layer::AdmissionLayer;
 #[cfg(feature = "axum")]

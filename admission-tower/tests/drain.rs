@@ -136,3 +136,53 @@ async fn a_server_shut_down_mid_burst_finishes_every_admitted_request_and_refuse
     assert_eq!(counters.started.load(Ordering::SeqCst), ADMITTED);
     assert_eq!(admission.snapshot().gate.count.refused, 8);
 }
+
+/// A drain given a deadline: an open stream keeps a plain drain pending for ever; the
+/// deadline ends the wait, says what is still in flight, and leaves the layer closed.
+/// Once the stream ends, the same call completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_with_a_deadline_reports_an_open_stream_and_completes_once_it_ends() {
+    let admission = AdmissionLayer::builder().count(8).build().unwrap();
+    let (tx, rx) = mpsc::channel::<Bytes>(1);
+    let stream = Arc::new(Mutex::new(Some(rx)));
+    let app = Router::new()
+        .route(
+            "/events",
+            get(move || {
+                let rx = stream.lock().unwrap().take().expect("one stream");
+                async move { Response::new(Body::new(ChannelBody::new(rx))) }
+            }),
+        )
+        .route("/", get(|| async { "ok" }))
+        .layer(admission.clone());
+    let addr = support::serve(app).await;
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let get = |path: &str| {
+        Request::get(format!("http://{addr}{path}"))
+            .body(Full::default())
+            .unwrap()
+    };
+    let events = client.request(get("/events")).await.unwrap();
+    assert_eq!(events.status(), StatusCode::OK);
+
+    let undrained = admission
+        .drain_within(Duration::from_millis(100))
+        .await
+        .unwrap_err();
+    assert_eq!(undrained.requests, 1);
+    assert!(undrained.to_string().contains("1 admitted"), "{undrained}");
+    let refused = client.request(get("/")).await.unwrap();
+    assert_eq!(
+        refused.status(),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "still closed"
+    );
+
+    drop(tx); // the stream ends
+    let body = events.into_body().collect().await.unwrap().to_bytes();
+    assert!(body.is_empty());
+    admission
+        .drain_within(Duration::from_secs(5))
+        .await
+        .expect("drained once the stream ended");
+}
