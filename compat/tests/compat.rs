@@ -1,8 +1,8 @@
 //! Every row of the README's compatibility table: admission-tower in front of axum 0.7 and
 //! 0.8 and tonic 0.12, 0.13 and 0.14 servers, admission-grpc in front of tonic 0.14, each
-//! served on loopback and called by that version's own client. In each, a call over the
-//! count is refused as the row says, and the slot is released when the call holding it
-//! ends.
+//! served on loopback and called by that version's own client, and tower-governor beside
+//! it. In each, a call over the count is refused as the row says, and the slot is
+//! released when the call holding it ends.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -331,3 +331,65 @@ tonic_row!(
         .unwrap(),
     ResourceExhausted
 );
+
+/// A rate limiter beside the layer (the README's rate-limit row): tower-governor outside,
+/// admission inside. A client over its rate is answered 429 by the governor before it
+/// takes a slot (admission never sees it); a request within its rate, over the count,
+/// is answered 503 by admission.
+#[tokio::test]
+async fn tower_governor_in_front_answers_the_rate_and_admission_the_count() {
+    use axum08::routing::get as route;
+    use tower_governor::GovernorLayer;
+    use tower_governor::governor::GovernorConfigBuilder;
+
+    let layer = count_of_one();
+    // Three requests a client, then one a minute: the fourth is over the rate.
+    let rate = GovernorConfigBuilder::default()
+        .per_second(60)
+        .burst_size(3)
+        .finish()
+        .unwrap();
+    let (release, released) = tokio::sync::watch::channel(false);
+    let app = axum08::Router::new()
+        .route(
+            "/hold",
+            route(move || {
+                let mut released = released.clone();
+                async move {
+                    let _ = released.wait_for(|go| *go).await;
+                    "held"
+                }
+            }),
+        )
+        .route("/", route(|| async { "ok" }))
+        .layer(layer.clone())
+        .layer(GovernorLayer::new(rate));
+    let (listener, addr) = loopback().await;
+    // `serve` hands the peer address to the governor's key extractor (`ConnectInfo`).
+    tokio::spawn(layer.serve(listener, app).into_future());
+    let client = Client::builder(TokioExecutor::new()).build_http();
+
+    let held = tokio::spawn(get(client.clone(), addr, "/hold"));
+    in_flight(&layer, 1).await;
+    let (status, retry_after, _) = get(client.clone(), addr, "/").await;
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "within the rate, over the count"
+    );
+    assert!(retry_after.is_some());
+    release.send(true).unwrap();
+    assert_eq!(held.await.unwrap().2, "held");
+    in_flight(&layer, 0).await;
+    assert_eq!(get(client.clone(), addr, "/").await.0, StatusCode::OK);
+
+    let refused = layer.gate().snapshot().count.refused;
+    let (status, retry_after, _) = get(client, addr, "/").await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS, "over the rate");
+    assert!(retry_after.is_some(), "the governor says when to retry");
+    assert_eq!(
+        layer.gate().snapshot().count.refused,
+        refused,
+        "admission never saw it"
+    );
+}
