@@ -96,3 +96,41 @@ fn a_window_s_debug_sums_its_buckets_rather_than_listing_them() {
     assert!(shown.contains("bucketed: 2"), "{shown}");
     assert!(shown.len() < 400, "{shown}");
 }
+
+/// The coefficient of variation from a window's sampled squares: exact for two samples
+/// (10 and 30 ms: a mean of 20, a deviation of 10), none without samples, 0 for
+/// latencies of 0; and two windows merged read as one window of all their samples.
+#[test]
+fn a_window_s_cv_is_its_deviation_over_its_mean_and_survives_a_merge() {
+    let mut empty = Window::new(4, 100 * MS);
+    assert_eq!(empty.latency_cv(), None);
+    assert_eq!(empty.bucketed_latency_cv(), None);
+    let mut zero = empty;
+    zero.add(Duration::ZERO, Outcome::Success, 1);
+    zero.add(Duration::ZERO, Outcome::Success, 1);
+    assert_eq!(zero.latency_cv(), Some(0.0));
+
+    let mut both = empty;
+    both.add(10 * MS, Outcome::Success, 1);
+    both.add(30 * MS, Outcome::Success, 1);
+    let cv = both.latency_cv().unwrap();
+    assert!((cv - 0.5).abs() < 1e-3, "{cv}");
+
+    let mut later = Window::new(4, 100 * MS);
+    later.add(30 * MS, Outcome::Success, 1);
+    empty.add(10 * MS, Outcome::Success, 1);
+    empty.merge(&later);
+    assert_eq!(empty.latency_cv(), both.latency_cv());
+    assert_eq!(empty.bucketed_latency_cv(), both.bucketed_latency_cv());
+    assert_eq!(empty.median_latency(), both.median_latency());
+
+    let mut first = Window::new(4, 100 * MS);
+    first.add(MS, Outcome::Dropped, 2);
+    let mut second = Window::new(8, 100 * MS);
+    second.add(MS, Outcome::Dropped, 1);
+    second.add(MS, Outcome::Overload, 1);
+    first.merge(&second);
+    assert_eq!((first.samples, first.dropped, first.overloaded), (3, 2, 1));
+    assert_eq!((first.limit, first.max_in_flight), (8, 2));
+    assert_eq!(first.elapsed, 200 * MS);
+}

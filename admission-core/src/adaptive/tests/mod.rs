@@ -334,3 +334,23 @@ fn a_window_s_quantiles_and_spread_read_a_queue_as_a_shift() {
     // Out of range, a share is taken as its nearest end.
     assert_eq!(quiet.latency_quantile(2.0), quiet.latency_quantile(1.0));
 }
+
+/// The spread a window's closer gathers from the shards is the spread of the latencies
+/// recorded: a window of unequal latencies has a coefficient of variation, read from its
+/// sampled squares and from its buckets alike.
+#[test]
+fn a_closed_window_carries_the_spread_of_its_samples() {
+    let ledger = CountLedger::new(0).unwrap();
+    let epoch = Instant::now();
+    let (recorder, windows) = Recorder::new(40);
+    let limit = build(recorder, &ledger, epoch);
+    for i in 1..=24 {
+        limit.record_at(epoch + i * 5 * MS, i * MS, Outcome::Success);
+    }
+    let closed = windows.lock().unwrap()[0];
+    let cv = closed.latency_cv().unwrap();
+    let bucketed = closed.bucketed_latency_cv().unwrap();
+    // Latencies of 1 to 20 ms, evenly: a CV of about 0.55 (a sample of them reads near it).
+    assert!((0.2..1.0).contains(&cv), "{cv}");
+    assert!((0.4..0.7).contains(&bucketed), "{bucketed}");
+}
