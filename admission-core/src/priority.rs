@@ -26,7 +26,7 @@ pub const MAX_CLASSES: usize = 8;
 /// let ledger = CountLedger::new(10)?;
 /// let held: Vec<_> = (0..7).map(|_| ledger.try_acquire_as(Priority::SHEDDABLE)).collect::<Result<_, _>>()?;
 /// // 7 in flight: sheddable work (70%) is shed, the rest is not.
-/// assert_eq!(ledger.try_acquire_as(Priority::SHEDDABLE).unwrap_err(), Refused::Count);
+/// assert_eq!(ledger.try_acquire_as(Priority::SHEDDABLE).unwrap_err(), Refused::Class);
 /// let _default = ledger.try_acquire_as(Priority::DEFAULT)?; // 90%: up to 9
 /// let _critical = ledger.try_acquire_as(Priority::CRITICAL)?; // 100%: up to 10
 /// assert_eq!(ledger.refused_by_class()[Priority::SHEDDABLE.index()], 1);

@@ -5,7 +5,7 @@ use std::fmt;
 /// Why an acquisition was refused: names the dimension that said no.
 ///
 /// A refusal is immediate and leaves every ledger as it found it. Adapters map it to a
-/// response: `Count`, `Bytes` and `KeyTable` are global overload (HTTP 503), `Closed` is
+/// response: `Count`, `Class`, `Bytes` and `KeyTable` are global overload (HTTP 503), `Closed` is
 /// a server that takes nothing new (draining for shutdown, or stopped by an operator:
 /// HTTP 503, gRPC `UNAVAILABLE`), `Key` is one client over its share (HTTP 429),
 /// `TooLarge` is one request that no amount of waiting would admit (HTTP 413), `TooSlow`
@@ -30,6 +30,10 @@ use std::fmt;
 pub enum Refused {
     /// The count ledger is at its capacity.
     Count,
+    /// The request's priority class has its share of the count capacity in flight,
+    /// while the capacity itself is not reached: more important work keeps the rest
+    /// (see [`Classes`](crate::Classes)).
+    Class,
     /// The byte ledger's budget cannot take this charge now.
     Bytes,
     /// This key is at its per-key cap.
@@ -77,6 +81,7 @@ impl Refused {
     pub const fn dimension(self) -> &'static str {
         match self {
             Refused::Count => "count",
+            Refused::Class => "class",
             Refused::Bytes => "bytes",
             Refused::Key => "key",
             Refused::KeyTable => "key_table",
@@ -91,6 +96,7 @@ impl fmt::Display for Refused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Refused::Count => "count limit reached",
+            Refused::Class => "priority class share reached",
             Refused::Bytes => "byte budget exhausted",
             Refused::Key => "per-key limit reached",
             Refused::KeyTable => "key table full",
@@ -213,8 +219,9 @@ impl std::error::Error for CapacityError {}
 mod tests {
     use super::*;
 
-    const ALL: [Refused; 6] = [
+    const ALL: [Refused; 7] = [
         Refused::Count,
+        Refused::Class,
         Refused::Bytes,
         Refused::Key,
         Refused::KeyTable,
@@ -225,7 +232,7 @@ mod tests {
     #[test]
     fn only_too_large_is_not_worth_retrying() {
         let retryable: Vec<bool> = ALL.iter().map(|r| r.is_retryable()).collect();
-        assert_eq!(retryable, [true, true, true, true, false, true]);
+        assert_eq!(retryable, [true, true, true, true, true, false, true]);
     }
 
     #[test]
@@ -233,13 +240,22 @@ mod tests {
         let names: Vec<&str> = ALL.iter().map(|r| r.dimension()).collect();
         assert_eq!(
             names,
-            ["count", "bytes", "key", "key_table", "too_large", "closed"]
+            [
+                "count",
+                "class",
+                "bytes",
+                "key",
+                "key_table",
+                "too_large",
+                "closed"
+            ]
         );
         let shown: Vec<String> = ALL.iter().map(ToString::to_string).collect();
         assert_eq!(
             shown,
             [
                 "count limit reached",
+                "priority class share reached",
                 "byte budget exhausted",
                 "per-key limit reached",
                 "key table full",

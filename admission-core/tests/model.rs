@@ -98,10 +98,13 @@ impl Model {
         let share = self.capacity * u64::from(priority.share()) / 100;
         !self.closed && (self.capacity == 0 || self.count < share)
     }
-    /// Why the count ledger refuses, when it does.
-    fn count_refusal(&self) -> Refused {
+    /// Why the count ledger refuses an acquisition of `priority`, when it does: closed, a
+    /// class at its share below the capacity, or the capacity.
+    fn count_refusal(&self, priority: Option<Priority>) -> Refused {
         if self.closed {
             Refused::Closed
+        } else if priority.is_some_and(|p| p.share() < 100) && self.count_ok() {
+            Refused::Class
         } else {
             Refused::Count
         }
@@ -188,7 +191,7 @@ impl World {
                     }
                     Err(e) => {
                         assert!(!expect, "refused with room");
-                        assert_eq!(e, self.model.count_refusal());
+                        assert_eq!(e, self.model.count_refusal(None));
                     }
                 }
             }
@@ -204,7 +207,7 @@ impl World {
                     }
                     Err(e) => {
                         assert!(!expect, "{priority:?} refused below its share");
-                        assert_eq!(e, self.model.count_refusal());
+                        assert_eq!(e, self.model.count_refusal(Some(priority)));
                         self.model.refused_by_class[class] += 1;
                     }
                 }
@@ -279,7 +282,7 @@ impl World {
                 // key's share. A refusal changes nothing but the refusing dimension's
                 // refusal counter: no high-water mark sees a refused request.
                 let refusal = if !self.model.class_ok(priority) {
-                    Some(self.model.count_refusal())
+                    Some(self.model.count_refusal(priority))
                 } else if !self.model.charge_ok(n) {
                     Some(Refused::Bytes)
                 } else if key.is_some_and(|k| !self.model.key_ok_with(k, key_cap)) {
@@ -304,14 +307,17 @@ impl World {
                     }
                     _ => self.gate.try_admit(key.as_ref(), n),
                 };
-                if let (Some(c), Some(Refused::Count | Refused::Closed)) = (class, refusal) {
+                if let (Some(c), Some(Refused::Count | Refused::Class | Refused::Closed)) =
+                    (class, refusal)
+                {
                     self.model.refused_by_class[c] += 1;
                 }
                 if let Some(refused) = refusal {
                     let after = self.gate.snapshot();
                     let (b, a) = (before.count, after.count);
                     assert_eq!(a.high_water, b.high_water);
-                    let by_count = matches!(refused, Refused::Count | Refused::Closed);
+                    let by_count =
+                        matches!(refused, Refused::Count | Refused::Class | Refused::Closed);
                     assert_eq!(a.refused, b.refused + u64::from(by_count));
                     let (b, a) = (before.bytes.unwrap(), after.bytes.unwrap());
                     assert_eq!(a.high_water, b.high_water);

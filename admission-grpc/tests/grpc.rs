@@ -473,7 +473,11 @@ async fn a_call_stating_a_sheddable_class_is_shed_first_and_a_critical_one_is_se
     let status = put(&channel, "prefetch", &[(METADATA, "sheddable")])
         .await
         .unwrap_err();
-    assert_retryable(&status, Code::ResourceExhausted, "count limit reached");
+    assert_retryable(
+        &status,
+        Code::ResourceExhausted,
+        "priority class share reached",
+    );
     assert_eq!(state.calls(), 0, "the handler did not run");
     put(&channel, "checkout", &[(METADATA, "critical")])
         .await

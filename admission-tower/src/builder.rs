@@ -119,8 +119,9 @@ impl<G> AdmissionBuilder<G> {
     /// Priority classes: `classify` reads each request's head and names its class in
     /// `classes`; a class is admitted only while fewer than its share of the count
     /// capacity are in flight, so when the server must shed, the least important work
-    /// goes first (see [`Classes`] on choosing shares). A class shed is a count refusal:
-    /// 503 + `Retry-After`, as any, and the refusal hook names the class
+    /// goes first (see [`Classes`] on choosing shares). A class shed below the capacity is
+    /// refused as [`Refused::Class`](crate::Refused::Class) (at the capacity, as
+    /// `Count`): 503 + `Retry-After`, as any, and the refusal hook names the class
     /// ([`RefusalEvent::class`]).
     ///
     /// The classifier runs before admission, on every request that is not bypassed: keep

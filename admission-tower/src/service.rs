@@ -331,12 +331,15 @@ impl<S> Admission<S> {
         ResponseFuture::admitted(future, permit)
     }
 
-    /// Whether a request refused with `rejection` waits for a slot instead: the count was
-    /// full and the layer has a wait (never in a dry run, which refuses no one).
+    /// Whether a request refused with `rejection` waits for a slot instead: the count (or
+    /// its class's share of it) was full and the layer has a wait (never in a dry run,
+    /// which refuses no one).
     #[cfg(feature = "tokio")]
     fn waits(&self, rejection: Rejection) -> bool {
-        rejection == Rejection::Refused(Refused::Count)
-            && self.shared.wait.is_some()
+        matches!(
+            rejection,
+            Rejection::Refused(Refused::Count | Refused::Class)
+        ) && self.shared.wait.is_some()
             && !self.shared.dry_run
     }
 

@@ -236,7 +236,7 @@ impl Shared {
             match claim.as_mut().poll(cx) {
                 Poll::Ready(Ok(permit)) => return Poll::Ready(Ok((permit, declared))),
                 Poll::Ready(Err(refused)) => {
-                    if queued && refused == Refused::Count {
+                    if queued && matches!(refused, Refused::Count | Refused::Class) {
                         // A standing queue gave its place to a newer request.
                         self.waits[2].fetch_add(1, Ordering::Relaxed);
                     }

@@ -79,10 +79,13 @@ async fn a_critical_request_is_refused_only_at_full_capacity() {
         StatusCode::SERVICE_UNAVAILABLE
     );
     assert_eq!(send(addr, get("/health")).await.status(), StatusCode::OK);
-    // A request naming no class is of the fallback class.
+    // A request naming no class is of the fallback class; at the capacity, the refusal
+    // names the count.
+    let full = send(addr, get("/")).await;
+    assert_eq!(full.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
-        send(addr, get("/")).await.status(),
-        StatusCode::SERVICE_UNAVAILABLE
+        support::text(full).await,
+        "overloaded: count limit reached\n"
     );
 
     assert_eq!(
@@ -107,9 +110,12 @@ async fn a_critical_request_is_refused_only_at_full_capacity() {
     // Releasing one slot admits critical work before anything else.
     drop(held.pop());
     support::eventually("a permit released", || count.in_flight() == 9).await;
+    // Below the capacity, a class at its share is refused by its share, and says so.
+    let default = send(addr, with_header("/", "x-request-class", "default")).await;
+    assert_eq!(default.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
-        open(addr, "default").await.unwrap_err(),
-        StatusCode::SERVICE_UNAVAILABLE
+        support::text(default).await,
+        "overloaded: priority class share reached\n"
     );
     held.push(open(addr, "critical").await.unwrap());
     drop(held);

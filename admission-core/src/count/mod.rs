@@ -255,6 +255,12 @@ impl CountInner {
         }
         if self.cold.closed.load(Ordering::Relaxed) {
             Refused::Closed
+        } else if priority.is_some_and(|priority| priority.share() < 100)
+            && self.hot.state.load(Ordering::Relaxed) & !(OWNER | QUEUE) < self.threshold(None)
+        {
+            // The class's share is in flight, not the capacity (Relaxed: which of the two
+            // names the refusal, nothing more).
+            Refused::Class
         } else {
             Refused::Count
         }
@@ -441,7 +447,8 @@ impl CountLedger {
     ///
     /// # Errors
     ///
-    /// [`Refused::Count`] when the class's share is in flight, [`Refused::Closed`] while
+    /// [`Refused::Class`] when the class's share is in flight (below the capacity),
+    /// [`Refused::Count`] at the capacity, [`Refused::Closed`] while
     /// the ledger is closed. Either is also counted in
     /// [`refused_by_class`](Self::refused_by_class).
     ///
@@ -452,7 +459,7 @@ impl CountLedger {
     ///
     /// let ledger = CountLedger::new(10)?;
     /// let sheddable: Vec<_> = (0..7).map(|_| ledger.try_acquire_as(Priority::SHEDDABLE)).collect::<Result<_, _>>()?;
-    /// assert_eq!(ledger.try_acquire_as(Priority::SHEDDABLE).unwrap_err(), Refused::Count);
+    /// assert_eq!(ledger.try_acquire_as(Priority::SHEDDABLE).unwrap_err(), Refused::Class);
     /// let critical: Vec<_> = (0..3).map(|_| ledger.try_acquire_as(Priority::CRITICAL)).collect::<Result<_, _>>()?;
     /// assert_eq!(ledger.in_flight(), 10);
     /// # drop((sheddable, critical));

@@ -188,7 +188,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
     /// let gate = Gate::<&str>::builder().count(10).per_key(2).build()?;
     /// let held: Vec<_> = (0..7).map(|_| gate.try_claim(Claim::new().priority(Priority::SHEDDABLE))).collect::<Result<_, _>>()?;
     /// let shed = gate.try_claim(Claim::new().priority(Priority::SHEDDABLE)).unwrap_err();
-    /// assert_eq!(shed, Refused::Count);
+    /// assert_eq!(shed, Refused::Class);
     /// let paying = Claim::new().key(&"tenant-a").key_cap(3).priority(Priority::CRITICAL);
     /// let _a = gate.try_claim(paying)?;
     /// assert_eq!(gate.snapshot().refused_by_class[Priority::SHEDDABLE.index()], 1);

@@ -47,7 +47,7 @@ fn a_claim_copied_or_cloned_asks_the_same() {
     );
     assert_eq!(
         gate.try_claim(claim).unwrap_err(),
-        Refused::Count,
+        Refused::Class,
         "70% of 2 is 1"
     );
     assert_eq!(

@@ -9,8 +9,9 @@ use metrics::{Counter, Gauge, Histogram, Label, Unit};
 use super::Timer;
 
 /// The dimensions a refusal can name, in the order of `DIMENSIONS`.
-const DIMENSIONS: [&str; 8] = [
+const DIMENSIONS: [&str; 9] = [
     "count",
+    "class",
     "closed",
     "bytes",
     "too_large",
@@ -284,6 +285,7 @@ fn every_refusal_has_a_dimension_label() {
     use admission_core::Refused;
     for refused in [
         Refused::Count,
+        Refused::Class,
         Refused::Closed,
         Refused::Bytes,
         Refused::TooLarge,
