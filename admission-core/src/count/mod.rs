@@ -255,7 +255,7 @@ impl CountInner {
         }
         if self.cold.closed.load(Ordering::Relaxed) {
             Refused::Closed
-        } else if priority.is_some_and(|priority| priority.share() < 100)
+        } else if priority.is_some()
             && self.hot.state.load(Ordering::Relaxed) & !(OWNER | QUEUE) < self.threshold(None)
         {
             // The class's share is in flight, not the capacity (Relaxed: which of the two
