@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use admission_core::Refused;
-use admission_http::{BodyRefusalContext, RefusalContext, Rejection};
+use admission_http::{BodyRefusalContext, RefusalContext, Rejection, grpc_code};
 use bytes::Bytes;
 use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
@@ -105,15 +105,13 @@ pub fn refused_status_with(code: RefusalCode, refused: Refused, retry_after: Dur
 
 fn status_with(code: RefusalCode, refused: Refused, retry_after: Duration) -> Status {
     let message = format!("admission refused: {refused}");
+    // The one mapping (admission-http's): a closed server is `UNAVAILABLE` whatever code
+    // overload is given, a refusal no retry helps `RESOURCE_EXHAUSTED`.
+    let overload = code.code() as u16;
+    let code = Code::from(i32::from(grpc_code(Rejection::Refused(refused), overload)));
     if !refused.is_retryable() {
-        return Status::new(Code::ResourceExhausted, message);
+        return Status::new(code, message);
     }
-    // A closed (draining) server is going away: `UNAVAILABLE`, which every gRPC client
-    // treats as "try again, elsewhere", whatever code overload is given.
-    let code = match refused {
-        Refused::Closed => Code::Unavailable,
-        _ => code.code(),
-    };
     let details = ErrorDetails::with_retry_info(Some(retry_after));
     let mut status = Status::with_error_details(code, message, details);
     let pushback = u64::try_from(retry_after.as_millis()).unwrap_or(u64::MAX);

@@ -66,20 +66,29 @@
 
 mod ahead;
 mod body;
+mod charge;
 pub mod class;
+mod grpc;
+mod jitter;
 pub mod key;
 mod meter;
+mod metered;
 mod pace;
 mod refusal;
+mod rejection;
+mod shape;
 
 pub use ahead::{ReadAhead, ReadFrames};
 pub use body::PermitBody;
-pub use meter::{
-    BodyRefused, BoxError, MeteredBody, MeteredRequest, Rejection, RequestCharge, RequestMeter,
-    content_length,
-};
+pub use charge::RequestCharge;
+pub use grpc::{INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE, grpc_code};
+pub use jitter::jittered;
+pub use meter::{MeteredRequest, RequestMeter};
+pub use metered::MeteredBody;
 pub use pace::MinDataRate;
-pub use refusal::{BodyRefusalContext, RefusalBody, RefusalContext, Refusals, jittered};
+pub use refusal::Refusals;
+pub use rejection::{BodyRefused, BoxError, Rejection, content_length};
+pub use shape::{BodyRefusalContext, RefusalBody, RefusalContext};
 
 pub use admission_core;
 

@@ -1,183 +1,21 @@
 //! Refusal responses: status, `Retry-After`, and a body of the user's shape.
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderMap, HeaderValue, Method, Response, StatusCode, Uri};
+use http::{HeaderMap, HeaderValue, Method, Response, Uri};
 
 use admission_core::Refused;
 
-use crate::{BoxError, Rejection};
-
-/// What a refusal's body closure sees: the request's head and the rejection.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct RefusalContext<'a> {
-    /// The request's method.
-    pub method: &'a Method,
-    /// The request's URI.
-    pub uri: &'a Uri,
-    /// The request's headers.
-    pub headers: &'a HeaderMap,
-    /// Why the request is refused.
-    pub rejection: Rejection,
-    /// The status the response will carry.
-    pub status: StatusCode,
-    /// The `Retry-After` the response will carry, in seconds, if any.
-    pub retry_after: Option<u64>,
-    /// This refusal's retry delay, exactly (for protocols that carry milliseconds),
-    /// when the rejection is retryable: the configured one, plus its jitter if any.
-    pub retry_delay: Option<Duration>,
-}
-
-/// A refusal's body and its content type.
-///
-/// ```
-/// use admission_http::RefusalBody;
-///
-/// let body = RefusalBody::json(r#"{"error":"overloaded"}"#);
-/// assert_eq!(body.content_type(), "application/json");
-/// assert_eq!(body.bytes(), &br#"{"error":"overloaded"}"#[..]);
-/// ```
-#[derive(Debug, Clone)]
-pub struct RefusalBody {
-    content_type: HeaderValue,
-    bytes: Bytes,
-}
-
-impl RefusalBody {
-    /// A body with any content type.
-    ///
-    /// ```
-    /// use admission_http::RefusalBody;
-    /// use http::HeaderValue;
-    ///
-    /// let body = RefusalBody::new(HeaderValue::from_static("application/problem+json"), "{}");
-    /// assert_eq!(body.content_type(), "application/problem+json");
-    /// ```
-    pub fn new(content_type: HeaderValue, bytes: impl Into<Bytes>) -> Self {
-        Self {
-            content_type,
-            bytes: bytes.into(),
-        }
-    }
-
-    /// A `text/plain; charset=utf-8` body.
-    ///
-    /// ```
-    /// use admission_http::RefusalBody;
-    ///
-    /// assert_eq!(RefusalBody::text("busy").content_type(), "text/plain; charset=utf-8");
-    /// ```
-    pub fn text(text: impl Into<Bytes>) -> Self {
-        Self::new(
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-            text.into(),
-        )
-    }
-
-    /// An `application/json` body.
-    ///
-    /// ```
-    /// use admission_http::RefusalBody;
-    ///
-    /// assert_eq!(RefusalBody::json("{}").content_type(), "application/json");
-    /// ```
-    pub fn json(json: impl Into<Bytes>) -> Self {
-        Self::new(HeaderValue::from_static("application/json"), json.into())
-    }
-
-    /// The content type.
-    ///
-    /// ```
-    /// use admission_http::RefusalBody;
-    ///
-    /// assert_eq!(RefusalBody::text("x").content_type(), "text/plain; charset=utf-8");
-    /// ```
-    pub fn content_type(&self) -> &HeaderValue {
-        &self.content_type
-    }
-
-    /// The bytes.
-    ///
-    /// ```
-    /// use admission_http::RefusalBody;
-    ///
-    /// assert_eq!(RefusalBody::text("busy").bytes(), "busy");
-    /// ```
-    pub fn bytes(&self) -> &Bytes {
-        &self.bytes
-    }
-}
+use crate::grpc::{grpc_trailers_only, is_grpc};
+use crate::shape::{BodyError, ErrorShape};
+use crate::{BodyRefusalContext, BoxError, RefusalBody, RefusalContext, Rejection, jittered};
 
 type Shape = dyn Fn(&RefusalContext<'_>) -> RefusalBody + Send + Sync;
 type Whole = dyn Fn(&RefusalContext<'_>) -> Response<Bytes> + Send + Sync;
-type ErrorShape = dyn Fn(&BodyRefusalContext) -> BoxError + Send + Sync;
-
-/// What a [`Refusals::body_error`] closure sees: why a request's body was refused while
-/// it streamed, and the configured retry delay when retrying can help.
-#[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
-pub struct BodyRefusalContext {
-    /// What the ledger said.
-    pub refused: Refused,
-    /// The retry delay (with its jitter, if configured), when `refused` is retryable.
-    pub retry_delay: Option<Duration>,
-}
-
-/// A body-error closure and the retry delay it is told, as a request's charge holds it.
-#[derive(Clone)]
-pub(crate) struct BodyError {
-    shape: Arc<ErrorShape>,
-    retry_delay: Duration,
-    retry_jitter: Duration,
-}
-
-impl BodyError {
-    pub(crate) fn make(&self, refused: Refused) -> BoxError {
-        (self.shape)(&BodyRefusalContext {
-            refused,
-            retry_delay: refused
-                .is_retryable()
-                .then(|| jittered(self.retry_delay, self.retry_jitter)),
-        })
-    }
-}
-
-/// `delay` plus a uniformly drawn part of `jitter` (none when `jitter` is zero): the
-/// retry delay of one refusal, so that clients shed together do not all come back in the
-/// same instant. The draw is from the standard library's randomly keyed hasher: not for
-/// anything but spreading retries.
-///
-/// ```
-/// use std::time::Duration;
-/// use admission_http::jittered;
-///
-/// let (delay, jitter) = (Duration::from_secs(1), Duration::from_secs(2));
-/// let drawn = jittered(delay, jitter);
-/// assert!(delay <= drawn && drawn <= delay + jitter);
-/// assert_eq!(jittered(delay, Duration::ZERO), delay);
-/// ```
-pub fn jittered(delay: Duration, jitter: Duration) -> Duration {
-    let nanos = u64::try_from(jitter.as_nanos()).unwrap_or(u64::MAX);
-    if nanos == 0 {
-        return delay;
-    }
-    // Uniform in 0..=nanos by the multiply-shift reduction of a 64-bit draw.
-    let drawn = ((u128::from(next_random()) * (u128::from(nanos) + 1)) >> 64) as u64;
-    delay.saturating_add(Duration::from_nanos(drawn))
-}
-
-/// A random 64-bit draw: the standard library's SipHash under keys of its own (each
-/// `RandomState` on a thread takes the next keys of a randomly seeded sequence), over no
-/// input. Called on the refusal path only.
-fn next_random() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    std::hash::RandomState::new().build_hasher().finish()
-}
 
 /// How refused requests are answered.
 ///
@@ -571,57 +409,6 @@ fn default_body(cx: &RefusalContext<'_>) -> RefusalBody {
     };
     RefusalBody::text(text)
 }
-
-/// Whether a request is a gRPC call: `application/grpc`, alone or with a `+codec` or
-/// parameters (gRPC-Web's `application/grpc-web` carries its status in the body: no).
-fn is_grpc(headers: &HeaderMap) -> bool {
-    headers.get(CONTENT_TYPE).is_some_and(|value| {
-        value
-            .as_bytes()
-            .strip_prefix(b"application/grpc")
-            .is_some_and(|rest| matches!(rest.first(), None | Some(b'+' | b';')))
-    })
-}
-
-/// A gRPC call's refusal, as [`Refusals::respond`] describes it.
-fn grpc_trailers_only(cx: &RefusalContext<'_>) -> Response<Bytes> {
-    // The codes gRPC numbers: UNAVAILABLE, RESOURCE_EXHAUSTED, INVALID_ARGUMENT.
-    let code: u16 = match cx.rejection {
-        rejection if rejection.is_retryable() => 14,
-        Rejection::Refused(_) => 8,
-        _ => 3,
-    };
-    let mut response = Response::new(Bytes::new());
-    let headers = response.headers_mut();
-    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-    headers.insert("grpc-status", HeaderValue::from(code));
-    let message = percent_encoded(&format!("admission refused: {}", cx.rejection));
-    if let Ok(message) = HeaderValue::from_str(&message) {
-        headers.insert("grpc-message", message);
-    }
-    if let Some(delay) = cx.retry_delay {
-        let millis = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX);
-        headers.insert("grpc-retry-pushback-ms", HeaderValue::from(millis));
-    }
-    if let Some(secs) = cx.retry_after {
-        headers.insert(RETRY_AFTER, HeaderValue::from(secs));
-    }
-    response
-}
-
-/// `grpc-message`'s encoding: printable ASCII but `%` as it is, every other byte as `%XX`.
-fn percent_encoded(text: &str) -> String {
-    let mut encoded = String::with_capacity(text.len());
-    for &byte in text.as_bytes() {
-        if (0x20..=0x7e).contains(&byte) && byte != b'%' {
-            encoded.push(byte as char);
-        } else {
-            let _ = write!(encoded, "%{byte:02X}");
-        }
-    }
-    encoded
-}
-
 impl fmt::Debug for Refusals {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Refusals")
@@ -632,17 +419,5 @@ impl fmt::Debug for Refusals {
             .field("body_error", &self.error.is_some())
             .field("drain_refused", &self.drain)
             .finish()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::percent_encoded;
-
-    #[test]
-    fn grpc_messages_percent_encode_all_but_printable_ascii() {
-        assert_eq!(percent_encoded("count limit: 5"), "count limit: 5");
-        assert_eq!(percent_encoded("100%\n"), "100%25%0A");
-        assert_eq!(percent_encoded("é~\u{7f}"), "%C3%A9~%7F");
     }
 }

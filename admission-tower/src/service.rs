@@ -372,7 +372,10 @@ impl<S> Admission<S> {
             .map(|latency| latency.typical);
         let Some(budget) = wait.budget(&parts, estimate) else {
             // Its client would give up before an answer: refused now, not after waiting.
-            self.shared.waits[3].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.shared
+                .waits
+                .deadline
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             return self.refuse(parts, body, Rejection::Refused(Refused::Count), priority);
         };
         let inner = self.inner.clone();

@@ -122,14 +122,27 @@ pub(crate) struct Shared {
     /// The wait for a count slot, if the layer has one.
     #[cfg(feature = "tokio")]
     pub(crate) wait: Option<crate::Wait>,
-    /// What came of the waits: admitted, microseconds waited, timed out, deadline.
-    pub(crate) waits: [AtomicU64; 4],
+    /// What came of the waits.
+    pub(crate) waits: WaitCounts,
     /// Requests let go because their client went away (see `AdmissionSnapshot::gone`).
     pub(crate) gone: AtomicU64,
     /// The memory limit a byte budget was sized from ([`crate::MemoryShare`]).
     pub(crate) memory: Option<MemoryLimit>,
     /// The thread keeping that budget following the process's use, stopped on drop.
     pub(crate) _follower: Option<crate::memory::Follower>,
+}
+
+/// What came of the waits for a count slot, counted as they end.
+#[derive(Default)]
+pub(crate) struct WaitCounts {
+    /// Requests admitted after waiting.
+    pub(crate) admitted: AtomicU64,
+    /// Microseconds they waited, in all.
+    pub(crate) waited_micros: AtomicU64,
+    /// Waits that ran out of time (or gave their place in a standing queue).
+    pub(crate) timed_out: AtomicU64,
+    /// Requests refused at once: their client's deadline was too close to wait.
+    pub(crate) deadline: AtomicU64,
 }
 
 /// How a wait for a count slot ended, short of a slot.
@@ -238,7 +251,7 @@ impl Shared {
                 Poll::Ready(Err(refused)) => {
                     if queued && matches!(refused, Refused::Count | Refused::Class) {
                         // A standing queue gave its place to a newer request.
-                        self.waits[2].fetch_add(1, Ordering::Relaxed);
+                        self.waits.timed_out.fetch_add(1, Ordering::Relaxed);
                     }
                     return Poll::Ready(Err(WaitEnd::Refused(refused.into())));
                 }
@@ -246,7 +259,7 @@ impl Shared {
             }
             match timer.as_mut().poll(cx) {
                 Poll::Ready(()) => {
-                    self.waits[2].fetch_add(1, Ordering::Relaxed);
+                    self.waits.timed_out.fetch_add(1, Ordering::Relaxed);
                     Poll::Ready(Err(WaitEnd::Refused(Rejection::Refused(Refused::Count))))
                 }
                 Poll::Pending => Poll::Pending,
@@ -258,9 +271,11 @@ impl Shared {
     /// A request admitted after waiting `waited` for a count slot.
     #[cfg(feature = "tokio")]
     pub(crate) fn waited(&self, waited: std::time::Duration) {
-        self.waits[0].fetch_add(1, Ordering::Relaxed);
+        self.waits.admitted.fetch_add(1, Ordering::Relaxed);
         let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
-        self.waits[1].fetch_add(micros, Ordering::Relaxed);
+        self.waits
+            .waited_micros
+            .fetch_add(micros, Ordering::Relaxed);
         self.observer.waited(waited);
     }
 
@@ -313,10 +328,10 @@ impl Shared {
             adaptive: self.adaptive.as_ref().map(AdaptiveLimit::snapshot),
             wait: WaitSnapshot {
                 waiting: self.gate.count().waiting() as u64,
-                admitted: self.waits[0].load(Ordering::Relaxed),
-                waited_micros: self.waits[1].load(Ordering::Relaxed),
-                timed_out: self.waits[2].load(Ordering::Relaxed),
-                deadline: self.waits[3].load(Ordering::Relaxed),
+                admitted: self.waits.admitted.load(Ordering::Relaxed),
+                waited_micros: self.waits.waited_micros.load(Ordering::Relaxed),
+                timed_out: self.waits.timed_out.load(Ordering::Relaxed),
+                deadline: self.waits.deadline.load(Ordering::Relaxed),
             },
             gone: self.gone.load(Ordering::Relaxed),
             memory: self.memory,
