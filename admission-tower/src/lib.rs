@@ -239,6 +239,8 @@ mod future;
 mod layer;
 mod limits;
 mod memory;
+#[cfg(not(all(feature = "axum", feature = "serve")))]
+mod needs_feature;
 mod observe;
 mod per_key;
 mod permit;
