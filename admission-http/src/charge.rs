@@ -179,12 +179,6 @@ impl RequestCharge {
         self.shared.refused.get().copied()
     }
 
-    /// Starts a metered body's account: what the charge covers now is what the body may
-    /// carry before growing it.
-    pub(crate) fn begin(&self) {
-        self.shared.covered.store(self.charged(), Ordering::Relaxed);
-    }
-
     /// The body's data bytes seen so far.
     pub(crate) fn seen_bytes(&self) -> u64 {
         self.shared.seen.load(Ordering::Relaxed)

@@ -94,8 +94,8 @@ impl<B> MeteredBody<B> {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn new(inner: B, charge: RequestCharge) -> Self {
-        // What the charge covers now is what the body may carry before growing it.
-        charge.begin();
+        // What the charge covers (its permit's charge, kept in step by every growth and
+        // shrink) is what the body may carry before growing it.
         Self {
             inner: Some(inner),
             meter: Some(Box::pin(Meter {

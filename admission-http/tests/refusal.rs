@@ -275,3 +275,37 @@ fn the_default_body_names_the_cause_of_each_refusal() {
     );
     assert_eq!(body(Refused::TooLarge).1, "request too large\n");
 }
+
+/// The one gRPC mapping: a closed server is `UNAVAILABLE` whatever the overload code, any
+/// other retryable refusal the overload code, one no retry helps `RESOURCE_EXHAUSTED`, a
+/// malformed length `INVALID_ARGUMENT`; and the trailers-only answer carries it.
+#[test]
+fn every_refusal_maps_to_one_grpc_code() {
+    use admission_http::{INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE, grpc_code};
+    for overload in [UNAVAILABLE, RESOURCE_EXHAUSTED] {
+        let code = |refused| grpc_code(Rejection::Refused(refused), overload);
+        assert_eq!(code(Refused::Closed), UNAVAILABLE);
+        for retryable in [Refused::Count, Refused::Class, Refused::Bytes, Refused::Key] {
+            assert_eq!(code(retryable), overload, "{retryable:?}");
+        }
+        assert_eq!(code(Refused::TooLarge), RESOURCE_EXHAUSTED);
+        assert_eq!(code(Refused::TooSlow), RESOURCE_EXHAUSTED);
+        assert_eq!(
+            grpc_code(Rejection::InvalidContentLength, overload),
+            INVALID_ARGUMENT
+        );
+    }
+    let call = http::Request::post("/pkg.Service/Method")
+        .header("content-type", "application/grpc")
+        .body(())
+        .unwrap();
+    let grpc_status = |rejection| {
+        Refusals::new().respond(&call, rejection).headers()["grpc-status"]
+            .to_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(grpc_status(Rejection::Refused(Refused::Closed)), "14");
+    assert_eq!(grpc_status(Rejection::Refused(Refused::TooLarge)), "8");
+    assert_eq!(grpc_status(Rejection::InvalidContentLength), "3");
+}
