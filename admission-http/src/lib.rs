@@ -86,7 +86,7 @@ pub use jitter::jittered;
 pub use meter::{MeteredRequest, RequestMeter};
 pub use metered::MeteredBody;
 pub use pace::MinDataRate;
-pub use refusal::Refusals;
+pub use refusal::{DrainRefused, Refusals};
 pub use rejection::{BodyRefused, BoxError, Rejection, content_length};
 pub use shape::{BodyRefusalContext, RefusalBody, RefusalContext};
 

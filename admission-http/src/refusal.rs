@@ -17,6 +17,17 @@ use crate::{BodyRefusalContext, BoxError, RefusalBody, RefusalContext, Rejection
 type Shape = dyn Fn(&RefusalContext<'_>) -> RefusalBody + Send + Sync;
 type Whole = dyn Fn(&RefusalContext<'_>) -> Response<Bytes> + Send + Sync;
 
+/// How much of a refused request's unread body is drained before the refusal is sent
+/// ([`Refusals::drain_refused`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DrainRefused {
+    /// The most bytes drained (0: none).
+    pub max_bytes: u64,
+    /// How long the body may take to arrive.
+    pub within: Duration,
+}
+
 /// How refused requests are answered.
 ///
 /// The status follows the rejection ([`Rejection::status`]): 503 for global overload,
@@ -63,7 +74,7 @@ pub struct Refusals {
     shape: Option<Arc<Shape>>,
     whole: Option<Arc<Whole>>,
     error: Option<Arc<ErrorShape>>,
-    drain: (u64, Duration),
+    drain: DrainRefused,
 }
 
 impl Default for Refusals {
@@ -93,7 +104,10 @@ impl Refusals {
             shape: None,
             whole: None,
             error: None,
-            drain: (64 << 10, Duration::from_secs(1)),
+            drain: DrainRefused {
+                max_bytes: 64 << 10,
+                within: Duration::from_secs(1),
+            },
         }
     }
 
@@ -253,10 +267,11 @@ impl Refusals {
     /// use admission_http::Refusals;
     ///
     /// let refusals = Refusals::new().drain_refused(16 << 10, Duration::from_millis(200));
-    /// assert_eq!(refusals.drain_limits(), (16 << 10, Duration::from_millis(200)));
+    /// let limits = refusals.drain_limits();
+    /// assert_eq!((limits.max_bytes, limits.within), (16 << 10, Duration::from_millis(200)));
     /// ```
     pub fn drain_refused(mut self, max_bytes: u64, within: Duration) -> Self {
-        self.drain = (max_bytes, within);
+        self.drain = DrainRefused { max_bytes, within };
         self
     }
 
@@ -266,9 +281,10 @@ impl Refusals {
     /// use std::time::Duration;
     /// use admission_http::Refusals;
     ///
-    /// assert_eq!(Refusals::new().drain_limits(), (64 << 10, Duration::from_secs(1)));
+    /// let limits = Refusals::new().drain_limits();
+    /// assert_eq!((limits.max_bytes, limits.within), (64 << 10, Duration::from_secs(1)));
     /// ```
-    pub fn drain_limits(&self) -> (u64, Duration) {
+    pub fn drain_limits(&self) -> DrainRefused {
         self.drain
     }
 

@@ -309,3 +309,20 @@ fn every_refusal_maps_to_one_grpc_code() {
     assert_eq!(grpc_status(Rejection::Refused(Refused::TooLarge)), "8");
     assert_eq!(grpc_status(Rejection::InvalidContentLength), "3");
 }
+
+/// How much of a refused body is drained: 64 KiB within 1 s unless set.
+#[test]
+fn drain_limits_are_the_default_or_what_was_set() {
+    let limits = Refusals::new().drain_limits();
+    assert_eq!(
+        (limits.max_bytes, limits.within),
+        (64 << 10, Duration::from_secs(1))
+    );
+    let limits = Refusals::new()
+        .drain_refused(1024, Duration::from_millis(200))
+        .drain_limits();
+    assert_eq!(
+        (limits.max_bytes, limits.within),
+        (1024, Duration::from_millis(200))
+    );
+}

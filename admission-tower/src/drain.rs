@@ -53,8 +53,11 @@ impl Default for DrainLimits {
 
 impl From<&admission_http::Refusals> for DrainLimits {
     fn from(refusals: &admission_http::Refusals) -> Self {
-        let (max_bytes, within) = refusals.drain_limits();
-        Self { max_bytes, within }
+        let limits = refusals.drain_limits();
+        Self {
+            max_bytes: limits.max_bytes,
+            within: limits.within,
+        }
     }
 }
 
