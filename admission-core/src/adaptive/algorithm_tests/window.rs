@@ -134,3 +134,16 @@ fn a_window_s_cv_is_its_deviation_over_its_mean_and_survives_a_merge() {
     assert_eq!((first.limit, first.max_in_flight), (8, 2));
     assert_eq!(first.elapsed, 200 * MS);
 }
+
+/// The quantiles at the ends: 0 is the lowest sample's bucket, not the first bucket, and
+/// 1 the highest's.
+#[test]
+fn a_window_s_extreme_quantiles_are_its_lowest_and_highest_buckets() {
+    let mut window = Window::new(4, 100 * MS);
+    window.add(10 * MS, Outcome::Success, 1);
+    window.add(40 * MS, Outcome::Success, 1);
+    let lowest = window.latency_quantile(0.0).unwrap();
+    let highest = window.latency_quantile(1.0).unwrap();
+    assert!((9 * MS..=10 * MS).contains(&lowest), "{lowest:?}");
+    assert!((40 * MS..=45 * MS).contains(&highest), "{highest:?}");
+}
