@@ -4,6 +4,7 @@
 use crate::AdmissionLayer;
 
 /// Implemented by nothing: the bound of `AdmissionLayer::guard`'s stand-in.
+#[cfg(not(feature = "axum"))]
 #[doc(hidden)]
 #[diagnostic::on_unimplemented(
     message = "`AdmissionLayer::guard` needs admission-tower's `axum` feature",
@@ -12,6 +13,7 @@ use crate::AdmissionLayer;
 pub trait NeedsAxumFeature {}
 
 /// Implemented by nothing: the bound of `AdmissionLayer::serve`'s stand-in.
+#[cfg(not(feature = "serve"))]
 #[doc(hidden)]
 #[diagnostic::on_unimplemented(
     message = "`AdmissionLayer::serve` needs admission-tower's `serve` feature",
