@@ -210,7 +210,7 @@ async fn the_prometheus_text_equals_the_snapshot_and_the_clients_tally() {
         .unwrap()
     };
     assert_eq!(
-        refused("count") + refused("closed"),
+        refused("count") + refused("class") + refused("closed"),
         snap.count.refused as f64
     );
     assert_eq!(refused("key"), keyed.refused_key as f64);
@@ -220,14 +220,18 @@ async fn the_prometheus_text_equals_the_snapshot_and_the_clients_tally() {
         bytes.refused as f64
     );
     for (name, priority) in classes.iter() {
-        let shed = value(
-            &series,
-            "admission_refused_total",
-            &[("dimension", "count"), ("class", name)],
-        );
+        // Shed by the count or by the class's share of it.
+        let shed = |dimension| {
+            value(
+                &series,
+                "admission_refused_total",
+                &[("dimension", dimension), ("class", name)],
+            )
+            .unwrap_or(0.0)
+        };
         assert_eq!(
-            shed,
-            Some(snap.refused_by_class[priority.index()] as f64),
+            shed("count") + shed("class"),
+            snap.refused_by_class[priority.index()] as f64,
             "{name}"
         );
     }
@@ -246,7 +250,7 @@ async fn the_prometheus_text_equals_the_snapshot_and_the_clients_tally() {
     assert_eq!(refused("key"), s429);
     assert_eq!(refused("too_large"), s413);
     assert_eq!(
-        refused("count") + refused("bytes") + refused("key_table"),
+        refused("count") + refused("class") + refused("bytes") + refused("key_table"),
         s503
     );
     assert_eq!(g("admission_permit_held_seconds_count"), ok);
