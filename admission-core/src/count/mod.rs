@@ -233,6 +233,13 @@ impl CountInner {
         self.cold.capacity.load(Ordering::Relaxed)
     }
 
+    /// The permits held now, with `WATCH` if a drain watches (the state word less its
+    /// owner and queue bits). Relaxed: each caller says what its read may miss.
+    #[inline(always)]
+    fn held(&self) -> u64 {
+        self.hot.state.load(Ordering::Relaxed) & !(OWNER | QUEUE)
+    }
+
     /// What an acquisition of `priority`'s class (the whole threshold for none) compares
     /// the permits in flight against, from one read of the threshold word.
     #[inline(always)]
@@ -255,9 +262,7 @@ impl CountInner {
         }
         if self.cold.closed.load(Ordering::Relaxed) {
             Refused::Closed
-        } else if priority.is_some()
-            && self.hot.state.load(Ordering::Relaxed) & !(OWNER | QUEUE) < self.threshold(None)
-        {
+        } else if priority.is_some() && self.held() < self.threshold(None) {
             // The class's share is in flight, not the capacity (Relaxed: which of the two
             // names the refusal, nothing more).
             Refused::Class
@@ -531,7 +536,7 @@ impl CountLedger {
     pub(crate) fn check(&self, priority: Option<Priority>) -> Result<(), Refused> {
         let inner = self.inner();
         // Relaxed: advisory; the compare-exchange that follows decides.
-        let held = inner.hot.state.load(Ordering::Relaxed) & !(OWNER | QUEUE);
+        let held = inner.held();
         if held >= inner.threshold(priority) {
             return Err(inner.refuse(priority));
         }

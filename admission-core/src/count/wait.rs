@@ -205,7 +205,7 @@ impl CountInner {
                     let threshold = inner.threshold(control.queue[at].priority);
                     // Relaxed: while `QUEUE` is set the count changes only under this
                     // lock, or falls (a slot put back), which only errs toward keeping.
-                    let held = inner.hot.state.load(Ordering::Relaxed) & !(OWNER | QUEUE);
+                    let held = inner.held();
                     // With this slot free, `held - 1` would be in flight.
                     if held <= threshold && held & WATCH == 0 {
                         inner.granted(&mut control, at, &mut wake);
