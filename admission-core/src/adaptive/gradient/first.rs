@@ -118,3 +118,6 @@ impl Gradient {
             && (wider || latency < UNCONFIRMED_CUT * knee * (1.0 + QUEUE_SIGMAS * noise))
     }
 }
+
+#[cfg(all(test, not(admission_loom)))]
+mod tests;

@@ -58,3 +58,6 @@ impl Gradient {
         law.target.max(limit + step.max(limit.sqrt()))
     }
 }
+
+#[cfg(all(test, not(admission_loom)))]
+mod tests;

@@ -277,3 +277,6 @@ impl Gradient {
         Some(self.start_probe(from, concurrency, latency, before))
     }
 }
+
+#[cfg(all(test, not(admission_loom)))]
+mod tests;

@@ -57,3 +57,23 @@ impl Mechanism {
         1 << (self as u32)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Mechanism;
+    use crate::adaptive::Gradient;
+
+    #[test]
+    fn turning_one_mechanism_off_leaves_the_others_on() {
+        for off in Mechanism::ALL {
+            let gradient = Gradient::default().without(off);
+            for mechanism in Mechanism::ALL {
+                assert_eq!(
+                    gradient.on(mechanism),
+                    mechanism != off,
+                    "{off:?}, {mechanism:?}"
+                );
+            }
+        }
+    }
+}

@@ -8,6 +8,8 @@ mod noise;
 mod probe;
 mod skew;
 mod stale;
+#[cfg(all(test, not(admission_loom)))]
+mod testing;
 
 use law::{Law, Round};
 #[doc(hidden)]

@@ -279,10 +279,9 @@ impl Gradient {
     /// The estimate was high (or unmeasured, or the probe queued): take the reading, and
     /// probe a step lower at once, until a probe no longer finds less.
     fn descend(&mut self, reading: &Reading, probe: Probe, latency: f64, queued: bool) -> u64 {
-        self.noload = Some(match self.noload {
-            Some(n) if self.confirmed && !queued => n.min(latency),
-            _ => latency,
-        });
+        // (A confirmed estimate descends only on a reading below it, or one that queued:
+        // either way the reading is the estimate now.)
+        self.noload = Some(latency);
         self.confirmed = true;
         self.probes.chain = Some((reading.throughput(), reading.samples));
         if queued {
@@ -372,3 +371,6 @@ impl Gradient {
         }
     }
 }
+
+#[cfg(all(test, not(admission_loom)))]
+mod tests;

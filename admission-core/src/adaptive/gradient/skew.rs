@@ -49,3 +49,6 @@ impl Gradient {
         self.shape
     }
 }
+
+#[cfg(all(test, not(admission_loom)))]
+mod tests;

@@ -160,3 +160,6 @@ impl Gradient {
         fell
     }
 }
+
+#[cfg(all(test, not(admission_loom)))]
+mod tests;
