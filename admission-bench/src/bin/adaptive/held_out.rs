@@ -116,15 +116,24 @@ impl Summary {
     }
 }
 
-/// The held-out seeds asked for: `--seeds-held N` (at most 100), else CI's.
+/// The first seed `--tuning` judges on: the tuning set past the default run's three.
+const FIRST_TUNING: u64 = 4;
+
+/// The held-out seeds asked for: `--seeds-held N` (at most 100), else CI's. With
+/// `--tuning`, as many from the tuning seeds (4-99) instead, to try a change on.
 fn seeds(args: &[String]) -> Vec<u64> {
+    let (first, most) = if args.iter().any(|a| a == "--tuning") {
+        (FIRST_TUNING, FIRST - FIRST_TUNING)
+    } else {
+        (FIRST, 100)
+    };
     let count = args
         .iter()
         .position(|a| a == "--seeds-held")
         .and_then(|at| args.get(at + 1)?.parse().ok())
         .unwrap_or(CI_SEEDS)
-        .clamp(1, 100);
-    (FIRST..FIRST + count).collect()
+        .clamp(1, most);
+    (first..first + count).collect()
 }
 
 /// `--without Descent,Ramp`: mechanisms to turn off together.

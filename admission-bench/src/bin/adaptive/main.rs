@@ -13,8 +13,10 @@
 //! Seeds 100-199 are held out: no change is tuned on them. `--held-out` judges
 //! `Gradient` on them seed by seed, by properties of the whole (see `held_out.rs`), on the
 //! first 24 (`--seeds-held N` for more); CI runs it with `--readme PATH`, which also
-//! checks that the README's held-out section is this run's. `--ablation` runs the same
-//! seeds with each mechanism off in turn, and prints the README's ablation table.
+//! checks that the README's held-out section is this run's; with `--tuning`, the same
+//! judgement on tuning seeds 4-27, to try a change on before it is judged. `--ablation`
+//! runs the held-out seeds with each mechanism off in turn, and prints the README's
+//! ablation table.
 
 use std::process::ExitCode;
 use std::sync::Mutex;
