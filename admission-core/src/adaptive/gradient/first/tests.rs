@@ -1,7 +1,7 @@
 //! The unconfirmed estimate: what confirms it, what is averaged into it, and what it
 //! holds the limit against.
 
-use super::super::testing::{round, skewed};
+use super::super::testing::{round, skewed, window};
 use super::*;
 
 /// An unconfirmed controller whose first samples read 10 ms with `in_flight` at once.
@@ -18,7 +18,7 @@ fn unconfirmed(in_flight: f64) -> Gradient {
 fn a_round_with_half_as_much_again_in_flight_and_no_queue_confirms_and_may_raise() {
     // 20 in flight (1,000 a second at 20 ms) against 10 then: the estimate takes it.
     let mut gradient = unconfirmed(10.0);
-    let w = super::super::testing::window(100, &[(20.0, 100)]);
+    let w = window(100, &[(20.0, 100)]);
     gradient.confirm_first(
         &round(100.0, 100, 1000.0, 0.1),
         &w,
@@ -47,8 +47,8 @@ fn a_round_with_half_as_much_again_in_flight_and_no_queue_confirms_and_may_raise
 fn a_round_with_as_much_in_flight_is_averaged_in() {
     let average = |max_in_flight: u64| {
         let mut gradient = unconfirmed(100.0);
-        gradient.first.unconfirmed = super::super::testing::window(100, &[(10.0, 100)]);
-        let mut w = super::super::testing::window(100, &[(12.0, 100)]);
+        gradient.first.unconfirmed = window(100, &[(10.0, 100)]);
+        let mut w = window(100, &[(12.0, 100)]);
         w.max_in_flight = max_in_flight;
         gradient.confirm_first(
             &round(100.0, 100, 1000.0, 0.1),
