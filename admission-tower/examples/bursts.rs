@@ -15,8 +15,16 @@
 //! answered requests and of the refusals, and exits non-zero if, under bursts, the wait
 //! serves less than 85% of the capacity or its p99 exceeds `MAX_WAIT` plus twice the
 //! service time; or if, under sustained overload, the wait's goodput falls more than 1%
-//! below shedding at once's, its p99 exceeds shedding's by more than twice the target,
-//! or it takes more than the target plus `SLACK` to refuse (p99).
+//! below shedding at once's, its p99 exceeds shedding's by more than the target plus
+//! `SLACK`, or it takes more than the target plus `SLACK` to refuse (p99).
+//!
+//! These bounds are set to catch the wait gone wrong on any machine CI may run on, not to
+//! time it: without the standing-queue rule's target (newest first alone) the sustained
+//! p99 is 35-55 ms above shedding's and refusals take `MAX_WAIT` (100 ms); first come, first
+//! served puts every admitted request 100 ms behind. What the rule does on an idle machine
+//! (3 ms added to the p99, refusals at 6.5 ms) and on a loaded one (a few ms more) sits
+//! well inside. How close the wait comes to the target is decided in virtual time, where
+//! a clock is exact: `cargo run --release -p admission-bench --bin bursts`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -47,8 +55,10 @@ const MAX_WAITING: usize = 100;
 const MAX_WAIT: Duration = Duration::from_millis(100);
 /// The standing-queue rule's target (the default).
 const TARGET: Duration = Duration::from_millis(5);
-/// What a refusal may take beyond the target, on the wire, on a loaded machine.
-const SLACK: Duration = Duration::from_millis(5);
+/// What the wire and a loaded two-core machine's scheduling may add to a wait: the client's
+/// own task, the server's, and the woken waiter's each wait their turn. (On an idle machine
+/// they add about 1.5 ms; on one whose cores are both busy with other work, 5 ms.)
+const SLACK: Duration = Duration::from_millis(15);
 
 /// What one run measured.
 struct Figures {
@@ -237,12 +247,13 @@ async fn main() -> std::process::ExitCode {
     );
     check(
         format!(
-            "its p99 is {:.1} ms (want <= shedding at once's {:.1} ms + twice the {} ms target)",
+            "its p99 is {:.1} ms (want <= shedding at once's {:.1} ms + the {} ms target + {} ms)",
             ms(waited.p99),
             ms(shed.p99),
-            TARGET.as_millis()
+            TARGET.as_millis(),
+            SLACK.as_millis()
         ),
-        waited.p99 <= shed.p99 + 2 * TARGET,
+        waited.p99 <= shed.p99 + TARGET + SLACK,
     );
     check(
         format!(
