@@ -13,7 +13,7 @@ use super::{Results, Target, side, simulate_with, starts, verdicts};
 /// The first held-out seed. Seeds from here on are never tuned on: tune on 1-99, and
 /// judge a change here.
 const FIRST: u64 = 100;
-/// How many CI judges (time: about eight seconds a seed on two cores); `--seeds-held N`
+/// How many CI judges (time: about seven seconds a seed on two cores); `--seeds-held N`
 /// judges more (up to 100, seeds 100-199).
 const CI_SEEDS: u64 = 24;
 /// At most this many missed targets per seed on average, over every scenario, start and
