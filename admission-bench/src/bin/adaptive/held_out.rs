@@ -8,12 +8,12 @@ use std::process::ExitCode;
 use admission_bench::sim::Scenario;
 use admission_core::adaptive::Mechanism;
 
-use super::{Results, Target, side, simulate_with, starts, verdicts};
+use super::{Results, Rows, Target, side, simulate_with, starts, verdicts};
 
 /// The first held-out seed. Seeds from here on are never tuned on: tune on 1-99, and
 /// judge a change here.
 const FIRST: u64 = 100;
-/// How many CI judges (time: about seven seconds a seed on two cores); `--seeds-held N`
+/// How many CI judges (time: about five seconds a seed on two cores); `--seeds-held N`
 /// judges more (up to 100, seeds 100-199).
 const CI_SEEDS: u64 = 24;
 /// At most this many missed targets per seed on average, over every scenario, start and
@@ -160,7 +160,7 @@ pub(crate) fn run(scenarios: &[Scenario], args: &[String]) -> ExitCode {
     let started = std::time::Instant::now();
     let seeds = seeds(args);
     let off = without(args);
-    let results = simulate_with(scenarios, &seeds, &off, None);
+    let results = simulate_with(scenarios, &seeds, &off, None, Rows::Judged);
     let summary = Summary::of(&misses_by_seed(scenarios, &results));
     let mut lines = vec![
         "| scenario | start | seeds missing a target | targets missed (seeds) |".to_owned(),
@@ -208,7 +208,7 @@ pub(crate) fn run(scenarios: &[Scenario], args: &[String]) -> ExitCode {
 pub(crate) fn ablation(scenarios: &[Scenario], args: &[String]) -> ExitCode {
     let started = std::time::Instant::now();
     let seeds = seeds(args);
-    let base = simulate_with(scenarios, &seeds, &[], None);
+    let base = simulate_with(scenarios, &seeds, &[], None, Rows::Judged);
     let all_on = Summary::of(&misses_by_seed(scenarios, &base));
     let mut lines = vec![
         "| mechanism off | missed targets | seeds a scenario-start misses on, at worst | |"
@@ -222,7 +222,7 @@ pub(crate) fn ablation(scenarios: &[Scenario], args: &[String]) -> ExitCode {
         ),
     ];
     for mechanism in Mechanism::ALL {
-        let results = simulate_with(scenarios, &seeds, &[mechanism], Some(&base));
+        let results = simulate_with(scenarios, &seeds, &[mechanism], Some(&base), Rows::Judged);
         let off = Summary::of(&misses_by_seed(scenarios, &results));
         let earns = if off.total > all_on.total {
             "earns its place"

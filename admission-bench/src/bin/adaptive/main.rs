@@ -49,7 +49,17 @@ fn gradient(off: &[Mechanism]) -> Gradient {
     off.iter().fold(Gradient::default(), |g, &m| g.without(m))
 }
 
-fn limiters(scenario: &Scenario, off: &[Mechanism]) -> Vec<(String, Make)> {
+/// Which limiters a run simulates.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Rows {
+    /// Every row of the report.
+    All,
+    /// Only what `Gradient` is judged by: its two starts and the static sweep (the
+    /// references), without `Aimd` (informational) and no limit (a fifth of the time).
+    Judged,
+}
+
+fn limiters(scenario: &Scenario, off: &[Mechanism], rows: Rows) -> Vec<(String, Make)> {
     let c = scenario.workers[0].1;
     let [below, above] = starts(scenario);
     let (one, two) = (off.to_vec(), off.to_vec());
@@ -62,11 +72,13 @@ fn limiters(scenario: &Scenario, off: &[Mechanism]) -> Vec<(String, Make)> {
             format!("gradient from {above}"),
             Box::new(move || Limiter::Adaptive(Box::new(gradient(&two)), above)),
         ),
-        (
+    ];
+    if rows == Rows::All {
+        all.push((
             format!("aimd from {below}"),
             Box::new(move || Limiter::Adaptive(Box::new(Aimd::default()), below)),
-        ),
-    ];
+        ));
+    }
     let mut statics: Vec<u64> = SWEEP
         .iter()
         .map(|share| ((share * c as f64).round() as u64).max(1))
@@ -78,7 +90,9 @@ fn limiters(scenario: &Scenario, off: &[Mechanism]) -> Vec<(String, Make)> {
             Box::new(move || Limiter::Static(limit)),
         ));
     }
-    all.push(("no limit".into(), Box::new(|| Limiter::None)));
+    if rows == Rows::All {
+        all.push(("no limit".into(), Box::new(|| Limiter::None)));
+    }
     all
 }
 
@@ -89,7 +103,7 @@ struct Results {
 }
 
 fn simulate(scenarios: &[Scenario], seeds: &[u64]) -> Results {
-    simulate_with(scenarios, seeds, &[], None)
+    simulate_with(scenarios, seeds, &[], None, Rows::All)
 }
 
 /// `simulate`, with `Gradient`'s mechanisms in `off` turned off; given `base` (a run of
@@ -100,8 +114,9 @@ fn simulate_with(
     seeds: &[u64],
     off: &[Mechanism],
     base: Option<&Results>,
+    rows: Rows,
 ) -> Results {
-    let limiters: Vec<_> = scenarios.iter().map(|s| limiters(s, off)).collect();
+    let limiters: Vec<_> = scenarios.iter().map(|s| limiters(s, off, rows)).collect();
     let names = limiters
         .iter()
         .map(|l| l.iter().map(|(n, _)| n.clone()).collect())
