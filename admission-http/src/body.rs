@@ -54,6 +54,9 @@ pin_project! {
         #[pin]
         inner: B,
         permit: Option<P>,
+        // Released only at the end of the stream, an error or drop: not right after a
+        // last frame (see `held_until_none`).
+        until_none: bool,
     }
 }
 
@@ -71,6 +74,7 @@ impl<B, P> PermitBody<B, P> {
         Self {
             inner,
             permit: Some(permit),
+            until_none: false,
         }
     }
 
@@ -85,7 +89,11 @@ impl<B, P> PermitBody<B, P> {
     /// assert!(body.is_released(), "nothing to release");
     /// ```
     pub fn from_parts(inner: B, permit: Option<P>) -> Self {
-        Self { inner, permit }
+        Self {
+            inner,
+            permit,
+            until_none: false,
+        }
     }
 
     /// The permit, while it is held.
@@ -188,6 +196,34 @@ impl<B, P> PermitBody<B, P> {
 }
 
 impl<B, P> PermitBody<B, P> {
+    /// Holds the permit past a frame after which the inner body reports its end, until
+    /// the body is polled once more (and returns `Ready(None)`), fails, or is dropped:
+    /// for a server that polls every body to its end or drops it, and whose last frame
+    /// may still wait to be sent when it has been handed over (`AdmissionLayer::serve`
+    /// on h2, where it waits on the client's flow-control window).
+    ///
+    /// ```
+    /// use admission_core::CountLedger;
+    /// use admission_http::PermitBody;
+    /// use http_body_util::{BodyExt, Full};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ledger = CountLedger::new(1)?;
+    /// let full = Full::new(bytes::Bytes::from("last"));
+    /// let mut body = PermitBody::new(full, ledger.try_acquire()?).held_until_none();
+    /// assert!(body.frame().await.is_some());
+    /// assert_eq!(ledger.in_flight(), 1, "held past the last frame");
+    /// assert!(body.frame().await.is_none());
+    /// assert_eq!(ledger.in_flight(), 0, "released at the end of the stream");
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn held_until_none(mut self) -> Self {
+        self.until_none = true;
+        self
+    }
+
     /// Releases the permit now, before the body ends: for a holder that knows the client
     /// is gone (its request failed mid-body, say) while the body has nothing to send and
     /// the server has not yet dropped it.
@@ -236,7 +272,7 @@ impl<B: Body, P> Body for PermitBody<B, P> {
                 Poll::Ready(Some(Err(err)))
             }
             Poll::Ready(Some(Ok(frame))) => {
-                if this.inner.is_end_stream() {
+                if !*this.until_none && this.inner.is_end_stream() {
                     release(this.permit);
                 }
                 Poll::Ready(Some(Ok(frame)))

@@ -38,6 +38,9 @@ impl<B> ResponseBody<B> {
     #[inline]
     pub(crate) fn new(body: B, permit: Option<AdmissionPermit>) -> Self {
         let kind = match permit {
+            Some(permit) if permit.until_none() => Kind::Held {
+                body: PermitBody::new(body, permit).held_until_none(),
+            },
             Some(permit) => Kind::Held {
                 body: PermitBody::new(body, permit),
             },

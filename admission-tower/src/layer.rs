@@ -368,6 +368,16 @@ impl AdmissionLayer {
     /// connection for ever, and so does an idle keep-alive connection, and h2 streams
     /// are hyper's default (200 a connection). Those take a place under the caps each.
     ///
+    /// **Serve h2 with `serve`.** Through a listener the send rate is timed at the
+    /// socket, and an h2 client that keeps a stream's flow-control window at 0 (or
+    /// opens it a byte at a time) leaves the socket writable: its streams' responses
+    /// never finish, and their permits are held for as long as it keeps the connection
+    /// (with hyper's defaults, 200 streams of it). A response sent as one large chunk
+    /// also goes whole into h2's send buffer, where it stays after its permits are
+    /// released. `serve` times each h2 stream and bounds what h2 buffers of it; for
+    /// `axum::serve`, turn h2 off (axum's `http2` feature) or put a proxy that bounds it
+    /// in front.
+    ///
     /// ```no_run
     /// use std::net::SocketAddr;
     /// use admission_tower::AdmissionLayer;

@@ -193,13 +193,15 @@
 //! before anything is read; 30 s from the accept to a complete request head, whatever
 //! the connection does first (a TLS handshake, the h2 preface, a head trickled in), and
 //! from the first byte of each later head; 130 s idle; h2 pings, 100 streams a
-//! connection and 32 KiB of headers; and a client that stops reading a streamed response
-//! (a socket that takes less than 240 B/s for 5 s while the server has bytes for it) is
-//! cut, its permits released. `AdmissionLayer::guard` (for `axum::serve`, feature `axum`)
-//! and [`Connections::admit`] (an accept loop of your own) hold the caps, the first byte
-//! and the send rate only: a listener sees bytes, not requests, so through them a head
-//! trickled a byte every 10 s, or an idle keep-alive connection, keeps its place for as
-//! long as it likes.
+//! connection and 32 KiB of headers; and a client that does not take a response (less
+//! than 240 B/s for 5 s while the server has bytes for it: at the socket, and on h2 per
+//! stream, a window kept shut included) is cut, its permits released, while h2 buffers
+//! at most 96 KiB of a stream's response. `AdmissionLayer::guard` (for `axum::serve`,
+//! feature `axum`) and [`Connections::admit`] (an accept loop of your own) hold the caps,
+//! the first byte and the send rate at the socket only: a listener sees bytes, not
+//! requests, so through them a head trickled a byte every 10 s, an idle keep-alive
+//! connection, or an h2 stream whose window the client keeps at 0, keeps its place for
+//! as long as it likes.
 //!
 //! What it does not bound: how long a request takes (compose `tower::timeout`), memory a
 //! handler allocates beyond the request body (charge it to a `ByteLedger` yourself), an

@@ -27,8 +27,15 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep, timeout};
 
+#[path = "support/h2.rs"]
+mod h2;
 #[path = "support/heap.rs"]
 mod heap;
+
+use h2::{
+    CONTINUATION, END_HEADERS, END_STREAM, GOAWAY, HEADERS, PING, RST_STREAM, frame, frames,
+    get_block, preface,
+};
 
 const BOUND: Duration = Duration::from_secs(1);
 
@@ -429,75 +436,6 @@ async fn a_head_over_the_header_cap_is_refused_and_one_under_it_served() {
         let ok = answer.is_ok_and(|response| response.status() == StatusCode::OK);
         assert_eq!(ok, served, "h2, {size} bytes of headers");
     }
-}
-
-/// One h2 frame.
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len();
-    let mut frame = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-    frame.extend_from_slice(&stream.to_be_bytes());
-    frame.extend_from_slice(payload);
-    frame
-}
-
-const HEADERS: u8 = 1;
-const RST_STREAM: u8 = 3;
-const SETTINGS: u8 = 4;
-const PING: u8 = 6;
-const GOAWAY: u8 = 7;
-const CONTINUATION: u8 = 9;
-const END_STREAM: u8 = 1;
-const END_HEADERS: u8 = 4;
-
-/// A GET of `path` in HPACK without the dynamic table: `:method GET`, `:scheme http`,
-/// `:authority a`, `:path`.
-fn get_block(path: &str) -> Vec<u8> {
-    let mut block = vec![0x82, 0x86, 0x01, 0x01, b'a', 0x04, path.len() as u8];
-    block.extend_from_slice(path.as_bytes());
-    block
-}
-
-/// The client preface and empty settings.
-fn preface() -> Vec<u8> {
-    let mut bytes = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    bytes.extend(frame(SETTINGS, 0, 0, &[]));
-    bytes
-}
-
-/// Reads frames until the connection closes or `within` passes: (type, flags, stream,
-/// payload) of each.
-async fn frames(stream: &mut TcpStream, within: Duration) -> Vec<(u8, u8, u32, Vec<u8>)> {
-    let mut read = Vec::new();
-    let _ = timeout(within, async {
-        let mut buf = [0; 8192];
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => read.extend_from_slice(&buf[..n]),
-            }
-        }
-    })
-    .await;
-    let mut frames = Vec::new();
-    let mut at = 0;
-    while read.len() >= at + 9 {
-        let len = usize::from(read[at]) << 16
-            | usize::from(read[at + 1]) << 8
-            | usize::from(read[at + 2]);
-        if read.len() < at + 9 + len {
-            break;
-        }
-        let id = u32::from_be_bytes([read[at + 5], read[at + 6], read[at + 7], read[at + 8]])
-            & 0x7fff_ffff;
-        frames.push((
-            read[at + 3],
-            read[at + 4],
-            id,
-            read[at + 9..at + 9 + len].to_vec(),
-        ));
-        at += 9 + len;
-    }
-    frames
 }
 
 #[tokio::test]

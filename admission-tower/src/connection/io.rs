@@ -82,7 +82,11 @@ fn timed_out(what: &str) -> io::Error {
 }
 
 /// Wakes the task at `at`; `Ready` once it has passed.
-fn poll_alarm(alarm: &mut Option<Pin<Box<Sleep>>>, cx: &mut Context<'_>, at: Instant) -> Poll<()> {
+pub(crate) fn poll_alarm(
+    alarm: &mut Option<Pin<Box<Sleep>>>,
+    cx: &mut Context<'_>,
+    at: Instant,
+) -> Poll<()> {
     match alarm {
         Some(sleep) if sleep.deadline() == at => {}
         Some(sleep) => sleep.as_mut().reset(at),

@@ -20,7 +20,7 @@ use admission_http::MinDataRate;
 /// | [`ping`](Self::with_ping) | an h2 peer that is gone without a word, its streams held | every 60 s, 20 s to answer | `KeepAlivePingDelay` (off), `KeepAlivePingTimeout` 20 s | — |
 /// | [`max_streams`](Self::with_max_streams) | one h2 connection opening streams without end (the excess is refused with `REFUSED_STREAM`, which clients retry) | 100 | `Http2.MaxStreamsPerConnection` 100 | `http2_max_concurrent_streams` 128 |
 /// | [`max_header_bytes`](Self::with_max_header_bytes) | a head of unbounded size (431 on HTTP/1.1; on h2 the stream is refused, and a CONTINUATION flood ends the connection) | 32 KiB | `MaxRequestHeadersTotalSize` 32 KiB | `large_client_header_buffers` 4 × 8 KiB |
-/// | [`min_send_rate`](Self::with_min_send_rate) | a client that stops reading a response, holding its request's permits | 240 B/s after 5 s | `MinResponseDataRate` 240 B/s, 5 s | `send_timeout` 60 s |
+/// | [`min_send_rate`](Self::with_min_send_rate) | a client that does not take a response, holding its request's permits: one that stops reading the socket, or (h2, `serve`) keeps a stream's or the connection's window at 0 or opens it a byte at a time | 240 B/s after 5 s | `MinResponseDataRate` 240 B/s, 5 s | `send_timeout` 60 s |
 ///
 /// The head bound runs from the moment the connection is accepted to its first
 /// complete request head (whatever the connection does first counts: a handshake, the
@@ -200,13 +200,27 @@ impl ConnectionLimits {
         self.max_header_bytes
     }
 
-    /// While the server has bytes it cannot write (the client does not read), the client
-    /// must take them at `rate`, or the connection is closed and its requests' permits
-    /// released. Writes may wait on it for at most the grace period in all, earning back
-    /// `1 / rate` seconds a byte it takes (never more than the grace period), and all of
-    /// it when a write is taken at once. Counted only while a write waits, so an idle
-    /// stream (server-sent events with heartbeats) is never cut. `None`: a client may
+    /// While the server has bytes a client does not take, the client must take them at
+    /// `rate`. Counted only while there are bytes waiting, so an idle stream
+    /// (server-sent events whose heartbeats are sent) is never cut. `None`: a client may
     /// stall for ever.
+    ///
+    /// - **At the socket** (HTTP/1.1, and every connection): writes may wait on the
+    ///   client for at most the grace period in all, earning back `1 / rate` seconds a
+    ///   byte it takes (never more than the grace period), and all of it when a write is
+    ///   taken at once. Over it the connection is closed and its requests' permits
+    ///   released.
+    /// - **On each h2 stream** (`serve` only): h2's flow control can stall a response
+    ///   while the socket stays writable (a window kept at 0, or opened a byte at a
+    ///   time, the stream's or the connection's). So each stream's response is handed
+    ///   to hyper a piece at a time, each piece what the client could take at `rate`
+    ///   within its patience (1 KiB to 16 KiB); the stream may wait for the grace period,
+    ///   plus `1 / rate` a byte it has taken, up to what 64 KiB earns (at the default,
+    ///   5 s at first and at most 278 s). Over it the stream is reset (`RST_STREAM`), its
+    ///   handler's body dropped and its permits released; the connection stays. h2
+    ///   buffers at most 96 KiB of a stream's response (its send buffer and two pieces),
+    ///   and the request's permits are held until the client has taken the response or
+    ///   the stream is reset.
     pub const fn with_min_send_rate(mut self, rate: Option<MinDataRate>) -> Self {
         self.send_rate = rate;
         self

@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use bytes::Buf;
+use admission_http::MinDataRate;
+use bytes::Bytes;
 use http::{Request, Response, Version};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
@@ -18,7 +19,9 @@ use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 use tower_service::Service;
 
+use super::stream::{self, Pace};
 use crate::ConnectionLimits;
+use crate::connection::poll_alarm;
 
 /// How long an idle connection closed gracefully may take to go (an h2 peer answering
 /// the `GOAWAY`'s ping) before it is cut.
@@ -219,20 +222,27 @@ impl Drop for InFlight {
 }
 
 /// The user's service on one connection: each request counted in flight, and given
-/// its client's address.
+/// its client's address; on h2, each response handed to hyper at its stream's pace.
 #[derive(Debug, Clone)]
 pub(super) struct Tracked<S, A> {
     inner: S,
     tracker: Arc<Tracker>,
     address: A,
+    send_rate: Option<MinDataRate>,
 }
 
 impl<S, A> Tracked<S, A> {
-    pub(super) fn new(inner: S, tracker: Arc<Tracker>, address: A) -> Self {
+    pub(super) fn new(
+        inner: S,
+        tracker: Arc<Tracker>,
+        address: A,
+        send_rate: Option<MinDataRate>,
+    ) -> Self {
         Self {
             inner,
             tracker,
             address,
+            send_rate,
         }
     }
 }
@@ -241,6 +251,7 @@ impl<S, A, B, RB> Service<Request<B>> for Tracked<S, A>
 where
     S: Service<Request<B>, Response = Response<RB>>,
     A: Clone + Send + Sync + 'static,
+    RB: Body,
 {
     type Response = Response<TrackedBody<RB>>;
     type Error = S::Error;
@@ -256,12 +267,24 @@ where
         #[cfg(feature = "axum")]
         extensions.insert(axum::extract::ConnectInfo(self.address.clone()));
         extensions.insert(self.address.clone());
+        if request.version() >= Version::HTTP_2 {
+            // The layer holds this request's permits until hyper has asked its response
+            // body past its last piece (or dropped it), not just until that body has
+            // handed over its last frame: that frame may still wait on the client.
+            request.extensions_mut().insert(PacedStream);
+        }
         TrackedFuture {
             inner: self.inner.call(request),
             in_flight: Some(InFlight(self.tracker.clone())),
+            send_rate: self.send_rate,
         }
     }
 }
+
+/// In a request's extensions: its response is handed to hyper at its h2 stream's pace
+/// (see [`stream`](super::stream)), and polled to its end or dropped.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PacedStream;
 
 pin_project! {
     /// The response future of a [`Tracked`] service.
@@ -269,12 +292,14 @@ pin_project! {
         #[pin]
         inner: F,
         in_flight: Option<InFlight>,
+        send_rate: Option<MinDataRate>,
     }
 }
 
 impl<F, RB, E> Future for TrackedFuture<F>
 where
     F: Future<Output = Result<Response<RB>, E>>,
+    RB: Body,
 {
     type Output = Result<Response<TrackedBody<RB>>, E>;
 
@@ -282,44 +307,79 @@ where
         let this = self.project();
         let response = std::task::ready!(this.inner.poll(cx));
         let in_flight = this.in_flight.take();
+        let send_rate = *this.send_rate;
         Poll::Ready(response.map(|response| {
-            response.map(|body| TrackedBody {
-                inner: body,
-                _in_flight: in_flight,
+            response.map(|body| {
+                // An h2 stream's response (hyper runs each on a task of its own, which
+                // the stream executor times); HTTP/1.x's is timed at the socket.
+                let pace = stream::in_stream()
+                    .then(|| Pace::new(send_rate, Instant::now(), body.is_end_stream()));
+                TrackedBody {
+                    inner: body,
+                    held: Bytes::new(),
+                    pace,
+                    _in_flight: in_flight,
+                }
             })
         }))
     }
 }
 
 pin_project! {
-    /// A response body that keeps its request in flight until it ends or is dropped.
+    /// A response body that keeps its request in flight until it ends or is dropped;
+    /// on h2, handed to hyper a piece at a time at its stream's pace.
     pub(super) struct TrackedBody<B> {
         #[pin]
         inner: B,
+        // What is left of the inner body's last data frame (h2).
+        held: Bytes,
+        pace: Option<Pace>,
         _in_flight: Option<InFlight>,
     }
 }
 
-impl<B: Body> Body for TrackedBody<B>
-where
-    B::Data: Buf,
-{
-    type Data = B::Data;
+impl<B: Body<Data = Bytes>> Body for TrackedBody<B> {
+    type Data = Bytes;
     type Error = B::Error;
 
     fn poll_frame(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
-        self.project().inner.poll_frame(cx)
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let mut this = self.project();
+        let Some(pace) = this.pace.as_mut() else {
+            return this.inner.poll_frame(cx);
+        };
+        let now = Instant::now();
+        pace.asked(now);
+        if this.held.is_empty() {
+            match std::task::ready!(this.inner.as_mut().poll_frame(cx)) {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) if !data.is_empty() => *this.held = data,
+                    Ok(empty) => return Poll::Ready(Some(Ok(Frame::data(empty)))),
+                    Err(trailers) => {
+                        pace.handed(0, now);
+                        return Poll::Ready(Some(Ok(trailers)));
+                    }
+                },
+                end => return Poll::Ready(end),
+            }
+        }
+        Poll::Ready(Some(Ok(Frame::data(pace.hand(this.held, now)))))
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        self.held.is_empty() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        let mut hint = self.inner.size_hint();
+        let held = self.held.len() as u64;
+        hint.set_lower(hint.lower() + held);
+        if let Some(upper) = hint.upper() {
+            hint.set_upper(upper + held);
+        }
+        hint
     }
 }
 
@@ -358,11 +418,7 @@ pub(super) async fn drive<C: Future>(
                     None => tracker.deadline(&limits, cx),
                 };
                 if let Some((at, expiry)) = due {
-                    let sleep = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(at)));
-                    if sleep.deadline() != at {
-                        sleep.as_mut().reset(at);
-                    }
-                    if sleep.as_mut().poll(cx).is_ready() {
+                    if poll_alarm(&mut timer, cx, at).is_ready() {
                         return Poll::Ready(Event::Due(expiry));
                     }
                 }

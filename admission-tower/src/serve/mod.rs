@@ -12,7 +12,7 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use tokio::sync::watch;
@@ -23,9 +23,12 @@ use crate::{AdmissionLayer, ClientAddress, ConnectionLimits};
 
 mod conn;
 mod listener;
+mod stream;
 
+pub(crate) use conn::PacedStream;
 use conn::{Stage, Tracked, Tracker, Watched};
 pub use listener::{Handshake, Listener, Plain};
+use stream::StreamExecutor;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Signal = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -84,7 +87,10 @@ impl AdmissionLayer {
     /// layer's [`ConnectionLimits`]: HTTP/1.1, h2 and h2c on hyper-util's auto builder
     /// with tokio's timer, the connection caps checked before anything is read, a head
     /// bound from the accept to the first complete request head, an idle bound, h2
-    /// stream and header caps, pings, and the minimum send rate.
+    /// stream and header caps, pings, and the minimum send rate, at the socket and on
+    /// each h2 stream (a client that keeps its flow-control window shut has its stream
+    /// reset, and h2 buffers at most 96 KiB of a stream's response: see
+    /// [`ConnectionLimits::with_min_send_rate`]).
     ///
     /// `service` is what you would give `axum::serve` (an axum `Router`, with
     /// `ConnectInfo<SocketAddr>` in every request: no `into_make_service_with_connect_info`
@@ -201,7 +207,8 @@ where
                     continue;
                 };
                 let tracker = Arc::new(Tracker::new(accepted_at));
-                let service = Tracked::new(service.clone(), tracker.clone(), address);
+                let service =
+                    Tracked::new(service.clone(), tracker.clone(), address, limits.send_rate);
                 let (builder, handshake, mut watching) =
                     (builder.clone(), handshake.clone(), watching.clone());
                 tokio::spawn(async move {
@@ -278,8 +285,8 @@ async fn shut_down(
 }
 
 /// hyper-util's auto builder, set to `limits`.
-fn builder(limits: &ConnectionLimits) -> auto::Builder<TokioExecutor> {
-    let mut builder = auto::Builder::new(TokioExecutor::new());
+fn builder(limits: &ConnectionLimits) -> auto::Builder<StreamExecutor> {
+    let mut builder = auto::Builder::new(StreamExecutor);
     builder
         .http1()
         .timer(TokioTimer::new())
@@ -292,7 +299,11 @@ fn builder(limits: &ConnectionLimits) -> auto::Builder<TokioExecutor> {
         .timer(TokioTimer::new())
         .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
         .max_pending_accept_reset_streams(MAX_PENDING_RESETS)
-        .max_local_error_reset_streams(MAX_ERROR_RESETS);
+        .max_local_error_reset_streams(MAX_ERROR_RESETS)
+        // What h2 buffers of one stream's response, beside the piece hyper has in hand
+        // and the one it has just put in: 64 + 2 x 16 KiB at most, for a stream whose
+        // client does not take it.
+        .max_send_buf_size(stream::SEND_BUFFER);
     if let Some(max) = limits.max_streams {
         http2.max_concurrent_streams(max);
     }

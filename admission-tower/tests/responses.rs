@@ -1,0 +1,342 @@
+//! A response the client will not take holds nothing for long, on the wire: h2 clients
+//! written frame by frame keep a stream's window at 0, open it a byte at a time, or
+//! leave the connection's window at 0, and each such stream is reset after its grace
+//! with its permits released, while an idle event stream and an honest slow reader are
+//! kept; a response sent as one large chunk sits in h2's buffers a piece at a time, its
+//! permits held until the stream ends, and nothing of it is left once it is reset.
+
+#![cfg(all(feature = "serve", feature = "axum"))]
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use admission_http::MinDataRate;
+use admission_tower::{AdmissionLayer, ConnectionLimits};
+use axum::Router;
+use axum::body::Body;
+use axum::routing::get;
+use bytes::Bytes;
+use http::StatusCode;
+use http_body::Frame;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioExecutor;
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::{Instant, sleep};
+
+#[path = "support/h2.rs"]
+mod h2;
+#[path = "support/heap.rs"]
+mod heap;
+
+use h2::{INITIAL_WINDOW_SIZE, Log, client, get_on, preface_with, window_update};
+
+/// The requests the layer admits at once: as many as one attacking connection asks for.
+const COUNT: usize = 8;
+
+/// One chunk of a streamed response, and how many (16 MiB in all).
+const CHUNK: usize = 64 * 1024;
+const CHUNKS: usize = 256;
+
+/// The single chunk of `/big`.
+const BIG: usize = 16 << 20;
+
+/// Held by the tests that measure the heap and those that move large responses, so
+/// that one does not count the other's.
+static HEAP: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A body that sends a heartbeat every 200 ms, for ever: an event stream.
+struct Heartbeats(tokio::time::Interval);
+
+impl http_body::Body for Heartbeats {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0
+            .poll_tick(cx)
+            .map(|_| Some(Ok(Frame::data(Bytes::from_static(b":\n\n")))))
+    }
+}
+
+fn app(layer: &AdmissionLayer) -> Router {
+    Router::new()
+        .route("/", get(|| async { "ok" }))
+        .route(
+            "/stream",
+            get(|| async {
+                let chunks = (0..CHUNKS).map(|_| Ok::<_, Infallible>(Bytes::from(vec![7; CHUNK])));
+                Body::from_stream(tokio_stream::iter(chunks))
+            }),
+        )
+        .route("/big", get(|| async { Body::from(vec![7u8; BIG]) }))
+        .route(
+            "/events",
+            get(|| async {
+                let every = tokio::time::interval(Duration::from_millis(200));
+                Body::new(Heartbeats(every))
+            }),
+        )
+        .layer(layer.clone())
+}
+
+/// A server whose layer admits `COUNT` at once and whose streams must be taken at `rate`.
+async fn serve(rate: MinDataRate) -> (AdmissionLayer, SocketAddr) {
+    let layer = AdmissionLayer::builder()
+        .count(COUNT)
+        .connections(ConnectionLimits::default().with_min_send_rate(Some(rate)))
+        .build()
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(layer.serve(listener, app(&layer)).into_future());
+    (layer, addr)
+}
+
+/// 1 KiB/s after a second: the rate of the tests that stall.
+fn rate() -> MinDataRate {
+    MinDataRate::new(1024, Duration::from_secs(1))
+}
+
+/// Opens an h2 connection with `window` as every stream's window and asks for `path` on
+/// `streams` streams.
+async fn ask(addr: SocketAddr, window: u32, path: &str, streams: u32) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let mut bytes = preface_with(&[(INITIAL_WINDOW_SIZE, window)]);
+    for i in 0..streams {
+        bytes.extend(get_on(2 * i + 1, path));
+    }
+    stream.write_all(&bytes).await.unwrap();
+    stream
+}
+
+/// The ids of the first `n` client streams.
+fn ids(n: u32) -> impl Iterator<Item = u32> {
+    (0..n).map(|i| 2 * i + 1)
+}
+
+/// A GET of `/` by hyper-util's pooled client over h2.
+async fn served(addr: SocketAddr) -> StatusCode {
+    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Empty<Bytes>>();
+    let uri = format!("http://{addr}/").parse().unwrap();
+    client.get(uri).await.unwrap().status()
+}
+
+async fn eventually(mut condition: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !condition() {
+        assert!(start.elapsed() < Duration::from_secs(5), "not within 5 s");
+        sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_zero_window_on_streamed_responses_gives_their_permits_back_after_the_grace() {
+    let (layer, addr) = serve(rate()).await;
+    let mut attacker = ask(addr, 0, "/stream", COUNT as u32).await;
+    eventually(|| layer.snapshot().gate.count.in_flight == COUNT as u64).await;
+    assert_eq!(
+        served(addr).await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "all held"
+    );
+
+    let all_reset = |log: &Log| ids(COUNT as u32).all(|id| log.reset(id).is_some());
+    let log = client(
+        &mut attacker,
+        Duration::from_secs(5),
+        Duration::from_secs(1),
+        |_| Vec::new(),
+        all_reset,
+    )
+    .await;
+    for id in ids(COUNT as u32) {
+        let reset = log
+            .reset(id)
+            .unwrap_or_else(|| panic!("stream {id} not reset: {log:?}"));
+        // The grace (1 s) plus what the client could have taken of its first piece.
+        assert!(
+            reset < Duration::from_millis(2_500),
+            "stream {id} reset at {reset:?}"
+        );
+        assert_eq!(log.data(id), 0, "a zero window takes nothing");
+    }
+    eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
+    assert_eq!(served(addr).await, StatusCode::OK, "others are served");
+    assert!(!log.went_away(), "the connection itself is not ended");
+}
+
+#[tokio::test]
+async fn a_zero_window_on_one_large_chunk_holds_its_permits_and_then_nothing() {
+    let _heap = HEAP.lock().await;
+    let (layer, addr) = serve(rate()).await;
+    // A first round makes the runtime's, the server's and h2's one-time allocations.
+    let mut first = ask(addr, 0, "/big", 1).await;
+    let _ = client(
+        &mut first,
+        Duration::from_secs(5),
+        Duration::from_secs(1),
+        |_| Vec::new(),
+        |log| log.reset(1).is_some(),
+    )
+    .await;
+    drop(first);
+    eventually(|| layer.connections().open() == 0).await;
+    let before = heap::live();
+
+    let streams = 4;
+    let mut attacker = ask(addr, 0, "/big", streams).await;
+    eventually(|| layer.snapshot().gate.count.in_flight == u64::from(streams)).await;
+    sleep(Duration::from_millis(300)).await;
+    let held = heap::live() - before;
+    assert!(
+        held > (BIG * 7 / 2) as isize,
+        "the handlers' chunks: {held}"
+    );
+    assert_eq!(
+        layer.snapshot().gate.count.in_flight,
+        u64::from(streams),
+        "the permits are held while the chunks wait on the client"
+    );
+
+    let all_reset = |log: &Log| ids(streams).all(|id| log.reset(id).is_some());
+    let log = client(
+        &mut attacker,
+        Duration::from_secs(5),
+        Duration::from_secs(1),
+        |_| Vec::new(),
+        all_reset,
+    )
+    .await;
+    assert!(all_reset(&log), "{log:?}");
+    eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
+    // Nothing of the chunks is left, with the connection still open.
+    eventually(|| heap::live() - before < 1 << 20).await;
+    drop(attacker);
+}
+
+#[tokio::test]
+async fn a_window_opened_a_byte_at_a_time_is_reset() {
+    let (layer, addr) = serve(rate()).await;
+    let mut attacker = ask(addr, 0, "/stream", 1).await;
+    // 10 bytes a second, on the stream and the connection.
+    let dribble = |_| [window_update(1, 1), window_update(0, 1)].concat();
+    let log = client(
+        &mut attacker,
+        Duration::from_secs(6),
+        Duration::from_millis(100),
+        dribble,
+        |log| log.reset(1).is_some(),
+    )
+    .await;
+    let reset = log.reset(1).unwrap_or_else(|| panic!("not reset: {log:?}"));
+    assert!(log.data(1) > 0, "the dribble was taken");
+    assert!(reset < Duration::from_secs(3), "reset at {reset:?}");
+    eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
+}
+
+#[tokio::test]
+async fn a_connection_window_left_at_zero_is_reset() {
+    // 64 KiB/s: the connection's first window (64 KiB) earns a second beyond the grace.
+    let (layer, addr) = serve(MinDataRate::new(64 * 1024, Duration::from_secs(1))).await;
+    // Every stream's window wide open; the connection's never opened past its first.
+    let mut attacker = ask(addr, 16 << 20, "/stream", 1).await;
+    let log = client(
+        &mut attacker,
+        Duration::from_secs(6),
+        Duration::from_secs(1),
+        |_| Vec::new(),
+        |log| log.reset(1).is_some(),
+    )
+    .await;
+    let reset = log.reset(1).unwrap_or_else(|| panic!("not reset: {log:?}"));
+    assert_eq!(log.data(1), 65_535, "the connection's window, and no more");
+    assert!(reset < Duration::from_secs(4), "reset at {reset:?}");
+    eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
+}
+
+#[tokio::test]
+async fn an_idle_event_stream_is_kept_and_one_whose_heartbeats_cannot_go_is_reset() {
+    let (layer, addr) = serve(rate()).await;
+    let mut reader = ask(addr, 65_535, "/events", 1).await;
+    let log = client(
+        &mut reader,
+        Duration::from_secs(3),
+        Duration::from_secs(1),
+        |_| Vec::new(),
+        |_| false,
+    )
+    .await;
+    assert!(!log.any_reset(), "{log:?}");
+    assert!(log.data(1) >= 10 * 3, "heartbeats came: {}", log.data(1));
+    assert_eq!(layer.snapshot().gate.count.in_flight, 1, "still open");
+    drop(reader);
+    eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
+
+    let mut stalled = ask(addr, 0, "/events", 1).await;
+    let log = client(
+        &mut stalled,
+        Duration::from_secs(5),
+        Duration::from_secs(1),
+        |_| Vec::new(),
+        |log| log.reset(1).is_some(),
+    )
+    .await;
+    let reset = log.reset(1).unwrap_or_else(|| panic!("not reset: {log:?}"));
+    assert!(reset < Duration::from_millis(2_500), "reset at {reset:?}");
+}
+
+/// A reader of `/stream` whose window starts at 1 KiB and grows by `per_second`, on the
+/// stream and the connection alike, for `within`: what it saw.
+async fn slow_reader(addr: SocketAddr, per_second: u32, within: Duration) -> Log {
+    let mut reader = ask(addr, 1024, "/stream", 1).await;
+    let quarter = per_second / 4;
+    let open = move |_| [window_update(1, quarter), window_update(0, quarter)].concat();
+    client(
+        &mut reader,
+        within,
+        Duration::from_millis(250),
+        open,
+        |log| log.reset(1).is_some(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn an_honest_slow_reader_is_kept_and_one_under_the_rate_is_reset() {
+    let (_, addr) = serve(MinDataRate::new(512, Duration::from_secs(1))).await;
+    let (honest, under) = tokio::join!(
+        slow_reader(addr, 1024, Duration::from_secs(6)),
+        slow_reader(addr, 256, Duration::from_secs(10)),
+    );
+    assert!(honest.reset(1).is_none(), "the honest reader was reset");
+    assert!(honest.data(1) >= 5 * 1024, "read {} bytes", honest.data(1));
+    assert!(
+        under.reset(1).is_some(),
+        "the reader under the rate was kept"
+    );
+}
+
+#[tokio::test]
+async fn a_client_that_takes_its_responses_gets_them_whole() {
+    let _heap = HEAP.lock().await;
+    let (layer, addr) = serve(rate()).await;
+    let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
+        .http2_only(true)
+        .build_http::<Empty<Bytes>>();
+    for (path, len) in [("/stream", CHUNK * CHUNKS), ("/big", BIG), ("/", 2)] {
+        let uri = format!("http://{addr}{path}").parse().unwrap();
+        let response = client.get(uri).await.unwrap();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(body.len(), len, "{path}");
+    }
+    eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
+}
