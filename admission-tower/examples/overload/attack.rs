@@ -108,10 +108,30 @@ async fn stalled_reader(addr: SocketAddr, key: String) -> Option<Duration> {
     (ended && total < DOWNLOAD_CHUNKS * (64 << 10)).then(|| start.elapsed())
 }
 
+/// A download over h2 whose client keeps the stream's window at 0 (and answers pings),
+/// so the socket stays writable: how long until the server reset the stream, if it did
+/// within 10 s.
+async fn zero_window_reader(addr: SocketAddr, key: String) -> Option<Duration> {
+    let mut stream = TcpStream::connect(addr).await.ok()?;
+    let mut bytes = h2::preface_with(&[(h2::INITIAL_WINDOW_SIZE, 0)]);
+    bytes.extend(h2::get_with(1, "/download", &[("x-client", &key)]));
+    stream.write_all(&bytes).await.ok()?;
+    let log = h2::client(
+        &mut stream,
+        Duration::from_secs(10),
+        Duration::from_secs(1),
+        |_| Vec::new(),
+        |log| log.reset(1).is_some(),
+    )
+    .await;
+    log.reset(1)
+}
+
 /// The slow wave, under way.
 pub(crate) struct SlowWave {
     uploads: Vec<JoinHandle<Option<(String, Duration)>>>,
     readers: Vec<JoinHandle<Option<Duration>>>,
+    h2_readers: Vec<JoinHandle<Option<Duration>>>,
     holders: Vec<JoinHandle<Option<Duration>>>,
 }
 
@@ -121,6 +141,8 @@ pub(crate) struct SlowCuts {
     pub(crate) uploads_408: Vec<Duration>,
     /// Readers that stopped, cut before the end of their download.
     pub(crate) readers: Vec<Duration>,
+    /// h2 readers that kept their window at 0, their streams reset.
+    pub(crate) h2_readers: Vec<Duration>,
     /// Connections holding a place doing nothing, closed.
     pub(crate) holders: Vec<Duration>,
 }
@@ -133,6 +155,9 @@ impl SlowWave {
         let readers = (0..STALLED)
             .map(|i| tokio::spawn(stalled_reader(addr, format!("stalled-{i}"))))
             .collect();
+        let h2_readers = (0..ZERO_WINDOW)
+            .map(|i| tokio::spawn(zero_window_reader(addr, format!("zero-window-{i}"))))
+            .collect();
         let holders = [Holder::Trickler; HEAD_TRICKLERS]
             .into_iter()
             .chain([Holder::Silent; SILENT])
@@ -142,6 +167,7 @@ impl SlowWave {
         SlowWave {
             uploads,
             readers,
+            h2_readers,
             holders,
         }
     }
@@ -150,6 +176,7 @@ impl SlowWave {
         let mut cuts = SlowCuts {
             uploads_408: Vec::new(),
             readers: Vec::new(),
+            h2_readers: Vec::new(),
             holders: Vec::new(),
         };
         for upload in self.uploads {
@@ -162,6 +189,11 @@ impl SlowWave {
         for reader in self.readers {
             if let Ok(Some(after)) = reader.await {
                 cuts.readers.push(after);
+            }
+        }
+        for reader in self.h2_readers {
+            if let Ok(Some(after)) = reader.await {
+                cuts.h2_readers.push(after);
             }
         }
         for holder in self.holders {

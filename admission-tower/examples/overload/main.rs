@@ -22,6 +22,9 @@
 //! recorder first and prints the layer's Prometheus text at the end of the run.
 
 mod attack;
+// The tests' h2 frames by hand, shared.
+#[path = "../../tests/support/h2.rs"]
+mod h2;
 mod load;
 mod report;
 mod server;
@@ -80,6 +83,9 @@ const CLIENT_TIMEOUT: Duration = Duration::from_secs(15);
 /// that ask for a 16 MiB download and read none of it.
 const TRICKLERS: usize = 4;
 const STALLED: usize = 4;
+/// And h2 clients that ask for the same download with their window at 0: the socket
+/// stays writable, and each stream is reset after the grace period.
+const ZERO_WINDOW: usize = 4;
 const DOWNLOAD_CHUNKS: usize = 256;
 /// The policy's grace periods in this run (the defaults are 5 s).
 const GRACE: Duration = Duration::from_secs(1);
@@ -145,7 +151,7 @@ async fn main() -> std::process::ExitCode {
         UPLOAD_BYTES >> 10
     );
     println!(
-        "slow wave first: {TRICKLERS} uploads trickling a byte every 100 ms, {STALLED} clients reading none of a 16 MiB download (cut below 240 B/s after {} s)",
+        "slow wave first: {TRICKLERS} uploads trickling a byte every 100 ms, {STALLED} clients reading none of a 16 MiB download, {ZERO_WINDOW} more over h2 with their window at 0 (cut below 240 B/s after {} s)",
         GRACE.as_secs()
     );
     println!(
@@ -157,7 +163,7 @@ async fn main() -> std::process::ExitCode {
     let started = Instant::now();
     let wave = SlowWave::start(addr);
     // The slow wave holds its permits before the burst comes.
-    while layer.gate().count().in_flight() < (TRICKLERS + STALLED) as u64
+    while layer.gate().count().in_flight() < (TRICKLERS + STALLED + ZERO_WINDOW) as u64
         && started.elapsed() < Duration::from_secs(2)
     {
         tokio::time::sleep(Duration::from_millis(5)).await;

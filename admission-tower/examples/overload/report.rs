@@ -107,6 +107,14 @@ pub(crate) fn print(run: &mut Run) {
         ),
     );
     row(
+        "h2 readers with a zero window",
+        format!(
+            "{} / {ZERO_WINDOW} streams reset, the last after {}",
+            cuts.h2_readers.len(),
+            slowest(&cuts.h2_readers)
+        ),
+    );
+    row(
         "connections holding a place idle",
         format!(
             "{} / {} closed, the last after {}",
@@ -271,6 +279,11 @@ pub(crate) fn broken(run: &Run) -> Vec<&'static str> {
     check(
         cuts.readers.len() == STALLED,
         "a client that stopped reading was not cut",
+    );
+    check(
+        cuts.h2_readers.len() == ZERO_WINDOW
+            && cuts.h2_readers.iter().all(|after| *after <= GRACE * 2),
+        "an h2 stream whose window stayed at 0 was not reset within the grace period",
     );
     let critical = run.class("critical");
     check(

@@ -63,6 +63,18 @@ pub fn get_on(id: u32, path: &str) -> Vec<u8> {
     frame(HEADERS, END_STREAM | END_HEADERS, id, &get_block(path))
 }
 
+/// A GET of `path` on stream `id` with `headers` besides (literals, not indexed).
+pub fn get_with(id: u32, path: &str, headers: &[(&str, &str)]) -> Vec<u8> {
+    let mut block = get_block(path);
+    for (name, value) in headers {
+        block.extend([0, name.len() as u8]);
+        block.extend_from_slice(name.as_bytes());
+        block.push(value.len() as u8);
+        block.extend_from_slice(value.as_bytes());
+    }
+    frame(HEADERS, END_STREAM | END_HEADERS, id, &block)
+}
+
 /// `bytes` more of stream `id`'s window (0: the connection's).
 pub fn window_update(id: u32, bytes: u32) -> Vec<u8> {
     frame(WINDOW_UPDATE, 0, id, &bytes.to_be_bytes())
@@ -93,7 +105,7 @@ pub async fn frames(stream: &mut TcpStream, within: Duration) -> Vec<(u8, u8, u3
 
 /// The first whole frame of `bytes`: its type, flags, stream, payload, and its length
 /// with the header.
-fn parse(bytes: &[u8]) -> Option<(u8, u8, u32, &[u8], usize)> {
+pub fn parse(bytes: &[u8]) -> Option<(u8, u8, u32, &[u8], usize)> {
     if bytes.len() < 9 {
         return None;
     }
