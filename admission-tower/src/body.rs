@@ -38,12 +38,18 @@ impl<B> ResponseBody<B> {
     #[inline]
     pub(crate) fn new(body: B, permit: Option<AdmissionPermit>) -> Self {
         let kind = match permit {
-            Some(permit) if permit.until_none() => Kind::Held {
-                body: PermitBody::new(body, permit).held_until_none(),
-            },
-            Some(permit) => Kind::Held {
-                body: PermitBody::new(body, permit),
-            },
+            Some(permit) => {
+                let body = PermitBody::new(body, permit);
+                // Its response is paced on an h2 stream by `serve`: its last frame may
+                // still wait on the client once handed over, and the stream polls it to
+                // its end.
+                let body = if paced() {
+                    body.held_until_none()
+                } else {
+                    body
+                };
+                Kind::Held { body }
+            }
             None => Kind::Passed { body },
         };
         Self { kind }
@@ -166,6 +172,19 @@ where
             Kind::Held { body } => body.size_hint(),
             Kind::Refused { bytes } => SizeHint::with_exact(bytes.len() as u64),
         }
+    }
+}
+
+/// Whether this runs in an h2 stream that `serve` paces (see `serve::stream`).
+#[inline]
+fn paced() -> bool {
+    #[cfg(feature = "serve")]
+    {
+        crate::serve::in_stream()
+    }
+    #[cfg(not(feature = "serve"))]
+    {
+        false
     }
 }
 

@@ -21,9 +21,6 @@ use crate::shared::Shared;
 /// common request (count only) should not pay for the rare ones.
 pub(crate) struct AdmissionPermit {
     held: Held,
-    /// Held past the body's last frame until it is polled to its end or dropped (see
-    /// `PermitBody::held_until_none`): its response is paced on an h2 stream by `serve`.
-    until_none: bool,
     /// The hold time's start, with the `metrics` feature (else nothing at all).
     _timer: Timer,
 }
@@ -135,23 +132,8 @@ impl AdmissionPermit {
         };
         Self {
             held,
-            until_none: false,
             _timer: timer,
         }
-    }
-
-    /// This permit, held past its body's last frame until the body is polled to its
-    /// end or dropped.
-    #[inline]
-    pub(crate) fn held_until_none(mut self, until_none: bool) -> Self {
-        self.until_none = until_none;
-        self
-    }
-
-    /// Whether it is held until its body is polled to its end or dropped.
-    #[inline]
-    pub(crate) fn until_none(&self) -> bool {
-        self.until_none
     }
 
     /// If the request's body was refused while it streamed (and the layer answers such

@@ -204,11 +204,9 @@ where
                 Ok(count) => {
                     let timer = shared.observer.admitted(&shared.gate, None);
                     let sample = Sample::start(shared.sample_at);
-                    let permit = AdmissionPermit::new(count, None, None, None, timer, sample, None)
-                        .held_until_none(paced(request.extensions()));
                     ResponseFuture::admitted(
                         self.inner.call(request.map(MeteredBody::unmetered)),
-                        permit,
+                        AdmissionPermit::new(count, None, None, None, timer, sample, None),
                     )
                 }
                 Err(refused) => {
@@ -327,11 +325,9 @@ impl<S> Admission<S> {
         };
         let timer = shared.observer.admitted(&shared.gate, priority);
         let sample = Sample::start(shared.sample_at);
-        let until_none = paced(&parts.extensions);
         let future = self.inner.call(Request::from_parts(parts, body));
         let watch = charge.is_some().then(|| self.shared.clone());
-        let permit = AdmissionPermit::new(count, keyed, charge, late, timer, sample, watch)
-            .held_until_none(until_none);
+        let permit = AdmissionPermit::new(count, keyed, charge, late, timer, sample, watch);
         ResponseFuture::admitted(future, permit)
     }
 
@@ -496,20 +492,5 @@ impl<S: fmt::Debug> fmt::Debug for Admission<S> {
             .field("inner", &self.inner)
             .field("snapshot", &self.snapshot())
             .finish()
-    }
-}
-
-/// Whether `serve` paces this request's response on its h2 stream: then its permits
-/// are held until hyper has asked its body past the last piece, or dropped it.
-#[inline]
-fn paced(extensions: &http::Extensions) -> bool {
-    #[cfg(feature = "serve")]
-    {
-        extensions.get::<crate::serve::PacedStream>().is_some()
-    }
-    #[cfg(not(feature = "serve"))]
-    {
-        let _ = extensions;
-        false
     }
 }

@@ -267,12 +267,6 @@ where
         #[cfg(feature = "axum")]
         extensions.insert(axum::extract::ConnectInfo(self.address.clone()));
         extensions.insert(self.address.clone());
-        if request.version() >= Version::HTTP_2 {
-            // The layer holds this request's permits until hyper has asked its response
-            // body past its last piece (or dropped it), not just until that body has
-            // handed over its last frame: that frame may still wait on the client.
-            request.extensions_mut().insert(PacedStream);
-        }
         TrackedFuture {
             inner: self.inner.call(request),
             in_flight: Some(InFlight(self.tracker.clone())),
@@ -280,11 +274,6 @@ where
         }
     }
 }
-
-/// In a request's extensions: its response is handed to hyper at its h2 stream's pace
-/// (see [`stream`](super::stream)), and polled to its end or dropped.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct PacedStream;
 
 pin_project! {
     /// The response future of a [`Tracked`] service.

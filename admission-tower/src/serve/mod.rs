@@ -25,10 +25,10 @@ mod conn;
 mod listener;
 mod stream;
 
-pub(crate) use conn::PacedStream;
 use conn::{Stage, Tracked, Tracker, Watched};
 pub use listener::{Handshake, Listener, Plain};
 use stream::StreamExecutor;
+pub(crate) use stream::in_stream;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Signal = Pin<Box<dyn Future<Output = ()> + Send>>;

@@ -14,9 +14,9 @@
 //!   handed more than it can take in time), waits spend patience, pieces asked past
 //!   earn it back at `1 / rate` a byte.
 //! - The body (`TrackedBody` in `conn.rs`) keeps the pace and publishes when its
-//!   stream must next ask, in a task-local cell.
-//! - [`StreamExecutor`] runs each stream hyper spawns inside that cell's scope, and
-//!   ends the stream when the time passes: hyper's stream future is dropped, h2 sends
+//!   stream must next ask, in a thread-local cell set while the stream is polled.
+//! - [`StreamExecutor`] polls each stream hyper spawns with that cell set, and ends
+//!   the stream when the time passes: hyper's stream future is dropped, h2 sends
 //!   `RST_STREAM`, and the body with its permits goes.
 
 use std::cell::Cell;
@@ -49,20 +49,53 @@ const MAX_BANKED: usize = 64 * 1024;
 /// this is buffered (and within the client's window).
 pub(super) const SEND_BUFFER: usize = 64 * 1024;
 
-tokio::task_local! {
-    /// When the body of the stream running on this task must next be asked for a
-    /// frame, if it waits on the client.
-    static DUE: Cell<Option<Instant>>;
+thread_local! {
+    /// While an h2 stream's future is polled (`Some`): when its body must next be asked
+    /// for a frame, if it waits on the client. `None` outside a stream. A `const`
+    /// thread-local cell, not tokio's `task_local!`: the layer asks it for every
+    /// response, and this costs it a load, not a lazily set-up `RefCell`.
+    static STREAM: Cell<Option<Option<Instant>>> = const { Cell::new(None) };
 }
 
-/// Whether this code runs in an h2 stream that [`StreamExecutor`] spawned.
-pub(super) fn in_stream() -> bool {
-    DUE.try_with(|_| ()).is_ok()
+/// Whether this code runs in an h2 stream that [`StreamExecutor`] spawned: then the
+/// response made here is paced, and polled to its end or dropped. The layer's response
+/// body asks, to hold its permits until then (not just until it has handed over its
+/// last frame, which may still wait on the client).
+#[inline]
+pub(crate) fn in_stream() -> bool {
+    STREAM.get().is_some()
 }
 
 /// Tells the stream's executor when the body must next be asked for a frame.
 fn publish(due: Option<Instant>) {
-    let _ = DUE.try_with(|cell| cell.set(due));
+    if in_stream() {
+        STREAM.set(Some(due));
+    }
+}
+
+/// A stream's future being polled: [`STREAM`] holds its due time until this is dropped,
+/// and then what it held before (also if the poll panics).
+struct Entered {
+    outer: Option<Option<Instant>>,
+}
+
+impl Entered {
+    fn enter(due: Option<Instant>) -> Self {
+        Self {
+            outer: STREAM.replace(Some(due)),
+        }
+    }
+
+    /// The due time the poll left.
+    fn due(&self) -> Option<Instant> {
+        STREAM.get().flatten()
+    }
+}
+
+impl Drop for Entered {
+    fn drop(&mut self) {
+        STREAM.set(self.outer);
+    }
 }
 
 /// A response's pace on its h2 stream: the rule of the minimum send rate, per stream.
@@ -92,14 +125,12 @@ impl Pace {
     /// The stream asks for the next frame: what it was handed has gone on.
     pub(super) fn asked(&mut self, now: Instant) {
         if let (Some((since, bytes)), Some(rate)) = (self.waiting.take(), self.rate) {
-            let earned = Duration::from_secs_f64(bytes as f64 / rate.bytes_per_second() as f64);
-            let banked = rate.grace()
-                + Duration::from_secs_f64(MAX_BANKED as f64 / rate.bytes_per_second() as f64);
+            let banked = rate.grace() + taking(MAX_BANKED, rate);
             self.patience = (self
                 .patience
                 .saturating_sub(now.saturating_duration_since(since))
-                + earned)
-                .min(banked);
+                + taking(bytes, rate))
+            .min(banked);
         }
         publish(None);
     }
@@ -122,8 +153,12 @@ impl Pace {
     fn piece(&self) -> usize {
         match self.rate {
             Some(rate) => {
-                let takes = self.patience.as_secs_f64() * rate.bytes_per_second() as f64;
-                (takes as usize).clamp(MIN_PIECE, MAX_PIECE)
+                // Whole milliseconds: a piece's size need not be finer.
+                let millis = u64::try_from(self.patience.as_millis()).unwrap_or(u64::MAX);
+                let takes = millis.saturating_mul(rate.bytes_per_second()) / 1_000;
+                usize::try_from(takes)
+                    .unwrap_or(MAX_PIECE)
+                    .clamp(MIN_PIECE, MAX_PIECE)
             }
             None => MAX_PIECE,
         }
@@ -138,6 +173,12 @@ impl Pace {
     }
 }
 
+/// How long `bytes` (at most `MAX_BANKED`) take at `rate`.
+fn taking(bytes: usize, rate: MinDataRate) -> Duration {
+    // 64 KiB of nanoseconds fits in a u64 many times over: no wider division.
+    Duration::from_nanos(bytes as u64 * 1_000_000_000 / rate.bytes_per_second())
+}
+
 /// hyper's executor under `serve`: each h2 stream it spawns runs on a tokio task of its
 /// own, ended when its response waits on the client past its pace.
 #[derive(Debug, Clone, Copy, Default)]
@@ -149,11 +190,11 @@ where
     F::Output: Send + 'static,
 {
     fn execute(&self, future: F) {
-        let timed = Timed {
+        tokio::spawn(Timed {
             future,
+            due: None,
             alarm: None,
-        };
-        tokio::spawn(DUE.scope(Cell::new(None), timed));
+        });
     }
 }
 
@@ -162,6 +203,8 @@ pin_project! {
     struct Timed<F> {
         #[pin]
         future: F,
+        // When its body must next be asked for a frame, between polls.
+        due: Option<Instant>,
         alarm: Option<Pin<Box<Sleep>>>,
     }
 }
@@ -171,10 +214,13 @@ impl<F: Future> Future for Timed<F> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
         let this = self.project();
+        let entered = Entered::enter(*this.due);
         if this.future.poll(cx).is_ready() {
             return Poll::Ready(());
         }
-        match DUE.with(Cell::get) {
+        *this.due = entered.due();
+        drop(entered);
+        match *this.due {
             // Past it: the stream ends here, and its future (hyper's stream, the
             // response body and its permits) is dropped with this task.
             Some(at) if poll_alarm(this.alarm, cx, at).is_ready() => Poll::Ready(()),
