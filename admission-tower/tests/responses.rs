@@ -224,6 +224,41 @@ async fn a_zero_window_on_one_large_chunk_holds_its_permits_and_then_nothing() {
 }
 
 #[tokio::test]
+async fn what_h2_buffers_of_a_stream_is_bounded_when_its_socket_is_not_read() {
+    let _heap = HEAP.lock().await;
+    let (layer, addr) = serve(rate()).await;
+    // A first round makes the one-time allocations.
+    for round in 0..2 {
+        let before = heap::live();
+        // Windows wide open, and a socket that takes little and is never read.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        let mut stalled = socket.connect(addr).await.unwrap();
+        let mut bytes = preface_with(&[(INITIAL_WINDOW_SIZE, 16 << 20)]);
+        bytes.extend(window_update(0, 64 << 20));
+        let streams = COUNT as u32;
+        for id in ids(streams) {
+            bytes.extend(get_on(id, "/stream"));
+        }
+        stalled.write_all(&bytes).await.unwrap();
+        eventually(|| layer.snapshot().gate.count.in_flight == u64::from(streams)).await;
+        sleep(Duration::from_millis(300)).await;
+        let grown = heap::live() - before;
+        // The docs' bound: what h2 buffers (96 KiB) and the handler's chunk in hand
+        // (64 KiB) a stream, and the connection's own buffers.
+        let bound = streams as isize * (96 + 64) * 1024 + (256 << 10);
+        if round == 1 {
+            assert!(
+                grown <= bound,
+                "{grown} bytes for {streams} streams (bound {bound})"
+            );
+        }
+        drop(stalled);
+        eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
+    }
+}
+
+#[tokio::test]
 async fn a_window_opened_a_byte_at_a_time_is_reset() {
     let (layer, addr) = serve(rate()).await;
     let mut attacker = ask(addr, 0, "/stream", 1).await;

@@ -150,8 +150,10 @@ impl<I: AsyncWrite> AsyncWrite for GuardedIo<I> {
             }
             Poll::Pending => {
                 let since = *this.since.get_or_insert(now);
-                let deadline = since + *this.patience + Duration::from_millis(1);
-                if poll_alarm(this.alarm, cx, deadline).is_ready() {
+                // A grace period past what the clock can count to is no deadline.
+                let deadline =
+                    since.checked_add(this.patience.saturating_add(Duration::from_millis(1)));
+                if deadline.is_some_and(|at| poll_alarm(this.alarm, cx, at).is_ready()) {
                     return Poll::Ready(Err(timed_out(
                         "the client does not read at the minimum rate",
                     )));

@@ -362,10 +362,11 @@ impl<B: Body<Data = Bytes>> Body for TrackedBody<B> {
     }
 
     fn size_hint(&self) -> SizeHint {
-        let mut hint = self.inner.size_hint();
-        let held = self.held.len() as u64;
-        hint.set_lower(hint.lower() + held);
-        if let Some(upper) = hint.upper() {
+        // What it holds of a frame is still to come.
+        let (inner, held) = (self.inner.size_hint(), self.held.len() as u64);
+        let mut hint = SizeHint::new();
+        hint.set_lower(inner.lower() + held);
+        if let Some(upper) = inner.upper() {
             hint.set_upper(upper + held);
         }
         hint
@@ -482,5 +483,51 @@ mod tests {
         // h2: bytes read while idle (pings, settings) start no head.
         tracker.read();
         assert_eq!(tracker.deadline(&limits, &cx).unwrap().1, Expiry::Idle);
+    }
+}
+
+#[cfg(test)]
+mod paced_tests {
+    use std::pin::pin;
+
+    use http_body_util::{BodyExt, Full};
+
+    use super::*;
+
+    /// A response body paced as on an h2 stream, its inner body `bytes` long.
+    fn paced(bytes: usize) -> TrackedBody<Full<Bytes>> {
+        let rate = MinDataRate::new(1_000, Duration::from_secs(1));
+        TrackedBody {
+            inner: Full::new(Bytes::from(vec![7; bytes])),
+            held: Bytes::new(),
+            pace: Some(Pace::new(Some(rate), Instant::now(), false)),
+            _in_flight: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_paced_body_hands_its_frame_over_in_pieces_and_ends_after_the_last() {
+        let mut body = pin!(paced(10_000));
+        assert_eq!(body.size_hint().exact(), Some(10_000));
+        let mut pieces = Vec::new();
+        while let Some(frame) = body.frame().await {
+            pieces.push(frame.unwrap().into_data().unwrap().len());
+            let left = 10_000 - pieces.iter().sum::<usize>() as u64;
+            assert_eq!(body.size_hint().exact(), Some(left), "what it holds counts");
+            assert_eq!(body.is_end_stream(), left == 0);
+        }
+        assert!(pieces.len() > 1 && pieces.iter().all(|&n| n <= 16 * 1024));
+        assert_eq!(pieces.iter().sum::<usize>(), 10_000);
+    }
+
+    #[tokio::test]
+    async fn an_unpaced_body_passes_its_frames_whole() {
+        let mut body = pin!(TrackedBody {
+            pace: None,
+            ..paced(10_000)
+        });
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap().len(), 10_000);
+        assert!(body.is_end_stream());
     }
 }

@@ -33,7 +33,7 @@ use tokio::time::{Instant, Sleep};
 use crate::connection::poll_alarm;
 
 /// The largest piece of a response handed to hyper at once: h2's default frame size.
-pub(super) const MAX_PIECE: usize = 16 * 1024;
+const MAX_PIECE: usize = 16 * 1024;
 
 /// The smallest piece (unless less is left): a client so slow that its patience is
 /// worth less is handed this much, and must take it in time.
@@ -125,12 +125,11 @@ impl Pace {
     /// The stream asks for the next frame: what it was handed has gone on.
     pub(super) fn asked(&mut self, now: Instant) {
         if let (Some((since, bytes)), Some(rate)) = (self.waiting.take(), self.rate) {
-            let banked = rate.grace() + taking(MAX_BANKED, rate);
-            self.patience = (self
-                .patience
+            let banked = rate.grace().saturating_add(taking(MAX_BANKED, rate));
+            self.patience = (self.patience)
                 .saturating_sub(now.saturating_duration_since(since))
-                + taking(bytes, rate))
-            .min(banked);
+                .saturating_add(taking(bytes, rate))
+                .min(banked);
         }
         publish(None);
     }
@@ -164,12 +163,13 @@ impl Pace {
         }
     }
 
-    /// When the stream must have asked again, if it waits (and a rate is set). A
-    /// millisecond late, so that the stream is then past its patience.
+    /// When the stream must have asked again, if it waits (and a rate is set, with a
+    /// grace period a clock can count to). A millisecond late, so that the stream is
+    /// then past its patience.
     fn due(&self) -> Option<Instant> {
         self.rate?;
         let (since, _) = self.waiting?;
-        Some(since + self.patience + Duration::from_millis(1))
+        since.checked_add(self.patience.saturating_add(Duration::from_millis(1)))
     }
 }
 
@@ -282,6 +282,18 @@ mod tests {
         // Asked past after 200 ms: 1,024 bytes earn 1.024 s.
         pace.asked(asked + Duration::from_millis(200));
         assert_eq!(pace.patience, Duration::from_millis(1_324));
+    }
+
+    #[test]
+    fn a_grace_period_beyond_the_clock_is_no_deadline_and_no_panic() {
+        let now = Instant::now();
+        let forever = MinDataRate::new(1, Duration::MAX);
+        let mut pace = Pace::new(Some(forever), now, false);
+        assert_eq!(pace.due(), None);
+        pace.asked(now + Duration::from_secs(1));
+        assert_eq!(pace.patience, Duration::MAX - Duration::from_secs(1));
+        let mut held = Bytes::from_static(b"abc");
+        assert_eq!(pace.hand(&mut held, now).len(), 3);
     }
 
     #[test]
