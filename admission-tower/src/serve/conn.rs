@@ -344,8 +344,7 @@ impl<B: Body<Data = Bytes>> Body for TrackedBody<B> {
         if this.held.is_empty() {
             match std::task::ready!(this.inner.as_mut().poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) if !data.is_empty() => *this.held = data,
-                    Ok(empty) => return Poll::Ready(Some(Ok(Frame::data(empty)))),
+                    Ok(data) => *this.held = data,
                     Err(trailers) => {
                         pace.handed(0, now);
                         return Poll::Ready(Some(Ok(trailers)));

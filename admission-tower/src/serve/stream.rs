@@ -284,6 +284,31 @@ mod tests {
         assert_eq!(pace.patience, Duration::from_millis(1_324));
     }
 
+    #[tokio::test]
+    async fn a_stream_knows_it_is_one_while_it_is_polled_and_only_then() {
+        assert!(!in_stream());
+        let (seen, due) = std::sync::mpsc::channel();
+        let at = Instant::now() + Duration::from_secs(60);
+        let mut timed = std::pin::pin!(Timed {
+            future: std::future::poll_fn(|_| {
+                seen.send(in_stream()).unwrap();
+                publish(Some(at));
+                Poll::<()>::Pending
+            }),
+            due: None,
+            alarm: None,
+        });
+        assert!(futures_poll(timed.as_mut()).is_pending());
+        assert_eq!(due.try_recv(), Ok(true), "in the stream");
+        assert!(!in_stream(), "and not after it");
+        assert_eq!(timed.due, Some(at), "its due time kept between polls");
+    }
+
+    /// Polls `future` once with a waker that does nothing.
+    fn futures_poll<F: Future>(future: Pin<&mut F>) -> Poll<F::Output> {
+        future.poll(&mut Context::from_waker(std::task::Waker::noop()))
+    }
+
     #[test]
     fn a_grace_period_beyond_the_clock_is_no_deadline_and_no_panic() {
         let now = Instant::now();
