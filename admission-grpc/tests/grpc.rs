@@ -665,3 +665,53 @@ async fn a_call_waits_for_a_slot_and_one_with_too_close_a_deadline_is_refused_at
     eventually("idle", || in_flight(&layer) == 0).await;
     assert_eq!(layer.snapshot().wait.admitted, 1);
 }
+
+#[tokio::test]
+async fn tonic_served_by_the_layers_serve_answers_calls_and_refuses_with_grpc_codes() {
+    use tonic::service::Routes;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+    use tower::Layer;
+
+    let layer = grpc_layer(1, RefusalCode::ResourceExhausted);
+    let state = State::new(1000);
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_service_status("", tonic_health::ServingStatus::Serving)
+        .await;
+    let routes = Routes::new(health).add_service(Batch(state.clone()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(
+        layer
+            .serve(listener, layer.layer(routes))
+            .with_graceful_shutdown(async move { drop(stopped.await) }, Duration::from_secs(1))
+            .into_future(),
+    );
+    let channel = channel(addr).await;
+
+    // A call is answered, one over the count is refused as gRPC refuses, and the
+    // connection's bounds hold it (every call went over `serve`'s own h2).
+    let mut stream = hold(&channel).await.unwrap();
+    assert!(stream.message().await.unwrap().is_some());
+    let status = put(&channel, "work", &[]).await.unwrap_err();
+    assert_retryable(&status, Code::ResourceExhausted, "count limit reached");
+    assert_eq!(
+        layer.connections().open(),
+        1,
+        "one h2 connection, held by serve"
+    );
+    drop(stream);
+    state.end_streams();
+    eventually("idle", || in_flight(&layer) == 0).await;
+    let reply = HealthClient::new(channel.clone())
+        .check(HealthCheckRequest::default())
+        .await
+        .unwrap();
+    assert_eq!(reply.into_inner().status, 1);
+
+    stop.send(()).unwrap();
+    let shutdown = server.await.unwrap();
+    assert_eq!(shutdown.requests_cut(), 0);
+    drop(reporter);
+}
