@@ -30,8 +30,13 @@ pub enum BuildError {
     Capacity(CapacityError),
     /// A limit of 0 was set (`count`, `bytes`, `max_request_bytes`, a per-key cap or
     /// `max_keys`; named here). It would refuse every request: to set no limit, leave the
-    /// setter out, or pass `None`.
+    /// setter out (or pass `None` to `count`, `bytes` and `max_request_bytes`).
     ZeroLimit(&'static str),
+    /// A connection bound of 0 was set in [`ConnectionLimits`](crate::ConnectionLimits)
+    /// (`max_connections`, `max_per_address`, `max_streams`, `head_within`, `idle` or
+    /// `ping`; named here). It would close or refuse every connection or h2 stream: for
+    /// no bound, pass `None`.
+    ZeroConnectionLimit(&'static str),
     /// A per-key cap or `max_keys` was set for a layer over a shared gate, whose limits
     /// are the gate's: use [`PerKey::gate_cap`](crate::PerKey::gate_cap).
     LimitsOnSharedGate,
@@ -114,9 +119,20 @@ impl fmt::Display for BuildError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             BuildError::Capacity(_) => f.write_str("a limit is out of range"),
+            // A per-key cap and `max_keys` are plain numbers: only leaving them out
+            // sets no limit.
+            BuildError::ZeroLimit(what @ ("per-key cap" | "max_keys")) => write!(
+                f,
+                "a {what} of 0 would refuse every request; for no limit, leave it out"
+            ),
             BuildError::ZeroLimit(what) => write!(
                 f,
                 "`{what}` of 0 would refuse every request; for no limit, leave it out or pass `None`"
+            ),
+            BuildError::ZeroConnectionLimit(what) => write!(
+                f,
+                "a connection limit `{what}` of 0 would close or refuse every connection or stream; \
+                 for no bound, pass `None`"
             ),
             BuildError::LimitsOnSharedGate => f.write_str(
                 "a per-key cap or `max_keys` was set on a layer over a shared gate; \

@@ -122,6 +122,7 @@ impl AdmissionLayer {
             untracked: true,
             #[cfg(feature = "tokio")]
             wait: None,
+            waits_first: false,
             waits: Default::default(),
             gone: AtomicU64::new(0),
             memory: None,

@@ -223,6 +223,69 @@
 //! unchanged; a [`close`](AdmissionLayer::close) or [`drain`](AdmissionLayer::drain)
 //! overrides the controller, and a count set by hand holds until handed back. The limit in
 //! force is in every snapshot (and, with `metrics`, in `admission_limit_requests`).
+//!
+//! # Prometheus (feature `metrics`)
+//!
+//! With the `metrics` feature the layer records admissions, refusals by dimension and
+//! hold times through the `metrics` facade, and its ledgers' gauges when you ask
+//! (`AdmissionLayer::record_gauges`, in the `/metrics` handler). A complete axum
+//! server with `/metrics` in Prometheus text, with buckets so that the hold time is a
+//! Prometheus histogram (the series, and what they cost, are in the feature's section
+//! below, shown when the docs are built with it, as on docs.rs):
+//!
+//! ```rust
+//! # #[cfg(feature = "metrics")]
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use admission_tower::AdmissionLayer;
+//! use axum::{body::Body, routing::get, Router};
+//! use http::Request;
+//! use http_body_util::BodyExt;
+//! use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+//! use tower::ServiceExt;
+//!
+//! // 1. The recorder, before any layer is built; buckets make the layer's two
+//! // histograms (the hold time and the wait) Prometheus histograms.
+//! let histograms = Matcher::Prefix("admission_".to_owned());
+//! let buckets = [0.005, 0.025, 0.1, 0.5, 2.5, 10.0];
+//! let prometheus = PrometheusBuilder::new()
+//!     .set_buckets_for_metric(histograms, &buckets)?
+//!     .install_recorder()?;
+//!
+//! // 2. The layer, named for its series.
+//! let admission = AdmissionLayer::builder()
+//!     .name("api")
+//!     .count(512)
+//!     .bypass(|req| matches!(req.uri.path(), "/health" | "/metrics"))
+//!     .build()?;
+//!
+//! // 3. `/metrics` reads the gauges from the ledgers, then renders.
+//! let gauges = admission.clone();
+//! let app = Router::new()
+//!     .route("/work", get(|| async { "done" }))
+//!     .route("/health", get(|| async { "ok" }))
+//!     .route(
+//!         "/metrics",
+//!         get(move || {
+//!             gauges.record_gauges();
+//!             std::future::ready(prometheus.render())
+//!         }),
+//!     )
+//!     .layer(admission);
+//!
+//! // Serve it as usual (`admission.serve(listener, app)`); here, in-process:
+//! app.clone().oneshot(Request::get("/work").body(Body::empty())?).await?;
+//! let scrape = app.oneshot(Request::get("/metrics").body(Body::empty())?).await?;
+//! let text = String::from_utf8(scrape.into_body().collect().await?.to_bytes().to_vec())?;
+//! assert!(text.contains(r#"admission_admitted_total{name="api"} 1"#));
+//! assert!(text.contains(r#"admission_limit_requests{name="api"} 512"#));
+//! assert!(text.contains(r#"admission_permit_held_seconds_count{name="api"} 1"#));
+//! assert!(text.contains(r#"admission_permit_held_seconds_bucket{name="api",le="10"} 1"#));
+//! # Ok(())
+//! # }
+//! # #[cfg(not(feature = "metrics"))]
+//! # fn main() {}
+//! ```
 #![cfg_attr(feature = "metrics", doc = "")]
 #![cfg_attr(feature = "metrics", doc = include_str!("observe/metrics.md"))]
 #![cfg_attr(feature = "tracing", doc = "")]

@@ -61,6 +61,13 @@ impl AdmissionBuilder<NewGate> {
     /// when the rest of the process grows, use [`bytes_share`](Self::bytes_share) instead
     /// ([`MemoryShare`] says how to choose the share).
     ///
+    /// **One request larger than the budget is admitted when nothing else is charged**
+    /// (the lone-request exemption): refusing the only request in flight would shed load
+    /// the process is not short of, and a client could never succeed by retrying. So a
+    /// budget below the largest body you accept is not an error; to refuse bodies above
+    /// a size, set [`max_request_bytes`](Self::max_request_bytes) (413, whatever is in
+    /// flight).
+    ///
     /// ```
     /// use admission_tower::AdmissionLayer;
     ///
@@ -197,6 +204,9 @@ impl AdmissionBuilder<SharedGate> {
 impl AdmissionBuilder<Gate> {
     /// The layer over `self.gate`, the configuration checked.
     fn finish(self) -> Result<AdmissionLayer, BuildError> {
+        if let Some(zero) = self.connections.zero() {
+            return Err(BuildError::ZeroConnectionLimit(zero));
+        }
         let gate = self.gate;
         let memory_limit = self.memory.as_ref().map(|memory| memory.budget.limit());
         let follower = self.memory.and_then(|memory| memory.start(gate.bytes()));
@@ -275,6 +285,10 @@ impl AdmissionBuilder<Gate> {
             adaptive,
             count_only,
             untracked: false,
+            #[cfg(feature = "tokio")]
+            waits_first: self.wait.is_some() && !self.dry_run,
+            #[cfg(not(feature = "tokio"))]
+            waits_first: false,
             #[cfg(feature = "tokio")]
             wait: self.wait,
             waits: Default::default(),

@@ -1,7 +1,6 @@
 //! What an admitted request holds until its response body ends.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -188,7 +187,7 @@ impl AdmissionPermit {
             .is_some_and(|charge| charge.poll_unread(cx) == Poll::Ready(false));
         if gone {
             if let Some(shared) = &rest.watch {
-                shared.gone.fetch_add(1, Ordering::Relaxed);
+                shared.count_gone();
             }
         }
         gone

@@ -200,7 +200,13 @@ where
         if shared.count_only && request.body().is_end_stream() {
             // The count alone decides: nothing of the head to read, no body to time or
             // watch, and the request is passed on whole.
-            return match shared.gate.count().try_acquire() {
+            let count = shared.gate.count();
+            let acquired = if shared.waits_first {
+                count.try_acquire_before_wait(None)
+            } else {
+                count.try_acquire()
+            };
+            return match acquired {
                 Ok(count) => {
                     let timer = shared.observer.admitted(&shared.gate, None);
                     let sample = Sample::start(shared.sample_at);
@@ -395,9 +401,12 @@ impl<S> Admission<S> {
         ResponseFuture::waiting(Box::pin(async move {
             let shared = admission.shared.clone();
             let started = std::time::Instant::now();
+            // Dropped while it waits (the server saw its client go): gone.
+            let waiting = Waiting(Some(shared.clone()));
             let admitted = shared
                 .admit_waiting(&parts, priority, rate, budget, &mut ahead)
                 .await;
+            waiting.ended();
             let waited = started.elapsed();
             let (body, read) = ahead.split();
             match admitted {
@@ -492,5 +501,28 @@ impl<S: fmt::Debug> fmt::Debug for Admission<S> {
             .field("inner", &self.inner)
             .field("snapshot", &self.snapshot())
             .finish()
+    }
+}
+
+/// A request waiting for a count slot: counted gone if its future is dropped before the
+/// wait ends (the server saw its client go and dropped the request), as a client seen to
+/// go while it waits is.
+#[cfg(feature = "tokio")]
+struct Waiting(Option<Arc<Shared>>);
+
+#[cfg(feature = "tokio")]
+impl Waiting {
+    /// The wait ended (admitted, refused or gone, each counted where it ended).
+    fn ended(mut self) {
+        self.0 = None;
+    }
+}
+
+#[cfg(feature = "tokio")]
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.take() {
+            shared.count_gone();
+        }
     }
 }

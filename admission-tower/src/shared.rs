@@ -69,9 +69,11 @@ pub struct AdmissionSnapshot {
 /// What came of the requests that found the count full, on a layer with a
 /// [`Wait`](crate::Wait) (all zero without one).
 ///
-/// With a wait, the count ledger's own refusal counter (`gate.count.refused`) counts
-/// every request that found the count full, whether it was then admitted after waiting
-/// or not; the refusals the clients saw are the layer's (its hook and metrics).
+/// With a wait, each such request is counted once, where its wait ended: admitted
+/// (`admitted`), refused when it ran out (`timed_out`) or at once for its client's
+/// deadline (`deadline`), or gone with its client ([`AdmissionSnapshot::gone`]). The
+/// count ledger's own refusal counter (`gate.count.refused`) counts only what it
+/// refused without a wait: a full queue (`max_waiting`), or a closed layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct WaitSnapshot {
@@ -122,6 +124,9 @@ pub(crate) struct Shared {
     /// The wait for a count slot, if the layer has one.
     #[cfg(feature = "tokio")]
     pub(crate) wait: Option<crate::Wait>,
+    /// A request that finds the count full waits for a slot (a `Wait`, not a dry run):
+    /// that first refusal is not counted by the ledger, the wait's end is.
+    pub(crate) waits_first: bool,
     /// What came of the waits.
     pub(crate) waits: WaitCounts,
     /// Requests let go because their client went away (see `AdmissionSnapshot::gone`).
@@ -211,6 +216,11 @@ impl Shared {
     ) -> Result<(GatePermit, u64), Rejection> {
         let key = self.key_of(parts);
         let (claim, declared) = self.claim_of(parts, priority, rate, key.as_ref())?;
+        let claim = if self.waits_first {
+            claim.before_wait()
+        } else {
+            claim
+        };
         Ok((self.gate.try_claim(claim)?, declared))
     }
 
@@ -243,7 +253,7 @@ impl Shared {
         std::future::poll_fn(|cx| {
             // The client first: a request whose client is gone leaves the queue.
             if ahead.poll_failed(cx).is_ready() {
-                self.gone.fetch_add(1, Ordering::Relaxed);
+                self.count_gone();
                 return Poll::Ready(Err(WaitEnd::Gone));
             }
             match claim.as_mut().poll(cx) {
@@ -266,6 +276,13 @@ impl Shared {
             }
         })
         .await
+    }
+
+    /// A request let go because its client went away (see `AdmissionSnapshot::gone`).
+    #[cold]
+    pub(crate) fn count_gone(&self) {
+        self.gone.fetch_add(1, Ordering::Relaxed);
+        self.observer.gone();
     }
 
     /// A request admitted after waiting `waited` for a count slot.

@@ -7,7 +7,8 @@ use std::error::Error as _;
 
 use admission_tower::adaptive::{AdaptiveLimit, Gradient};
 use admission_tower::{
-    AdmissionLayer, BuildError, Gate, Key, MeteredBody, PerKey, Refusals, Unkeyed, key,
+    AdmissionLayer, BuildError, ConnectionLimits, Gate, Key, MeteredBody, PerKey, Refusals,
+    Unkeyed, key,
 };
 use bytes::Bytes;
 use http::{HeaderName, Request, Response, StatusCode};
@@ -39,6 +40,59 @@ async fn statuses(layer: &AdmissionLayer, tenant: Option<&str>, n: usize) -> Vec
         held.push(service.clone().oneshot(request).await.unwrap());
     }
     held.iter().map(Response::status).collect()
+}
+
+#[test]
+fn a_connection_bound_of_zero_is_an_error_that_names_it() {
+    use std::time::Duration;
+    let zero = Duration::ZERO;
+    let second = Duration::from_secs(1);
+    let with = |limits: ConnectionLimits| {
+        AdmissionLayer::builder()
+            .count(8)
+            .connections(limits)
+            .build()
+            .unwrap_err()
+    };
+    let default = ConnectionLimits::default();
+    for (limits, name) in [
+        (default.with_max_connections(Some(0)), "max_connections"),
+        (default.with_max_per_address(Some(0)), "max_per_address"),
+        (default.with_max_streams(Some(0)), "max_streams"),
+        (default.with_head_within(Some(zero)), "head_within"),
+        (default.with_idle(Some(zero)), "idle"),
+        (default.with_ping(Some((zero, second))), "ping"),
+        (default.with_ping(Some((second, zero))), "ping"),
+    ] {
+        let error = with(limits);
+        assert_eq!(error, BuildError::ZeroConnectionLimit(name));
+        assert!(
+            error.to_string().contains(&format!("`{name}` of 0")),
+            "{error}"
+        );
+    }
+    // `None` is no bound, and 1 is a bound.
+    let off = ConnectionLimits::off();
+    assert!(AdmissionLayer::builder().connections(off).build().is_ok());
+    let ones = default
+        .with_max_connections(Some(1))
+        .with_max_per_address(Some(1))
+        .with_max_streams(Some(1));
+    assert!(AdmissionLayer::builder().connections(ones).build().is_ok());
+}
+
+#[test]
+fn the_error_for_a_zero_per_key_cap_says_what_to_do_with_a_number() {
+    for what in ["per-key cap", "max_keys"] {
+        let message = BuildError::ZeroLimit(what).to_string();
+        assert!(message.contains("leave it out"), "{message}");
+        assert!(
+            !message.contains("None"),
+            "{what} takes no `None`: {message}"
+        );
+    }
+    let message = BuildError::ZeroLimit("count").to_string();
+    assert!(message.contains("pass `None`"), "{message}");
 }
 
 #[test]

@@ -57,9 +57,14 @@ fn parse(rendered: &str) -> Vec<Series> {
 /// The sum of `metric`'s series for layer `test` whose labels include `with`; `None` if
 /// there is no such series.
 fn value(series: &[Series], metric: &str, with: &[(&str, &str)]) -> Option<f64> {
+    value_of("test", series, metric, with)
+}
+
+/// The sum of `metric`'s series of the layer named `name` with the labels `with`.
+fn value_of(name: &str, series: &[Series], metric: &str, with: &[(&str, &str)]) -> Option<f64> {
     let matching: Vec<f64> = series
         .iter()
-        .filter(|s| s.metric == metric && s.labels.get("name").map(String::as_str) == Some("test"))
+        .filter(|s| s.metric == metric && s.labels.get("name").map(String::as_str) == Some(name))
         .filter(|s| {
             with.iter()
                 .all(|(k, v)| s.labels.get(*k).map(String::as_str) == Some(*v))
@@ -277,6 +282,40 @@ async fn the_prometheus_text_equals_the_snapshot_and_the_clients_tally() {
         assert!(rendered.contains(line), "{line} missing:\n{rendered}");
     }
     assert!(!rendered.contains("admission_memory_limit_bytes{name=\"test\"}"));
+
+    // Waiters, each counted once where its wait ended: gone, refused, admitted.
+    let waits = AdmissionLayer::builder()
+        .name("waits")
+        .count(1)
+        .wait(admission_tower::Wait::new(
+            4,
+            std::time::Duration::from_millis(300),
+        ))
+        .build()
+        .unwrap();
+    support::three_waiters(&waits).await;
+    let series = parse(&handle.render());
+    let of =
+        |metric, with: &[(&str, &str)]| value_of("waits", &series, metric, with).unwrap_or(0.0);
+    assert_eq!(of("admission_gone_total", &[]), 1.0);
+    assert_eq!(
+        of("admission_refused_total", &[]),
+        1.0,
+        "the wait that ran out"
+    );
+    assert_eq!(
+        of("admission_refused_total", &[("dimension", "count")]),
+        1.0
+    );
+    assert_eq!(
+        of("admission_admitted_total", &[]),
+        2.0,
+        "the holder and the waiter served"
+    );
+    assert_eq!(of("admission_wait_seconds_count", &[]), 1.0);
+    let snapshot = waits.snapshot();
+    assert_eq!(snapshot.gone, 1);
+    assert_eq!(snapshot.gate.count.refused, 0);
     assert!(
         !rendered.contains("t0") && !rendered.contains("big"),
         "a key leaked into a label"

@@ -83,6 +83,11 @@ async fn beyond_the_waiters_a_request_is_refused_at_once() {
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(refused.headers()["retry-after"], "1");
     assert_eq!(layer.snapshot().wait.timed_out, 0, "it never waited");
+    assert_eq!(
+        layer.snapshot().gate.count.refused,
+        1,
+        "a full queue's refusal is counted once"
+    );
     seen.end_streams();
 }
 
@@ -255,4 +260,18 @@ async fn over_http2_a_waiting_stream_is_served() {
         .expect("served")
         .unwrap();
     assert_eq!(answered.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn each_waiter_is_counted_once_where_its_wait_ended() {
+    let layer = wait(4, Duration::from_millis(300));
+    support::three_waiters(&layer).await;
+    let snapshot = layer.snapshot();
+    let waits = snapshot.wait;
+    assert_eq!((waits.admitted, waits.timed_out, waits.deadline), (1, 1, 0));
+    assert_eq!(snapshot.gone, 1, "the waiter whose client hung up");
+    assert_eq!(
+        snapshot.gate.count.refused, 0,
+        "no waiter is a refusal of the count ledger's"
+    );
 }

@@ -252,15 +252,12 @@ impl CountInner {
         }
     }
 
-    /// The refusal of an acquisition the threshold turned away: closed, or full.
+    /// The refusal of an acquisition the threshold turned away: closed, or full. Counted,
+    /// unless `waits` and the ledger is full rather than closed: its caller waits for a
+    /// slot next, and the request is counted where that wait ends.
     #[cold]
-    fn refuse(&self, priority: Option<Priority>) -> Refused {
-        self.cold.stats.refuse();
-        if let Some(class) = priority.and_then(|p| self.cold.refused_by_class.get(p.index())) {
-            // Relaxed: a statistic.
-            class.fetch_add(1, Ordering::Relaxed);
-        }
-        if self.cold.closed.load(Ordering::Relaxed) {
+    fn refuse(&self, priority: Option<Priority>, waits: bool) -> Refused {
+        let refused = if self.cold.closed.load(Ordering::Relaxed) {
             Refused::Closed
         } else if priority.is_some() && self.held() < self.threshold(None) {
             // The class's share is in flight, not the capacity (Relaxed: which of the two
@@ -268,7 +265,15 @@ impl CountInner {
             Refused::Class
         } else {
             Refused::Count
+        };
+        if !waits || refused == Refused::Closed {
+            self.cold.stats.refuse();
+            if let Some(class) = priority.and_then(|p| self.cold.refused_by_class.get(p.index())) {
+                // Relaxed: a statistic.
+                class.fetch_add(1, Ordering::Relaxed);
+            }
         }
+        refused
     }
 
     /// Takes `WATCH` out of the word if permits are still in flight: the last drain stopped
@@ -437,7 +442,7 @@ impl CountLedger {
     /// ```
     #[inline]
     pub fn try_acquire(&self) -> Result<CountPermit, Refused> {
-        let (permit, level) = self.admit(None)?;
+        let (permit, level) = self.admit(None, false)?;
         self.inner().cold.stats.observe(level);
         Ok(permit)
     }
@@ -472,27 +477,68 @@ impl CountLedger {
     /// ```
     #[inline]
     pub fn try_acquire_as(&self, priority: Priority) -> Result<CountPermit, Refused> {
-        let (permit, level) = self.admit(Some(priority))?;
+        let (permit, level) = self.admit(Some(priority), false)?;
+        self.inner().cold.stats.observe(level);
+        Ok(permit)
+    }
+
+    /// [`try_acquire`](Self::try_acquire) (or, with a class, [`try_acquire_as`](Self::try_acquire_as))
+    /// for a caller that, refused because the count is full, waits for a slot next
+    /// ([`acquire`](Self::acquire)): that refusal is not counted in the snapshot's
+    /// `refused` or in [`refused_by_class`](Self::refused_by_class), since it is not what
+    /// became of the request. Count where the wait ends: `acquire` counts a refusal for a
+    /// full queue itself. A closed ledger's refusal is counted, as it is not waited on.
+    ///
+    /// # Errors
+    ///
+    /// As `try_acquire`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use admission_core::CountLedger;
+    ///
+    /// let ledger = CountLedger::new(1)?;
+    /// let held = ledger.try_acquire_before_wait(None)?;
+    /// assert!(ledger.try_acquire_before_wait(None).is_err());
+    /// assert_eq!(ledger.snapshot().refused, 0, "the caller waits next: not a refusal yet");
+    /// assert!(ledger.try_acquire().is_err());
+    /// assert_eq!(ledger.snapshot().refused, 1);
+    /// # drop(held);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn try_acquire_before_wait(
+        &self,
+        priority: Option<Priority>,
+    ) -> Result<CountPermit, Refused> {
+        let (permit, level) = self.admit(priority, true)?;
         self.inner().cold.stats.observe(level);
         Ok(permit)
     }
 
     /// `try_acquire` without recording the high-water mark: the permit and the level it
     /// brought the ledger to, for a caller (the gate) that records it only once every
-    /// other dimension has admitted too. A refusal is counted here.
+    /// other dimension has admitted too. A refusal is counted here, unless `waits` (see
+    /// [`try_acquire_before_wait`](Self::try_acquire_before_wait)).
     #[inline]
     pub(crate) fn try_acquire_unobserved(
         &self,
         priority: Option<Priority>,
+        waits: bool,
     ) -> Result<(CountPermit, u64), Refused> {
-        self.admit(priority)
+        self.admit(priority, waits)
     }
 
     /// The acquisition, for a class (its share of the threshold) or for none (the whole
     /// threshold). Always inlined, so that the plain path, whose `priority` is a constant
     /// `None`, compiles to exactly the compare against the threshold.
     #[inline(always)]
-    fn admit(&self, priority: Option<Priority>) -> Result<(CountPermit, u64), Refused> {
+    fn admit(
+        &self,
+        priority: Option<Priority>,
+        waits: bool,
+    ) -> Result<(CountPermit, u64), Refused> {
         let inner = self.inner();
         // Relaxed: the threshold is a plain setting; an acquisition racing a change may
         // see either value, which is the documented "next acquisition" semantics. A
@@ -505,7 +551,7 @@ impl CountLedger {
             // is not looked at (see `wait`).
             let held = current & !(OWNER | QUEUE);
             if held >= threshold {
-                return Err(inner.refuse(priority));
+                return Err(inner.refuse(priority, waits));
             }
             // Relaxed on success: admission orders no other memory, and the new permit's
             // share of the reference count is made through our live handle, so no
@@ -533,12 +579,12 @@ impl CountLedger {
     /// dimension before it takes anything, so a request that one dimension refuses holds
     /// nothing in another even for a moment (no collateral refusals).
     #[inline]
-    pub(crate) fn check(&self, priority: Option<Priority>) -> Result<(), Refused> {
+    pub(crate) fn check(&self, priority: Option<Priority>, waits: bool) -> Result<(), Refused> {
         let inner = self.inner();
         // Relaxed: advisory; the compare-exchange that follows decides.
         let held = inner.held();
         if held >= inner.threshold(priority) {
-            return Err(inner.refuse(priority));
+            return Err(inner.refuse(priority, waits));
         }
         Ok(())
     }

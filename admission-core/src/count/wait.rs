@@ -298,7 +298,7 @@ impl Future for Acquire {
         let max_waiting = inner.cold.max_waiting.load(Ordering::Relaxed);
         if max_waiting == 0 {
             // No waiting: refused as `try_acquire` refuses, with no lock.
-            return Poll::Ready(Err(inner.refuse(this.priority)));
+            return Poll::Ready(Err(inner.refuse(this.priority, false)));
         }
         let mut wake = Vec::new();
         let outcome = {
@@ -307,7 +307,7 @@ impl Future for Acquire {
             if inner.cold.closed.load(Ordering::Relaxed) || control.waiting() as u64 >= max_waiting
             {
                 drop(control);
-                return Poll::Ready(Err(inner.refuse(this.priority)));
+                return Poll::Ready(Err(inner.refuse(this.priority, false)));
             }
             let id = control.next_id;
             control.next_id += 1;

@@ -19,6 +19,7 @@ pub struct Claim<'a, K> {
     pub(super) total: u64,
     pub(super) priority: Option<Priority>,
     pub(super) key_cap: Option<u64>,
+    pub(super) waits: bool,
 }
 
 impl<K> Clone for Claim<'_, K> {
@@ -45,7 +46,28 @@ impl<'a, K> Claim<'a, K> {
             total: 0,
             priority: None,
             key_cap: None,
+            waits: false,
         }
+    }
+
+    /// The caller waits for a count slot ([`Gate::claim`](super::Gate::claim)) if this
+    /// claim, with [`Gate::try_claim`](super::Gate::try_claim), finds the count full:
+    /// that refusal is then not counted in the count ledger's `refused` (see
+    /// [`CountLedger::try_acquire_before_wait`](crate::CountLedger::try_acquire_before_wait)).
+    ///
+    /// ```
+    /// use admission_core::{Claim, Gate};
+    ///
+    /// let gate = Gate::<()>::builder().count(1).build()?;
+    /// let held = gate.try_claim(Claim::new())?;
+    /// assert!(gate.try_claim(Claim::new().before_wait()).is_err());
+    /// assert_eq!(gate.snapshot().count.refused, 0);
+    /// # drop(held);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub const fn before_wait(mut self) -> Self {
+        self.waits = true;
+        self
     }
 
     /// The request's key, for the per-key dimension (ignored by a gate without one).

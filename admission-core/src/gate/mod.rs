@@ -164,6 +164,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             total: 0,
             priority: None,
             key_cap: None,
+            waits: false,
         };
         self.admit(claim)
     }
@@ -247,6 +248,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             total,
             priority,
             key_cap,
+            waits: _,
         } = claim;
         if let Some(ledger) = &self.bytes {
             ledger.check_size(bytes.max(total))?;
@@ -306,11 +308,12 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             total,
             priority,
             key_cap,
+            waits,
         } = claim;
         let keyed = self.keyed.as_ref().zip(key);
         if keyed.is_none() && self.bytes.is_none() {
             // Count alone: one compare-exchange, nothing to check ahead.
-            let (count, level) = self.count.try_acquire_unobserved(priority)?;
+            let (count, level) = self.count.try_acquire_unobserved(priority, waits)?;
             self.count.observe(level);
             return Ok(GatePermit {
                 count,
@@ -322,7 +325,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
         if let Some(ledger) = &self.bytes {
             ledger.check_size(bytes.max(total))?;
         }
-        self.count.check(priority)?;
+        self.count.check(priority, waits)?;
         if let Some(ledger) = &self.bytes {
             ledger.check_room(bytes)?;
         }
@@ -330,7 +333,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
         let keyed = keyed
             .map(|(ledger, key)| ledger.try_acquire_unobserved(key, key_cap))
             .transpose()?;
-        let (count, level) = self.count.try_acquire_unobserved(priority)?;
+        let (count, level) = self.count.try_acquire_unobserved(priority, waits)?;
         let charged = self
             .bytes
             .as_ref()

@@ -103,7 +103,9 @@ impl ConnectionLimits {
     }
 
     /// At most `max` connections open at once; one accepted above it is closed before
-    /// anything is read from it. `None`: no cap; at least 1.
+    /// anything is read from it. `None`: no cap; 0 is a build error
+    /// ([`BuildError::ZeroConnectionLimit`](crate::BuildError::ZeroConnectionLimit)), as
+    /// is 0 for every bound here.
     pub const fn with_max_connections(mut self, max: Option<usize>) -> Self {
         self.max_connections = max;
         self
@@ -116,7 +118,7 @@ impl ConnectionLimits {
 
     /// At most `max` connections open at once from one client IP address (nginx's
     /// `limit_conn`); one above it is closed before anything is read from it, while
-    /// other addresses are served. `None`: no cap; at least 1. Only where the address is known
+    /// other addresses are served. `None`: no cap. Only where the address is known
     /// (`AdmissionLayer::serve` and `guard` over TCP). Behind a proxy or a
     /// load balancer every client has its address: leave it off there.
     pub const fn with_max_per_address(mut self, max: Option<usize>) -> Self {
@@ -229,5 +231,25 @@ impl ConnectionLimits {
     /// The rate a client must read at while the server waits to write.
     pub const fn min_send_rate(&self) -> Option<MinDataRate> {
         self.send_rate
+    }
+
+    /// The first bound set to 0, which would close or refuse every connection or
+    /// stream: the builder's error names it.
+    pub(crate) fn zero(&self) -> Option<&'static str> {
+        let zero = Duration::ZERO;
+        [
+            ("max_connections", self.max_connections == Some(0)),
+            ("max_per_address", self.max_per_address == Some(0)),
+            ("max_streams", self.max_streams == Some(0)),
+            ("head_within", self.head == Some(zero)),
+            ("idle", self.idle == Some(zero)),
+            (
+                "ping",
+                self.ping
+                    .is_some_and(|(every, timeout)| every == zero || timeout == zero),
+            ),
+        ]
+        .into_iter()
+        .find_map(|(name, zero)| zero.then_some(name))
     }
 }

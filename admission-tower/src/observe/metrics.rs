@@ -41,6 +41,8 @@ pub(super) struct LayerMetrics {
     /// By dimension, then class.
     refused: Vec<Vec<Counter>>,
     held: Histogram,
+    /// Requests let go because their client went away.
+    gone: Counter,
     /// How long requests admitted after waiting for a slot waited.
     waited: Histogram,
     /// Requests waiting for a slot, read at render.
@@ -62,6 +64,10 @@ fn describe() {
     describe_counter!(
         "admission_refused_total",
         "Requests refused by the layer, by the dimension that refused."
+    );
+    describe_counter!(
+        "admission_gone_total",
+        "Requests let go because their client went away while they waited for a slot or their handler ran."
     );
     describe_histogram!(
         "admission_permit_held_seconds",
@@ -192,6 +198,7 @@ impl LayerMetrics {
             admitted,
             refused,
             held: metrics::histogram!("admission_permit_held_seconds", base.clone()),
+            gone: metrics::counter!("admission_gone_total", base.clone()),
             waited: metrics::histogram!("admission_wait_seconds", base.clone()),
             waiting: gauge("admission_waiting_requests"),
             requests: Level {
@@ -232,6 +239,10 @@ impl LayerMetrics {
         Timer {
             held: Some((Instant::now(), self.held.clone())),
         }
+    }
+
+    pub(super) fn gone(&self) {
+        self.gone.increment(1);
     }
 
     pub(super) fn waited(&self, waited: std::time::Duration) {

@@ -101,6 +101,14 @@ impl Observer {
         }
     }
 
+    /// A request let go because its client went away.
+    pub(crate) fn gone(&self) {
+        #[cfg(feature = "metrics")]
+        if let Some(metrics) = &self.metrics {
+            metrics.gone();
+        }
+    }
+
     /// A request refused (or, in a dry run, that would have been).
     #[allow(unused_variables)]
     pub(crate) fn refused(

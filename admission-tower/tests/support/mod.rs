@@ -237,3 +237,29 @@ pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// On a layer with a count of one and a wait shorter than a few seconds, served here:
+/// holds the slot, then makes three waiters, one whose client hangs up, one whose wait
+/// runs out (503), and one served when the slot frees.
+pub async fn three_waiters(layer: &admission_tower::AdmissionLayer) {
+    let seen = Arc::new(Seen::default());
+    let addr = serve(tower::Layer::layer(layer, app(seen.clone()))).await;
+    let waiting = || layer.gate().count().waiting();
+    let mut holder = send(addr, get("/stream")).await;
+    assert_eq!(next_chunk(&mut holder).await.unwrap(), "first\n");
+    let hung_up = tokio::spawn(async move { send(addr, get("/")).await });
+    eventually("it waits", || waiting() == 1).await;
+    hung_up.abort();
+    eventually("the hung-up waiter leaves", || waiting() == 0).await;
+    let timed_out = send(addr, get("/")).await;
+    assert_eq!(timed_out.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let served = tokio::spawn(async move { send(addr, get("/")).await });
+    eventually("it waits", || waiting() == 1).await;
+    seen.end_streams();
+    assert_eq!(served.await.unwrap().status(), StatusCode::OK);
+    drop(holder);
+    eventually("nothing in flight", || {
+        layer.gate().count().in_flight() == 0
+    })
+    .await;
+}
