@@ -63,7 +63,8 @@ impl Stats {
 ///
 /// let snap = ledger.snapshot();
 /// assert_eq!(snap.in_flight, 1);
-/// assert_eq!(snap.capacity, 2);
+/// assert_eq!(snap.capacity, Some(2));
+/// assert_eq!(CountLedger::new(0)?.snapshot().capacity, None, "no limit");
 /// assert_eq!(snap.high_water, 2);
 /// assert_eq!(snap.refused, 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -73,10 +74,15 @@ impl Stats {
 pub struct Snapshot {
     /// Permits (count ledger) or bytes (byte ledger) held now.
     pub in_flight: u64,
-    /// The configured limit; 0 means unlimited.
-    pub capacity: u64,
+    /// The configured limit; `None`: no limit.
+    pub capacity: Option<u64>,
     /// The highest `in_flight` seen since the ledger was created.
     pub high_water: u64,
     /// How many acquisitions this ledger has refused.
     pub refused: u64,
+}
+
+/// A limit as a snapshot says it: `None` for none (stored as 0).
+pub(crate) fn configured(limit: u64) -> Option<u64> {
+    (limit != 0).then_some(limit)
 }

@@ -169,7 +169,7 @@ async fn main() -> std::process::ExitCode {
     while started.elapsed() < DROPPED {
         tick.tick().await;
         let snapshot = layer.snapshot();
-        let limit = snapshot.gate.count.capacity;
+        let limit = snapshot.gate.count.capacity.unwrap_or(0);
         let at = started.elapsed();
         println!(
             "  {:>5.2} s {:>6} {:>10} {:>15} {:>9} {:>9}",

@@ -265,7 +265,7 @@ impl<G> AdmissionBuilder<G> {
     /// let layer = AdmissionLayer::builder()
     ///     .adaptive(AdaptiveLimit::builder(Gradient::default()).bounds(8, 2_000).initial(32))
     ///     .build()?;
-    /// assert_eq!(layer.snapshot().gate.count.capacity, 32);
+    /// assert_eq!(layer.snapshot().gate.count.capacity, Some(32));
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn adaptive(mut self, limit: impl Into<Adaptive>) -> Self {

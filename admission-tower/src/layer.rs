@@ -94,7 +94,7 @@ impl AdmissionLayer {
     ///
     /// let enabled = false; // from the configuration
     /// let layer = if enabled { AdmissionLayer::builder().count(512).build()? } else { AdmissionLayer::off() };
-    /// assert_eq!(layer.snapshot().gate.count.capacity, 0);
+    /// assert_eq!(layer.snapshot().gate.count.capacity, None);
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn off() -> Self {
@@ -144,7 +144,7 @@ impl AdmissionLayer {
     ///
     /// let layer = AdmissionLayer::builder().count(8).build()?;
     /// layer.gate().count().set_capacity(16)?;
-    /// assert_eq!(layer.snapshot().gate.count.capacity, 16);
+    /// assert_eq!(layer.snapshot().gate.count.capacity, Some(16));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn gate(&self) -> &Gate {
@@ -158,7 +158,7 @@ impl AdmissionLayer {
     ///
     /// let layer = AdmissionLayer::builder().count(3).build()?;
     /// let snap = layer.snapshot();
-    /// assert_eq!((snap.gate.count.capacity, snap.would_shed), (3, 0));
+    /// assert_eq!((snap.gate.count.capacity, snap.would_shed), (Some(3), 0));
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn snapshot(&self) -> AdmissionSnapshot {

@@ -187,7 +187,7 @@ async fn overloads_lower_the_limit_and_a_busy_server_raises_it() {
     }
     assert_eq!(
         layer.snapshot().gate.count.capacity,
-        2,
+        Some(2),
         "16 halved three times"
     );
     // Samples taken with half the limit or more in use: it grows by one for each.
@@ -220,7 +220,7 @@ async fn an_operators_limit_stays_until_handed_back_and_a_close_wins() {
     text(send(addr, get("/ok")).await).await;
     assert_eq!(
         layer.snapshot().gate.count.capacity,
-        10,
+        Some(10),
         "back in the controller's hands"
     );
 }

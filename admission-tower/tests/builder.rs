@@ -43,6 +43,35 @@ async fn statuses(layer: &AdmissionLayer, tenant: Option<&str>, n: usize) -> Vec
 }
 
 #[test]
+fn a_snapshot_says_none_for_no_limit_as_the_builder_does() {
+    let layer = AdmissionLayer::builder()
+        .max_request_bytes(1024)
+        .per_key(PerKey::new(4, tenant()))
+        .build()
+        .unwrap();
+    let gate = layer.snapshot().gate;
+    assert_eq!(gate.count.capacity, None, "no count limit");
+    assert_eq!(
+        gate.bytes.unwrap().capacity,
+        None,
+        "a largest request, no budget"
+    );
+    let keyed = gate.keyed.unwrap();
+    assert_eq!((keyed.cap, keyed.max_keys), (Some(4), None));
+    assert!(format!("{gate:?}").contains("capacity: None"));
+    let limited = AdmissionLayer::builder()
+        .count(8)
+        .bytes(4096)
+        .build()
+        .unwrap();
+    let gate = limited.snapshot().gate;
+    assert_eq!(
+        (gate.count.capacity, gate.bytes.unwrap().capacity),
+        (Some(8), Some(4096))
+    );
+}
+
+#[test]
 fn a_connection_bound_of_zero_is_an_error_that_names_it() {
     use std::time::Duration;
     let zero = Duration::ZERO;

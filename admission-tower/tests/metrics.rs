@@ -190,7 +190,10 @@ async fn the_prometheus_text_equals_the_snapshot_and_the_clients_tally() {
         g("admission_in_flight_requests"),
         snap.count.in_flight as f64
     );
-    assert_eq!(g("admission_limit_requests"), snap.count.capacity as f64);
+    assert_eq!(
+        g("admission_limit_requests"),
+        snap.count.capacity.unwrap() as f64
+    );
     assert_eq!(
         g("admission_high_water_requests"),
         snap.count.high_water as f64
@@ -198,13 +201,16 @@ async fn the_prometheus_text_equals_the_snapshot_and_the_clients_tally() {
     assert_eq!(g("admission_closed"), 0.0);
     let bytes = snap.bytes.unwrap();
     assert_eq!(g("admission_in_flight_bytes"), bytes.in_flight as f64);
-    assert_eq!(g("admission_limit_bytes"), bytes.capacity as f64);
+    assert_eq!(g("admission_limit_bytes"), bytes.capacity.unwrap() as f64);
     assert_eq!(g("admission_high_water_bytes"), bytes.high_water as f64);
     assert_eq!(g("admission_limit_request_bytes"), (32 << 10) as f64);
     let keyed = snap.keyed.unwrap();
     assert_eq!(g("admission_in_flight_keys"), keyed.keys as f64);
     assert_eq!(g("admission_high_water_keys"), keyed.keys_high_water as f64);
-    assert_eq!(g("admission_limit_per_key_requests"), keyed.cap as f64);
+    assert_eq!(
+        g("admission_limit_per_key_requests"),
+        keyed.cap.unwrap() as f64
+    );
     assert_eq!(g("admission_limit_keys"), f64::INFINITY, "no max_keys");
     let refused = |dimension| {
         value(

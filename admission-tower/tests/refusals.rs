@@ -616,10 +616,10 @@ async fn the_service_is_ready_when_its_inner_service_is_and_shows_its_state() {
         "not ready while the inner service is not"
     );
     assert_eq!(service.snapshot(), layer.snapshot());
-    assert_eq!(service.snapshot().gate.count.capacity, 1);
+    assert_eq!(service.snapshot().gate.count.capacity, Some(1));
     let shown = format!("{service:?}");
     assert!(
-        shown.starts_with("Admission {") && shown.contains("capacity: 1"),
+        shown.starts_with("Admission {") && shown.contains("capacity: Some(1)"),
         "{shown}"
     );
 

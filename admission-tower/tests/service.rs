@@ -280,7 +280,7 @@ fn a_layer_and_its_builder_say_what_they_hold() {
     assert!(plain.classes().is_none(), "no classes were given");
     let debug = format!("{plain:?}");
     assert!(
-        debug.starts_with("AdmissionLayer") && debug.contains("capacity: 3"),
+        debug.starts_with("AdmissionLayer") && debug.contains("capacity: Some(3)"),
         "{debug}"
     );
     let classes = Classes::new([("interactive", 100), ("batch", 50)]).unwrap();

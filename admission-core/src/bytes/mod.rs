@@ -443,14 +443,14 @@ impl ByteLedger {
     /// let ledger = ByteLedger::new(100)?;
     /// drop(ledger.try_charge(70)?);
     /// let snap = ledger.snapshot();
-    /// assert_eq!((snap.in_flight, snap.high_water, snap.capacity), (0, 70, 100));
+    /// assert_eq!((snap.in_flight, snap.high_water, snap.capacity), (0, 70, Some(100)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn snapshot(&self) -> Snapshot {
         let inner = self.inner();
         Snapshot {
             in_flight: self.in_flight(),
-            capacity: self.budget(),
+            capacity: crate::stats::configured(self.budget()),
             high_water: inner.stats.high_water(),
             refused: inner.stats.refused() + inner.too_large.load(Ordering::Relaxed),
         }

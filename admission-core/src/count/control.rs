@@ -297,7 +297,7 @@ impl CountLedger {
         let inner = self.inner();
         Snapshot {
             in_flight: self.in_flight(),
-            capacity: self.capacity(),
+            capacity: crate::stats::configured(self.capacity()),
             high_water: inner.cold.stats.high_water(),
             refused: inner.cold.stats.refused(),
         }

@@ -457,7 +457,7 @@ impl<K, S> Gate<K, S> {
     ///
     /// let gate = Gate::<()>::builder().count(1).build()?;
     /// let snap = gate.snapshot();
-    /// assert_eq!(snap.count.capacity, 1);
+    /// assert_eq!(snap.count.capacity, Some(1));
     /// assert!(snap.bytes.is_none() && snap.keyed.is_none() && !snap.closed);
     /// # Ok::<(), admission_core::CapacityError>(())
     /// ```

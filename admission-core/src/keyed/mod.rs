@@ -530,10 +530,10 @@ unsafe impl<K: Send + Sync, S: Send + Sync> Sync for KeyedInner<K, S> {}
 pub struct KeyedSnapshot {
     /// Keys with at least one permit in flight.
     pub keys: u64,
-    /// Per-key cap; 0 means unlimited.
-    pub cap: u64,
-    /// Bound on distinct keys; 0 means unlimited.
-    pub max_keys: u64,
+    /// Per-key cap; `None`: no cap.
+    pub cap: Option<u64>,
+    /// Bound on distinct keys; `None`: no bound.
+    pub max_keys: Option<u64>,
     /// The most keys seen with work in flight at once: by every new key while `max_keys`
     /// bounds the keys (each is counted as it comes), otherwise by the readings of
     /// [`keys`](KeyedLedger::keys) and [`snapshot`](KeyedLedger::snapshot) (a new key is

@@ -174,15 +174,15 @@ impl<K, S> KeyedLedger<K, S> {
     /// let _a = ledger.try_acquire(&1)?;
     /// let _ = ledger.try_acquire(&1);
     /// let snap = ledger.snapshot();
-    /// assert_eq!((snap.keys, snap.cap, snap.refused_key), (1, 1, 1));
+    /// assert_eq!((snap.keys, snap.cap, snap.refused_key), (1, Some(1), 1));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn snapshot(&self) -> KeyedSnapshot {
         let inner = self.owner.get();
         KeyedSnapshot {
             keys: self.keys(),
-            cap: self.cap(),
-            max_keys: self.max_keys(),
+            cap: crate::stats::configured(self.cap()),
+            max_keys: crate::stats::configured(self.max_keys()),
             keys_high_water: inner.keys_high_water.load(Ordering::Relaxed),
             refused_key: inner.refused_key.load(Ordering::Relaxed),
             refused_table: inner.refused_table.load(Ordering::Relaxed),

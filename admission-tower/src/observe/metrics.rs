@@ -142,13 +142,9 @@ fn describe() {
     );
 }
 
-/// A limit as a gauge value: 0 (none) is +Inf.
-fn limit(value: u64) -> f64 {
-    if value == 0 {
-        f64::INFINITY
-    } else {
-        value as f64
-    }
+/// A limit as a gauge value: none is +Inf.
+fn limit(value: Option<u64>) -> f64 {
+    value.map_or(f64::INFINITY, |value| value as f64)
 }
 
 impl LayerMetrics {
@@ -276,7 +272,7 @@ impl LayerMetrics {
             level.in_flight.set(bytes.in_flight as f64);
             level.high_water.set(bytes.high_water as f64);
             budget.set(limit(bytes.capacity));
-            max.set(limit(ledger.max_charge()));
+            max.set(limit(Some(ledger.max_charge()).filter(|&max| max != 0)));
         }
         if let (Some((in_flight, high_water, cap, max_keys)), Some(keyed)) =
             (&self.keys, snap.keyed)
