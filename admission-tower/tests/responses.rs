@@ -9,8 +9,6 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use admission_http::MinDataRate;
@@ -20,18 +18,20 @@ use axum::body::Body;
 use axum::routing::get;
 use bytes::Bytes;
 use http::StatusCode;
-use http_body::Frame;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioExecutor;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, sleep};
 
+#[path = "support/events.rs"]
+mod events;
 #[path = "support/h2.rs"]
 mod h2;
 #[path = "support/heap.rs"]
 mod heap;
 
+use events::Heartbeats;
 use h2::{INITIAL_WINDOW_SIZE, Log, client, get_on, preface_with, window_update};
 
 /// The requests the layer admits at once: as many as one attacking connection asks for.
@@ -48,23 +48,6 @@ const BIG: usize = 16 << 20;
 /// that one does not count the other's.
 static HEAP: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// A body that sends a heartbeat every 200 ms, for ever: an event stream.
-struct Heartbeats(tokio::time::Interval);
-
-impl http_body::Body for Heartbeats {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.0
-            .poll_tick(cx)
-            .map(|_| Some(Ok(Frame::data(Bytes::from_static(b":\n\n")))))
-    }
-}
-
 fn app(layer: &AdmissionLayer) -> Router {
     Router::new()
         .route("/", get(|| async { "ok" }))
@@ -76,13 +59,7 @@ fn app(layer: &AdmissionLayer) -> Router {
             }),
         )
         .route("/big", get(|| async { Body::from(vec![7u8; BIG]) }))
-        .route(
-            "/events",
-            get(|| async {
-                let every = tokio::time::interval(Duration::from_millis(200));
-                Body::new(Heartbeats(every))
-            }),
-        )
+        .route("/events", get(|| async { Body::new(Heartbeats::new()) }))
         .layer(layer.clone())
 }
 

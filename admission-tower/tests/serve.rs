@@ -7,10 +7,7 @@
 
 #![cfg(all(feature = "serve", feature = "axum"))]
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use admission_tower::{AdmissionLayer, ConnectionLimits};
@@ -19,7 +16,6 @@ use axum::routing::get;
 use axum::{Router, body::Body};
 use bytes::Bytes;
 use http::{Request, StatusCode};
-use http_body::Frame;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -27,11 +23,14 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep, timeout};
 
+#[path = "support/events.rs"]
+mod events;
 #[path = "support/h2.rs"]
 mod h2;
 #[path = "support/heap.rs"]
 mod heap;
 
+use events::Heartbeats;
 use h2::{
     CONTINUATION, END_HEADERS, END_STREAM, GOAWAY, HEADERS, PING, RST_STREAM, frame, frames,
     get_block, preface,
@@ -57,23 +56,6 @@ fn idle_only() -> ConnectionLimits {
     limits().with_head_within(Some(BOUND * 10))
 }
 
-/// A body that sends a heartbeat every 200 ms, for ever: an event stream.
-struct Heartbeats(tokio::time::Interval);
-
-impl http_body::Body for Heartbeats {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.0
-            .poll_tick(cx)
-            .map(|_| Some(Ok(Frame::data(Bytes::from_static(b":\n\n")))))
-    }
-}
-
 fn app(layer: &AdmissionLayer) -> Router {
     Router::new()
         .route("/", get(|| async { "ok" }))
@@ -89,13 +71,7 @@ fn app(layer: &AdmissionLayer) -> Router {
             }),
         )
         .route("/hang", get(std::future::pending::<&'static str>))
-        .route(
-            "/events",
-            get(|| async {
-                let every = tokio::time::interval(Duration::from_millis(200));
-                Body::new(Heartbeats(every))
-            }),
-        )
+        .route("/events", get(|| async { Body::new(Heartbeats::new()) }))
         .layer(layer.clone())
 }
 
@@ -504,35 +480,11 @@ async fn h2_hanging(addr: SocketAddr, layer: &AdmissionLayer) -> TcpStream {
 
 /// Reads frames until the connection closes or `within` passes, answering each ping.
 async fn answering_pings(stream: &mut TcpStream, within: Duration) -> Vec<(u8, u8, u32, Vec<u8>)> {
-    let mut read = Vec::new();
-    let mut frames = Vec::new();
-    let _ = timeout(within, async {
-        let mut buf = [0; 8192];
-        loop {
-            match stream.read(&mut buf).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => read.extend_from_slice(&buf[..n]),
-            }
-            while read.len() >= 9 {
-                let len =
-                    usize::from(read[0]) << 16 | usize::from(read[1]) << 8 | usize::from(read[2]);
-                if read.len() < 9 + len {
-                    break;
-                }
-                let frame: Vec<u8> = read.drain(..9 + len).collect();
-                let (kind, flags) = (frame[3], frame[4]);
-                if kind == PING && flags == 0 {
-                    let _ = stream
-                        .write_all(&self::frame(PING, 1, 0, &frame[9..]))
-                        .await;
-                }
-                let id = u32::from_be_bytes([frame[5], frame[6], frame[7], frame[8]]) & 0x7fff_ffff;
-                frames.push((kind, flags, id, frame[9..].to_vec()));
-            }
-        }
-    })
-    .await;
-    frames
+    let log = h2::client(stream, within, within, |_| Vec::new(), |_| false).await;
+    log.0
+        .into_iter()
+        .map(|seen| (seen.kind, seen.flags, seen.stream, seen.payload))
+        .collect()
 }
 
 /// Whether a frame of `kind` with error `code` came on stream 0 (a GOAWAY).

@@ -26,9 +26,7 @@
 mod attack;
 mod load;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
 use admission_tower::{AdmissionLayer, ConnectionLimits, PerKey, key};
@@ -38,9 +36,12 @@ use axum::routing::get;
 use bytes::Bytes;
 use tokio::net::TcpListener;
 
-// The tests' h2 frames by hand, shared.
+// The tests' h2 frames by hand, and their heap counter, shared.
 #[path = "../../tests/support/h2.rs"]
 mod h2;
+#[path = "../../tests/support/heap.rs"]
+#[allow(dead_code)]
+mod heap;
 
 /// Requests in flight, and per client address.
 const COUNT: usize = 128;
@@ -63,38 +64,6 @@ const CLIENTS: u8 = 64;
 const HEAP_BOUND: usize =
     attack::ZERO_WINDOW_STREAMS * (96 + 64) * 1024 + attack::ATTACK_CONNECTIONS * CONNECTION_BYTES;
 const CONNECTION_BYTES: usize = 64 * 1024;
-
-/// Counts the bytes live on the heap, and the most at once.
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-static PEAK: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: delegates to the system allocator; the counters are only arithmetic.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let live =
-            LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed) + layout.size() as isize;
-        PEAK.fetch_max(live, Ordering::Relaxed);
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: the caller's contract is passed on unchanged.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
-
-/// The peak heap since the last call, and starts the next period at what is live now.
-fn peak_heap() -> usize {
-    let peak = PEAK.swap(LIVE.load(Ordering::Relaxed), Ordering::Relaxed);
-    peak.max(0) as usize
-}
 
 /// A loopback address of the given group: 127.0.`group`.`host`.
 fn loopback(group: u8, host: u8) -> IpAddr {
@@ -158,16 +127,16 @@ async fn main() -> std::process::ExitCode {
         run.as_secs()
     );
 
-    peak_heap();
+    heap::peak();
     let quiet = clients.offer(rate, run).await;
-    let quiet_heap = peak_heap();
+    let quiet_heap = heap::peak();
     eprintln!("quiet run done");
 
     let attacks = attack::Attacks::start(addr);
     // The attacks take hold before the measured load comes.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let attacked = clients.offer(rate, run).await;
-    let attacked_heap = peak_heap();
+    let attacked_heap = heap::peak();
     let seen = attacks.stop().await;
     eprintln!("attacked run done");
 

@@ -9,11 +9,16 @@ use std::sync::atomic::{AtomicIsize, Ordering};
 struct Counting;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+static PEAK: AtomicIsize = AtomicIsize::new(0);
 
 // SAFETY: delegates to the system allocator; the counter is only arithmetic.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        let size = layout.size() as isize;
+        PEAK.fetch_max(
+            LIVE.fetch_add(size, Ordering::Relaxed) + size,
+            Ordering::Relaxed,
+        );
         // SAFETY: the caller's contract is passed on unchanged.
         unsafe { System.alloc(layout) }
     }
@@ -30,4 +35,11 @@ static ALLOCATOR: Counting = Counting;
 
 pub(crate) fn live() -> isize {
     LIVE.load(Ordering::Relaxed)
+}
+
+/// The most bytes live at once since the last call, and starts the next period at what
+/// is live now.
+#[allow(dead_code)] // The attacks example's; the tests read what is live.
+pub(crate) fn peak() -> usize {
+    PEAK.swap(live(), Ordering::Relaxed).max(0) as usize
 }
