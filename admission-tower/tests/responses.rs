@@ -93,6 +93,13 @@ async fn ask(addr: SocketAddr, window: u32, path: &str, streams: u32) -> TcpStre
     stream
 }
 
+/// Reads `stream` for `within`, answering pings and opening no window, until each of its
+/// first `streams` streams has been reset: what it saw.
+async fn until_reset(stream: &mut TcpStream, within: Duration, streams: u32) -> Log {
+    let all_reset = move |log: &Log| ids(streams).all(|id| log.reset(id).is_some());
+    client(stream, within, within, |_| Vec::new(), all_reset).await
+}
+
 /// The ids of the first `n` client streams.
 fn ids(n: u32) -> impl Iterator<Item = u32> {
     (0..n).map(|i| 2 * i + 1)
@@ -126,15 +133,7 @@ async fn a_zero_window_on_streamed_responses_gives_their_permits_back_after_the_
         "all held"
     );
 
-    let all_reset = |log: &Log| ids(COUNT as u32).all(|id| log.reset(id).is_some());
-    let log = client(
-        &mut attacker,
-        Duration::from_secs(5),
-        Duration::from_secs(1),
-        |_| Vec::new(),
-        all_reset,
-    )
-    .await;
+    let log = until_reset(&mut attacker, Duration::from_secs(5), COUNT as u32).await;
     for id in ids(COUNT as u32) {
         let reset = log
             .reset(id)
@@ -157,14 +156,7 @@ async fn a_zero_window_on_one_large_chunk_holds_its_permits_and_then_nothing() {
     let (layer, addr) = serve(rate()).await;
     // A first round makes the runtime's, the server's and h2's one-time allocations.
     let mut first = ask(addr, 0, "/big", 1).await;
-    let _ = client(
-        &mut first,
-        Duration::from_secs(5),
-        Duration::from_secs(1),
-        |_| Vec::new(),
-        |log| log.reset(1).is_some(),
-    )
-    .await;
+    let _ = until_reset(&mut first, Duration::from_secs(5), 1).await;
     drop(first);
     eventually(|| layer.connections().open() == 0).await;
     let before = heap::live();
@@ -184,16 +176,8 @@ async fn a_zero_window_on_one_large_chunk_holds_its_permits_and_then_nothing() {
         "the permits are held while the chunks wait on the client"
     );
 
-    let all_reset = |log: &Log| ids(streams).all(|id| log.reset(id).is_some());
-    let log = client(
-        &mut attacker,
-        Duration::from_secs(5),
-        Duration::from_secs(1),
-        |_| Vec::new(),
-        all_reset,
-    )
-    .await;
-    assert!(all_reset(&log), "{log:?}");
+    let log = until_reset(&mut attacker, Duration::from_secs(5), streams).await;
+    assert!(ids(streams).all(|id| log.reset(id).is_some()), "{log:?}");
     eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
     // Nothing of the chunks is left, with the connection still open.
     eventually(|| heap::live() - before < 1 << 20).await;
@@ -261,14 +245,7 @@ async fn a_connection_window_left_at_zero_is_reset() {
     let (layer, addr) = serve(MinDataRate::new(64 * 1024, Duration::from_secs(1))).await;
     // Every stream's window wide open; the connection's never opened past its first.
     let mut attacker = ask(addr, 16 << 20, "/stream", 1).await;
-    let log = client(
-        &mut attacker,
-        Duration::from_secs(6),
-        Duration::from_secs(1),
-        |_| Vec::new(),
-        |log| log.reset(1).is_some(),
-    )
-    .await;
+    let log = until_reset(&mut attacker, Duration::from_secs(6), 1).await;
     let reset = log.reset(1).unwrap_or_else(|| panic!("not reset: {log:?}"));
     assert_eq!(log.data(1), 65_535, "the connection's window, and no more");
     assert!(reset < Duration::from_secs(4), "reset at {reset:?}");
@@ -294,14 +271,7 @@ async fn an_idle_event_stream_is_kept_and_one_whose_heartbeats_cannot_go_is_rese
     eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
 
     let mut stalled = ask(addr, 0, "/events", 1).await;
-    let log = client(
-        &mut stalled,
-        Duration::from_secs(5),
-        Duration::from_secs(1),
-        |_| Vec::new(),
-        |log| log.reset(1).is_some(),
-    )
-    .await;
+    let log = until_reset(&mut stalled, Duration::from_secs(5), 1).await;
     let reset = log.reset(1).unwrap_or_else(|| panic!("not reset: {log:?}"));
     assert!(reset < Duration::from_millis(2_500), "reset at {reset:?}");
 }

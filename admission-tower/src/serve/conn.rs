@@ -488,10 +488,15 @@ mod tests {
 #[cfg(test)]
 mod paced_tests {
     use std::pin::pin;
+    use std::time::Duration;
 
+    use admission_http::MinDataRate;
+    use bytes::Bytes;
+    use http_body::Body;
     use http_body_util::{BodyExt, Full};
+    use tokio::time::Instant;
 
-    use super::*;
+    use super::{Pace, TrackedBody};
 
     /// A response body paced as on an h2 stream, its inner body `bytes` long.
     fn paced(bytes: usize) -> TrackedBody<Full<Bytes>> {

@@ -231,7 +231,16 @@ impl<F: Future> Future for Timed<F> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use std::time::Duration;
+
+    use admission_http::MinDataRate;
+    use bytes::Bytes;
+    use tokio::time::Instant;
+
+    use super::{MAX_PIECE, MIN_PIECE, Pace, Timed, in_stream, publish};
 
     fn rate() -> MinDataRate {
         MinDataRate::new(1_000, Duration::from_secs(2))
