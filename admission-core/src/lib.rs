@@ -20,6 +20,7 @@
 //! | requests in flight per client | [`KeyedLedger`] → [`KeyedPermit`], keyed by [`Key`] or your own type | [`Refused::Key`], [`Refused::KeyTable`] |
 //! | any of these together | [`Gate`] → [`GatePermit`], all or nothing | the dimension that refused |
 //! | the least important work shed first | [`Priority`] classes ([`Classes`]) with [`CountLedger::try_acquire_as`], [`Claim::priority`] | [`Refused::Count`], counted by class |
+//! | retries shed before first attempts | [`Priority::retry`] of the request's class | [`Refused::Class`], counted by class and as retries |
 //! | a cap chosen per client (tenant tiers) | [`KeyedLedger::try_acquire_with_cap`], [`Claim::key_cap`] | [`Refused::Key`] |
 //! | a count limit that finds the server's concurrency itself | [`AdaptiveLimit`] driving a [`CountLedger`] ([`adaptive`]) | [`Refused::Count`] |
 //! | a burst served rather than shed | [`CountLedger::acquire`] / [`Gate::claim`] after [`CountLedger::set_max_waiting`] (a future, no timer: add your runtime's timeout) | [`Refused::Count`] beyond the waiters |

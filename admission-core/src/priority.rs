@@ -11,7 +11,8 @@ pub const MAX_CLASSES: usize = 8;
 ///
 /// Made by a [`Classes`] table ([`Classes::get`], [`Classes::iter`]); the standard table's
 /// classes are also constants ([`CRITICAL`](Self::CRITICAL), [`DEFAULT`](Self::DEFAULT),
-/// [`SHEDDABLE`](Self::SHEDDABLE)). A `Priority` is two bytes and `Copy`.
+/// [`SHEDDABLE`](Self::SHEDDABLE)). A retry of a class is a `Priority` of its own, with a
+/// smaller share ([`retry`](Self::retry)). A `Priority` is small and `Copy`.
 ///
 /// A class whose share is `p`% is admitted by a count ledger of capacity `c` while fewer
 /// than `⌊c × p / 100⌋` permits are in flight (of every class together): the share is a
@@ -37,6 +38,8 @@ pub const MAX_CLASSES: usize = 8;
 pub struct Priority {
     index: u8,
     percent: u8,
+    /// Made by [`retry`](Self::retry).
+    retry: bool,
     /// `⌈percent × 2⁶⁴ / 100⌉`, or 0 for 100%: see [`of`](Self::of).
     scale: u64,
 }
@@ -59,8 +62,59 @@ impl Priority {
         Self {
             index,
             percent,
+            retry: false,
             scale,
         }
+    }
+
+    /// A retry of this class: the same class (its [`index`](Self::index), where its
+    /// refusals are counted), admitted only while fewer than `percent`% of what the class
+    /// may fill are in flight, so that when the server must shed, retries go before the
+    /// class's first attempts. Its [`share`](Self::share) is `⌊share × percent / 100⌋`,
+    /// at least 1; `percent` is taken as 1 to 100. Its refusals are counted also in
+    /// [`CountLedger::refused_retries`](crate::CountLedger::refused_retries).
+    ///
+    /// ```
+    /// use admission_core::{CountLedger, Priority, Refused};
+    ///
+    /// let retry = Priority::DEFAULT.retry(80);
+    /// assert_eq!((retry.index(), retry.share(), retry.is_retry()), (1, 72, true));
+    ///
+    /// let ledger = CountLedger::new(10)?;
+    /// let held: Vec<_> = (0..7).map(|_| ledger.try_acquire_as(Priority::DEFAULT)).collect::<Result<_, _>>()?;
+    /// // 7 in flight: a retry (72% of 10) is shed, a first attempt (90%) is not.
+    /// assert_eq!(ledger.try_acquire_as(retry).unwrap_err(), Refused::Class);
+    /// let _first = ledger.try_acquire_as(Priority::DEFAULT)?;
+    /// assert_eq!(ledger.refused_retries(), 1);
+    /// # drop(held);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub const fn retry(self, percent: u8) -> Self {
+        let percent = if percent == 0 {
+            1
+        } else if percent > 100 {
+            100
+        } else {
+            percent
+        };
+        let share = self.percent as u16 * percent as u16 / 100;
+        let share = if share == 0 { 1 } else { share as u8 };
+        let mut retry = Priority::new(self.index, share);
+        retry.retry = true;
+        retry
+    }
+
+    /// Whether this is a [`retry`](Self::retry) of its class.
+    ///
+    /// ```
+    /// use admission_core::Priority;
+    ///
+    /// assert!(!Priority::SHEDDABLE.is_retry());
+    /// assert!(Priority::SHEDDABLE.retry(50).is_retry());
+    /// ```
+    pub const fn is_retry(self) -> bool {
+        self.retry
     }
 
     /// The class's position in its table, from 0 (the most important); indexes
@@ -105,7 +159,8 @@ impl Priority {
 
 impl fmt::Debug for Priority {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Priority(#{}, {}%)", self.index, self.percent)
+        let retry = if self.retry { ", retry" } else { "" };
+        write!(f, "Priority(#{}, {}%{retry})", self.index, self.percent)
     }
 }
 
@@ -422,6 +477,36 @@ mod tests {
         assert_eq!(Priority::CRITICAL.of(7), 7);
         assert_eq!(Priority::SHEDDABLE.of(10), 7);
         assert_eq!(Priority::DEFAULT.of(1), 0);
+    }
+
+    #[test]
+    fn a_retry_keeps_its_class_at_a_share_of_its_share() {
+        for (class, percent, share) in [
+            (Priority::DEFAULT, 80, 72),
+            (Priority::SHEDDABLE, 50, 35),
+            (Priority::CRITICAL, 100, 100),
+            (Priority::CRITICAL, 99, 99),
+            // Never 0: a class of 1% retried at 50% is still 1%.
+            (Priority::new(3, 1), 50, 1),
+            // Taken as 1 to 100.
+            (Priority::DEFAULT, 0, 1),
+            (Priority::DEFAULT, 255, 90),
+        ] {
+            let retry = class.retry(percent);
+            assert_eq!(retry.share(), share, "{class:?} at {percent}%");
+            assert_eq!(retry.index(), class.index());
+            assert!(retry.is_retry() && !class.is_retry());
+            // The threshold is the retry's share's, computed as a class's is.
+            assert_eq!(retry.of(1000), u64::from(share) * 10);
+            assert_ne!(retry, class);
+        }
+        // A retry of a retry is a retry of the smaller share.
+        assert_eq!(Priority::DEFAULT.retry(50).retry(50).share(), 22);
+        assert_eq!(
+            format!("{:?}", Priority::DEFAULT.retry(80)),
+            "Priority(#1, 72%, retry)"
+        );
+        assert_eq!(format!("{:?}", Priority::DEFAULT), "Priority(#1, 90%)");
     }
 
     #[test]

@@ -149,6 +149,27 @@ impl AdmissionInterceptor {
     /// # drop(held);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    ///
+    /// To shed retries before first attempts (as the layer's `Retries` does), name a
+    /// retry's class as its [`Priority::retry`]: gRPC clients send
+    /// `grpc-previous-rpc-attempts` on every retry and hedged call.
+    ///
+    /// ```
+    /// use admission_core::{Gate, Priority};
+    /// use admission_grpc::AdmissionInterceptor;
+    /// use tonic::service::Interceptor;
+    ///
+    /// let gate: Gate = Gate::builder().count(2).build()?;
+    /// let mut interceptor = AdmissionInterceptor::new(gate).priority(|metadata| {
+    ///     let earlier = metadata.get("grpc-previous-rpc-attempts").and_then(|n| n.to_str().ok()?.parse::<u32>().ok());
+    ///     if earlier > Some(0) { Priority::CRITICAL.retry(50) } else { Priority::CRITICAL }
+    /// });
+    /// let _first = interceptor.call(tonic::Request::new(()))?;
+    /// let mut retry = tonic::Request::new(());
+    /// retry.metadata_mut().insert("grpc-previous-rpc-attempts", "1".parse().unwrap());
+    /// assert!(interceptor.call(retry).is_err(), "1 of 2 in flight: retries may fill 1");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn priority<F>(mut self, classify: F) -> Self
     where
         F: Fn(&MetadataMap) -> Priority + Send + Sync + 'static,

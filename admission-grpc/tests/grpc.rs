@@ -715,3 +715,32 @@ async fn tonic_served_by_the_layers_serve_answers_calls_and_refuses_with_grpc_co
     assert_eq!(shutdown.requests_cut(), 0);
     drop(reporter);
 }
+
+#[tokio::test]
+async fn a_retry_says_so_in_its_metadata_and_is_shed_before_a_first_attempt() {
+    let layer = AdmissionLayer::builder()
+        .count(2)
+        .retries(admission_tower::Retries::grpc())
+        .refusals(refusals().retry_after(RETRY))
+        .build()
+        .unwrap();
+    let state = State::new(1000);
+    let addr = start(&layer, &state).await;
+    let channel = channel(addr).await;
+
+    // One of two in flight: a retry (80% of 2: 1) is shed, a first attempt is not.
+    let held = layer.gate().count().try_acquire().unwrap();
+    let retry = [("grpc-previous-rpc-attempts", "1")];
+    let status = put(&channel, "again", &retry).await.unwrap_err();
+    assert_retryable(
+        &status,
+        Code::ResourceExhausted,
+        "priority class share reached",
+    );
+    assert_eq!(state.calls(), 0, "the handler did not run");
+    assert_eq!(put(&channel, "first", &[]).await.unwrap().status, 1);
+    drop(held);
+    eventually("idle", || in_flight(&layer) == 0).await;
+    assert_eq!(put(&channel, "again", &retry).await.unwrap().status, 1);
+    assert_eq!(layer.snapshot().gate.refused_retries, 1);
+}

@@ -8,7 +8,10 @@
 //! default standing-queue rule: once the queue has stood for 100 ms, a waiter that has
 //! waited 5 ms gives its place to a newer request). Two loads from hyper-util's pooled
 //! client, each for `RUN` after a short warm-up: `BURST` requests at once every `PERIOD`
-//! (2,000 a second on average), then 5,000 a second, evenly (5x the capacity).
+//! (2,000 a second on average), then 5,000 a second, evenly (5x the capacity). Last,
+//! 2,000 a second whose refused requests are retried up to `RETRIES` times with jittered
+//! exponential backoff, each retry saying so in a header, shed at once with retries
+//! admitted as first attempts and then with [`Retries`] (retries shed first).
 //!
 //! It prints goodput (answers against the capacity: the workers over the mean time each
 //! was held, which the timer's granularity makes a little over 10 ms), the latency of the
@@ -16,7 +19,10 @@
 //! serves less than 85% of the capacity or its p99 exceeds `MAX_WAIT` plus twice the
 //! service time; or if, under sustained overload, the wait's goodput falls more than 1%
 //! below shedding at once's, its p99 exceeds shedding's by more than the target plus
-//! `SLACK`, or it takes more than the target plus `SLACK` to refuse (p99).
+//! `SLACK`, or it takes more than the target plus `SLACK` to refuse (p99); or if, with
+//! retries shed first, fewer than 80% of the requests served are served at their first
+//! attempt (or no more than with retries admitted alike), or its goodput falls more than
+//! 5% below theirs.
 //!
 //! These bounds are set to catch the wait gone wrong on any machine CI may run on, not to
 //! time it: without the standing-queue rule's target (newest first alone) the sustained
@@ -31,7 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use admission_tower::{AdmissionLayer, MeteredBody, Wait};
+use admission_tower::{AdmissionLayer, MeteredBody, Retries, Wait};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
@@ -60,11 +66,25 @@ const TARGET: Duration = Duration::from_millis(5);
 /// they add about 1.5 ms; on one whose cores are both busy with other work, 5 ms.)
 const SLACK: Duration = Duration::from_millis(15);
 
+/// The retried load: this many requests every millisecond (2x the capacity), each refused
+/// one retried up to `RETRIES` times.
+const RETRIED_PER_MS: usize = 2;
+const RETRIES: u32 = 3;
+/// The first retry's backoff bound; each next one's is twice the last's (full jitter: a
+/// retry waits a uniformly drawn part of it), as gRPC's retry policy has it.
+const BACKOFF: Duration = Duration::from_millis(20);
+/// Where a retry says how many attempts came before it.
+const ATTEMPT: http::HeaderName = http::HeaderName::from_static("x-previous-attempts");
+
 /// What one run measured.
 struct Figures {
     /// The mean time a worker was held, seconds.
     service: f64,
     goodput: f64,
+    /// Requests served at their first attempt, and at a retry.
+    first: usize,
+    retried: usize,
+    /// Refusals (every attempt's).
     shed: usize,
     p50: Duration,
     p99: Duration,
@@ -73,8 +93,9 @@ struct Figures {
 }
 
 /// `count` requests at once every `every`, for the warm-up and the run, against a server
-/// behind `layer`.
-async fn run(layer: AdmissionLayer, every: Duration, count: usize) -> Figures {
+/// behind `layer`; each refused one retried up to `retries` times. Latency is from a
+/// request's first attempt to its answer.
+async fn run(layer: AdmissionLayer, every: Duration, count: usize, retries: u32) -> Figures {
     let slots = Arc::new(Semaphore::new(WORKERS));
     // What each worker was held for, added up (µs), and how many: the timer's granularity
     // makes a 10 ms sleep last a little longer, and the capacity is what the workers did.
@@ -119,23 +140,44 @@ async fn run(layer: AdmissionLayer, every: Duration, count: usize) -> Figures {
         let measured = started.elapsed() >= WARM_UP;
         for _ in 0..count {
             let (client, uri) = (client.clone(), uri.clone());
+            let seed = requests.len() as u64;
             requests.push(tokio::spawn(async move {
                 let sent = Instant::now();
-                let request = Request::get(uri).body(Full::default()).expect("a request");
-                let response = client.request(request).await.expect("an answer");
-                let status = response.status();
-                let _ = response.into_body().collect().await;
-                (measured, status, sent.elapsed())
+                let mut refusals = Vec::new();
+                for attempt in 0..=retries {
+                    let request = Request::get(uri.clone()).header(ATTEMPT, attempt);
+                    let request = request.body(Full::default()).expect("a request");
+                    let attempted = Instant::now();
+                    let response = client.request(request).await.expect("an answer");
+                    let status = response.status();
+                    let _ = response.into_body().collect().await;
+                    if status == StatusCode::OK {
+                        return (measured, Some((attempt, sent.elapsed())), refusals);
+                    }
+                    refusals.push(attempted.elapsed());
+                    if attempt < retries {
+                        tokio::time::sleep(backoff(seed, attempt)).await;
+                    }
+                }
+                (measured, None, refusals)
             }));
         }
     }
     let (mut answered, mut refused) = (Vec::new(), Vec::new());
+    let (mut first, mut retried) = (0, 0);
     for request in requests {
-        let (measured, status, latency) = request.await.expect("the request's task");
-        match (measured, status) {
-            (false, _) => {}
-            (true, StatusCode::OK) => answered.push(latency),
-            (true, _) => refused.push(latency),
+        let (measured, served, refusals) = request.await.expect("the request's task");
+        if !measured {
+            continue;
+        }
+        refused.extend(refusals);
+        if let Some((attempt, latency)) = served {
+            answered.push(latency);
+            *if attempt == 0 {
+                &mut first
+            } else {
+                &mut retried
+            } += 1;
         }
     }
     server.abort();
@@ -145,11 +187,24 @@ async fn run(layer: AdmissionLayer, every: Duration, count: usize) -> Figures {
     Figures {
         service,
         goodput: answered.len() as f64 / capacity,
+        first,
+        retried,
         shed: refused.len(),
         p50: percentile(&mut answered, 0.5),
         p99: percentile(&mut answered, 0.99),
         refused_p99: percentile(&mut refused, 0.99),
     }
+}
+
+/// Retry `attempt`'s backoff for request `seed`: a part of `BACKOFF << attempt` drawn
+/// from the two (SplitMix64), the same in every run.
+fn backoff(seed: u64, attempt: u32) -> Duration {
+    let mut x = seed.wrapping_mul(4).wrapping_add(u64::from(attempt));
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^= x >> 31;
+    (BACKOFF * 2_u32.pow(attempt)).mul_f64((x >> 11) as f64 / (1_u64 << 53) as f64)
 }
 
 fn percentile(latencies: &mut [Duration], p: f64) -> Duration {
@@ -175,6 +230,26 @@ fn print(rows: &[(&str, &Figures)]) {
             ms(figures.p99),
             ms(figures.refused_p99),
             figures.service * 1e3
+        );
+    }
+}
+
+/// Prints what the retried runs served, as a table.
+fn print_retried(rows: &[(&str, &Figures)]) {
+    println!(
+        "  {:<34} {:>8} {:>7} {:>7} {:>8} {:>8}",
+        "", "goodput", "first", "retry", "p50", "p99"
+    );
+    for (name, figures) in rows {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        println!(
+            "  {:<34} {:>7.1}% {:>7} {:>7} {:>6.1}ms {:>6.1}ms",
+            name,
+            figures.goodput * 100.0,
+            figures.first,
+            figures.retried,
+            ms(figures.p50),
+            ms(figures.p99),
         );
     }
 }
@@ -208,8 +283,8 @@ async fn main() -> std::process::ExitCode {
         "bursts: {BURST} requests at once every {} ms (2x the capacity)",
         PERIOD.as_millis()
     );
-    let shed = run(shed_layer().expect("a layer"), PERIOD, BURST).await;
-    let waited = run(wait_layer().expect("a layer"), PERIOD, BURST).await;
+    let shed = run(shed_layer().expect("a layer"), PERIOD, BURST, 0).await;
+    let waited = run(wait_layer().expect("a layer"), PERIOD, BURST, 0).await;
     print(&[("shed at once", &shed), (&wait_name, &waited)]);
     let bound = MAX_WAIT + 2 * SERVICE;
     check(
@@ -234,8 +309,8 @@ async fn main() -> std::process::ExitCode {
         PER_MS * 1000
     );
     let every = Duration::from_millis(1);
-    let shed = run(shed_layer().expect("a layer"), every, PER_MS).await;
-    let waited = run(wait_layer().expect("a layer"), every, PER_MS).await;
+    let shed = run(shed_layer().expect("a layer"), every, PER_MS, 0).await;
+    let waited = run(wait_layer().expect("a layer"), every, PER_MS, 0).await;
     print(&[("shed at once", &shed), (&wait_name, &waited)]);
     check(
         format!(
@@ -263,6 +338,58 @@ async fn main() -> std::process::ExitCode {
             SLACK.as_millis()
         ),
         waited.refused_p99 <= TARGET + SLACK,
+    );
+
+    println!();
+    println!(
+        "retried: {} requests a second, evenly (2x the capacity), each refused one retried up to \
+         {RETRIES} times ({} ms backoff, doubling, jittered)",
+        RETRIED_PER_MS * 1000,
+        BACKOFF.as_millis()
+    );
+    let retries = Retries::previous_attempts(ATTEMPT);
+    let share = Retries::SHARE;
+    let alike = run(
+        shed_layer().expect("a layer"),
+        every,
+        RETRIED_PER_MS,
+        RETRIES,
+    )
+    .await;
+    let first_layer = AdmissionLayer::builder()
+        .count(WORKERS)
+        .retries(retries)
+        .build();
+    let first = run(
+        first_layer.expect("a layer"),
+        every,
+        RETRIED_PER_MS,
+        RETRIES,
+    )
+    .await;
+    let first_name = format!("retries shed first ({share}%)");
+    print_retried(&[
+        ("retries admitted as first attempts", &alike),
+        (&first_name, &first),
+    ]);
+    let of_first =
+        |figures: &Figures| figures.first as f64 / (figures.first + figures.retried).max(1) as f64;
+    check(
+        format!(
+            "shedding retries first, {:.1}% of what it serves are first attempts (want >= 80%, \
+             and above the {:.1}% of retries admitted alike)",
+            of_first(&first) * 100.0,
+            of_first(&alike) * 100.0
+        ),
+        of_first(&first) >= 0.8 && of_first(&first) > of_first(&alike),
+    );
+    check(
+        format!(
+            "and its goodput is {:.1}% (want >= retries admitted alike's {:.1}% less 5%)",
+            first.goodput * 100.0,
+            alike.goodput * 100.0
+        ),
+        first.goodput >= alike.goodput - 0.05,
     );
     if missed == 0 {
         std::process::ExitCode::SUCCESS

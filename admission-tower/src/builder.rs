@@ -8,7 +8,7 @@ use http::request::Parts;
 
 use crate::observe;
 use crate::shared::{BypassFn, ClassifyFn, HookFn};
-use crate::{Adaptive, ConnectionLimits, PerKey, RefusalEvent, SlowClients};
+use crate::{Adaptive, ConnectionLimits, PerKey, RefusalEvent, Retries, SlowClients};
 
 pub use crate::limits::{NewGate, SharedGate};
 
@@ -54,6 +54,7 @@ pub struct AdmissionBuilder<G = NewGate> {
     pub(crate) per_key: Option<PerKey>,
     pub(crate) bypass: Option<BypassFn>,
     pub(crate) classes: Option<(Classes, ClassifyFn)>,
+    pub(crate) retries: Option<Retries>,
     pub(crate) refusals: Refusals,
     pub(crate) hook: Option<HookFn>,
     pub(crate) dry_run: bool,
@@ -73,6 +74,7 @@ impl<G> AdmissionBuilder<G> {
             per_key: None,
             bypass: None,
             classes: None,
+            retries: None,
             refusals: Refusals::new(),
             hook: None,
             dry_run: false,
@@ -95,6 +97,7 @@ impl<G> AdmissionBuilder<G> {
             per_key: self.per_key,
             bypass: self.bypass,
             classes: self.classes,
+            retries: self.retries,
             refusals: self.refusals,
             hook: self.hook,
             dry_run: self.dry_run,
@@ -158,6 +161,29 @@ impl<G> AdmissionBuilder<G> {
         F: Fn(&Parts, &Classes) -> Priority + Send + Sync + 'static,
     {
         self.classes = Some((classes, Box::new(classify)));
+        self
+    }
+
+    /// Sheds requests that say they are retries before the first attempts of their class:
+    /// a retry is admitted only while fewer than its share of what its class may fill are
+    /// in flight, and never waits. See [`Retries`]: how a request says it is a retry, and
+    /// how the share is chosen. Without priority classes, every request is of one class
+    /// that may fill the whole count.
+    ///
+    /// Retries need a count limit (a `count`, an adaptive limit or a shared gate's), and a
+    /// retry of each class must be admitted at the smallest count the layer can have
+    /// (the adaptive minimum): `build` says which class's retries would never be
+    /// ([`BuildError::RetryShareRoundsToZero`](crate::BuildError::RetryShareRoundsToZero)).
+    ///
+    /// ```
+    /// use admission_tower::{AdmissionLayer, Retries};
+    ///
+    /// let layer = AdmissionLayer::builder().count(256).retries(Retries::grpc()).build()?;
+    /// # drop(layer);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn retries(mut self, retries: Retries) -> Self {
+        self.retries = Some(retries);
         self
     }
 

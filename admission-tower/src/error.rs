@@ -74,6 +74,22 @@ pub enum BuildError {
         /// The count limit at which it rounds to 0.
         limit: u64,
     },
+    /// [`Retries`](crate::Retries) without a count limit (a `count`, an `adaptive` limit
+    /// or a shared gate's count): a retry's share is a share of the count.
+    RetriesWithoutCount,
+    /// A [`Retries::share`](crate::Retries::share) of 0 or above 100.
+    RetryShare(u8),
+    /// The retries of a class (the least important, which has the smallest share) would
+    /// be refused with nothing in flight at the smallest count limit the layer can have:
+    /// their share of it rounds down to 0.
+    RetryShareRoundsToZero {
+        /// The class's name (`None` on a layer without priority classes).
+        class: Option<String>,
+        /// The share of the count its retries may fill, in percent.
+        share: u8,
+        /// The count limit at which it rounds to 0.
+        limit: u64,
+    },
     /// A [`Wait`](crate::Wait) without a count limit (a `count`, an `adaptive` limit or
     /// a shared gate's count) to wait for: nothing would ever wait.
     WaitWithoutCount,
@@ -171,6 +187,29 @@ impl fmt::Display for BuildError {
                  to at least {}",
                 100_u64.div_ceil(u64::from(*share))
             ),
+            BuildError::RetriesWithoutCount => f.write_str(
+                "`retries` without a count limit (`count` or `adaptive`) never refuse anything",
+            ),
+            BuildError::RetryShare(share) => write!(
+                f,
+                "a retry share of {share}%: it must be between 1 and 100"
+            ),
+            BuildError::RetryShareRoundsToZero {
+                class,
+                share,
+                limit,
+            } => {
+                let of = class
+                    .as_ref()
+                    .map_or_else(String::new, |class| format!(" of class `{class}`"));
+                write!(
+                    f,
+                    "retries{of} may fill {share}% of the count, which at a count limit of \
+                     {limit} rounds down to 0: they would all be refused; raise the count \
+                     (or the adaptive minimum) to at least {}, or the retry share",
+                    100_u64.div_ceil(u64::from(*share))
+                )
+            }
             BuildError::WaitWithoutCount => f.write_str(
                 "a `wait` without a count limit (`count` or `adaptive`) never waits",
             ),

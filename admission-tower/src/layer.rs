@@ -105,6 +105,7 @@ impl AdmissionLayer {
             keys: None,
             bypass: None,
             classes: None,
+            retries: None,
             refusals: Refusals::new(),
             hook: None,
             dry_run: false,

@@ -15,6 +15,7 @@
 //! | cap each client (429 over its share) | [`PerKey`] with [`key::header`] or [`key::peer_ip`] |
 //! | give each tenant the cap of its tier | [`PerKey::cap_by`] |
 //! | shed the least important work first | [`AdmissionBuilder::priority`] with [`Classes`] (or [`class::header`]) |
+//! | shed retries before first attempts | [`AdmissionBuilder::retries`] with [`Retries`] |
 //! | shape refusals (`Retry-After`, jitter, body) | [`Refusals`] |
 //! | share one limit between servers (HTTP and gRPC, a layer and an interceptor) | [`AdmissionLayer::from_gate`] over clones of one [`Gate`] |
 //! | cut request bodies that trickle, so a slow client cannot pin a limit | [`SlowClients`] (on by default) |
@@ -134,7 +135,8 @@
 //! 2. reads the head: the key (a header, or an extension set by an authentication
 //!    layer that runs before this one; requests without one count as one client, unless
 //!    [`Unkeyed::Exempt`]) and its cap if caps are chosen per key, the priority class if
-//!    the layer has classes, and the declared `Content-Length`;
+//!    the layer has classes, whether it is a retry if the layer sheds retries first,
+//!    and the declared `Content-Length`;
 //! 3. admits the request through the gate (count, per-key, bytes; all or nothing) or
 //!    refuses it at once: 503 + `Retry-After` for overload (a priority class at its
 //!    share of the count limit included) or a closed (draining) layer, 429 +
@@ -309,6 +311,7 @@ mod needs_feature;
 mod observe;
 mod per_key;
 mod permit;
+mod retry;
 #[cfg(feature = "serve")]
 mod serve;
 mod service;
@@ -335,6 +338,7 @@ pub use layer::AdmissionLayer;
 pub use layer::GuardedListener;
 pub use memory::MemoryShare;
 pub use per_key::{PerKey, Unkeyed};
+pub use retry::Retries;
 #[cfg(feature = "serve")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
 pub use serve::{Handshake, Listener, Plain, Serve, Shutdown};

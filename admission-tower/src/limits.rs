@@ -2,12 +2,12 @@
 
 use std::sync::atomic::AtomicU64;
 
-use admission_core::Gate;
+use admission_core::{Classes, Gate, Priority};
 
 use crate::drain::DrainLimits;
 use crate::observe::Observer;
 use crate::shared::Shared;
-use crate::{AdmissionBuilder, AdmissionLayer, BuildError, MemoryShare, PerKey};
+use crate::{AdmissionBuilder, AdmissionLayer, BuildError, MemoryShare, PerKey, Retries};
 
 /// Where a builder's gate comes from: built from its own limits
 /// ([`AdmissionLayer::builder`]). Only such a builder has the limit setters.
@@ -121,8 +121,8 @@ impl AdmissionBuilder<NewGate> {
     ///
     /// A [`BuildError`] that names what is wrong: a limit of 0 or beyond its ledger's
     /// range, both a count and an adaptive limit, invalid adaptive bounds, priority
-    /// classes or a wait without a count to apply to, a class whose share of the count
-    /// rounds to 0, a wait that lets nothing wait.
+    /// classes, retries or a wait without a count to apply to, a class (or its retries)
+    /// whose share of the count rounds to 0, a wait that lets nothing wait.
     pub fn build(self) -> Result<AdmissionLayer, BuildError> {
         let (
             NewGate {
@@ -238,6 +238,9 @@ impl AdmissionBuilder<Gate> {
                 }
             }
         }
+        if let Some(retries) = &self.retries {
+            check_retries(retries, self.classes.as_ref().map(|(c, _)| c), smallest)?;
+        }
         #[cfg(feature = "tokio")]
         if let Some(wait) = &self.wait {
             if smallest == 0 {
@@ -259,7 +262,8 @@ impl AdmissionBuilder<Gate> {
         let count_only = gate.bytes().is_none()
             && keys.is_none()
             && self.bypass.is_none()
-            && self.classes.is_none();
+            && self.classes.is_none()
+            && self.retries.is_none();
         let observer = Observer::new(
             &self.report,
             &gate,
@@ -271,6 +275,7 @@ impl AdmissionBuilder<Gate> {
             keys,
             bypass: self.bypass,
             classes: self.classes,
+            retries: self.retries,
             refusals: self.refusals,
             hook: self.hook,
             dry_run: self.dry_run,
@@ -298,4 +303,30 @@ impl AdmissionBuilder<Gate> {
             gate,
         }))
     }
+}
+
+/// What `build` refuses of `retries` on a layer with `classes` whose count can be as small
+/// as `smallest` (0: no count limit): a share outside 1 to 100, no count, or a class whose
+/// retries would be refused with nothing in flight.
+fn check_retries(
+    retries: &Retries,
+    classes: Option<&Classes>,
+    smallest: u64,
+) -> Result<(), BuildError> {
+    if retries.share == 0 || retries.share > 100 {
+        return Err(BuildError::RetryShare(retries.share));
+    }
+    if smallest == 0 {
+        return Err(BuildError::RetriesWithoutCount);
+    }
+    let lowest = classes.map_or(Priority::CRITICAL, Classes::lowest);
+    let share = lowest.retry(retries.share).share();
+    if smallest * u64::from(share) < 100 {
+        return Err(BuildError::RetryShareRoundsToZero {
+            class: classes.and_then(|classes| classes.name(lowest).map(str::to_owned)),
+            share,
+            limit: smallest,
+        });
+    }
+    Ok(())
 }

@@ -219,7 +219,7 @@ where
                     let (parts, body) = request.into_parts();
                     let rejection = Rejection::Refused(refused);
                     #[cfg(feature = "tokio")]
-                    if self.waits(rejection) {
+                    if self.waits(rejection, None) {
                         return self.wait_for_slot(parts, body, None, None);
                     }
                     self.refuse(parts, body, rejection, None)
@@ -263,7 +263,7 @@ impl<S> Admission<S> {
                 self.start(parts, body, None, permit, declared, priority, rate)
             }
             #[cfg(feature = "tokio")]
-            Err(rejection) if self.waits(rejection) => {
+            Err(rejection) if self.waits(rejection, priority) => {
                 self.wait_for_slot(parts, body, priority, rate)
             }
             Err(rejection) => self.refuse(parts, body, rejection, priority),
@@ -341,12 +341,13 @@ impl<S> Admission<S> {
     /// its class's share of it) was full and the layer has a wait (never in a dry run,
     /// which refuses no one).
     #[cfg(feature = "tokio")]
-    fn waits(&self, rejection: Rejection) -> bool {
+    fn waits(&self, rejection: Rejection, priority: Option<Priority>) -> bool {
         matches!(
             rejection,
             Rejection::Refused(Refused::Count | Refused::Class)
         ) && self.shared.wait.is_some()
             && !self.shared.dry_run
+            && !priority.is_some_and(Priority::is_retry)
     }
 
     /// The wait for a count slot (see [`crate::Wait`]): the inner service, ready, goes with

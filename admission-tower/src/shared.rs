@@ -31,6 +31,9 @@ pub struct RefusalEvent<'a> {
     pub priority: Option<Priority>,
     /// The name of that class in the layer's table.
     pub class: Option<&'a str>,
+    /// The request said it is a retry, on a layer that sheds retries first
+    /// ([`AdmissionBuilder::retries`](crate::AdmissionBuilder::retries)).
+    pub retry: bool,
     /// True in dry-run mode: the request is admitted all the same.
     pub dry_run: bool,
     /// How long it waited for a count slot before it was refused (zero if it did not
@@ -97,6 +100,8 @@ pub(crate) struct Shared {
     pub(crate) keys: Option<KeyPolicy>,
     pub(crate) bypass: Option<BypassFn>,
     pub(crate) classes: Option<(Classes, ClassifyFn)>,
+    /// Retries shed first, if the layer says so.
+    pub(crate) retries: Option<crate::Retries>,
     pub(crate) refusals: Refusals,
     pub(crate) hook: Option<HookFn>,
     pub(crate) dry_run: bool,
@@ -164,11 +169,20 @@ impl Shared {
         self.bypass.as_ref().is_some_and(|bypass| bypass(parts))
     }
 
-    /// The request's class, on a layer with classes.
+    /// The request's class, on a layer with classes; a retry of it (of the one class
+    /// that may fill the count, without classes), on a layer that sheds retries first.
     #[inline]
     pub(crate) fn classify(&self, parts: &Parts) -> Option<Priority> {
-        let (classes, classify) = self.classes.as_ref()?;
-        Some(classify(parts, classes))
+        let class = self
+            .classes
+            .as_ref()
+            .map(|(classes, classify)| classify(parts, classes));
+        match &self.retries {
+            Some(retries) if retries.is_retry(parts) => {
+                Some(class.unwrap_or(Priority::CRITICAL).retry(retries.share))
+            }
+            _ => class,
+        }
     }
 
     /// What the request (of class `priority`) claims of the gate, its key borrowed from
@@ -216,7 +230,8 @@ impl Shared {
     ) -> Result<(GatePermit, u64), Rejection> {
         let key = self.key_of(parts);
         let (claim, declared) = self.claim_of(parts, priority, rate, key.as_ref())?;
-        let claim = if self.waits_first {
+        // A retry never waits, so its refusal is counted here.
+        let claim = if self.waits_first && !priority.is_some_and(Priority::is_retry) {
             claim.before_wait()
         } else {
             claim
@@ -316,17 +331,22 @@ impl Shared {
         if rejection == Rejection::Refused(Refused::TooSlow) {
             self.too_slow.fetch_add(1, Ordering::Relaxed);
         }
+        let retry = priority.is_some_and(Priority::is_retry);
+        // The class, as the layer's table names it (a retry on a layer without classes
+        // has none).
+        let priority = priority.filter(|_| self.classes.is_some());
         let class = priority
             .zip(self.classes())
             .and_then(|(priority, classes)| classes.name(priority));
         self.observer
-            .refused(&self.gate, rejection, priority, class, self.dry_run);
+            .refused(&self.gate, rejection, priority, class, retry, self.dry_run);
         if let Some(hook) = &self.hook {
             hook(&RefusalEvent {
                 request: parts,
                 rejection,
                 priority,
                 class,
+                retry,
                 dry_run: self.dry_run,
                 waited,
             });

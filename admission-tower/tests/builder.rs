@@ -353,6 +353,79 @@ fn priority_classes_that_could_never_or_always_refuse_are_errors() {
     assert!(shared(2).is_ok());
 }
 
+/// Retries are shed at a share of their class's share of the count: without a count
+/// they never are, a share outside 1 to 100 means nothing, and a class whose retries'
+/// share of the smallest count rounds to 0 would refuse them all with nothing in flight.
+#[test]
+fn retries_that_could_never_or_always_be_refused_are_errors() {
+    use admission_tower::{Classes, Priority, Retries};
+    let retries = |builder: admission_tower::AdmissionBuilder, share| {
+        builder.retries(Retries::grpc().share(share)).build()
+    };
+    assert_eq!(
+        retries(AdmissionLayer::builder(), 80).unwrap_err(),
+        BuildError::RetriesWithoutCount
+    );
+    for share in [0, 101, 255] {
+        let error = retries(AdmissionLayer::builder().count(8), share).unwrap_err();
+        assert_eq!(error, BuildError::RetryShare(share));
+        assert!(error.to_string().contains("between 1 and 100"), "{error}");
+    }
+    assert!(retries(AdmissionLayer::builder().count(100), 1).is_ok());
+    assert!(retries(AdmissionLayer::builder().count(8), 100).is_ok());
+    // Without classes, the one class may fill the count: 80% of 1 rounds to 0.
+    let error = retries(AdmissionLayer::builder().count(1), 80).unwrap_err();
+    assert_eq!(
+        error,
+        BuildError::RetryShareRoundsToZero {
+            class: None,
+            share: 80,
+            limit: 1
+        }
+    );
+    assert!(error.to_string().contains("at least 2"), "{error}");
+    assert!(retries(AdmissionLayer::builder().count(2), 80).is_ok());
+    // With classes, the least important's: half of sheddable's 70% is 35%, 0.7 at 2.
+    let classed = |count| {
+        AdmissionLayer::builder()
+            .count(count)
+            .priority(Classes::standard(), |_, _| Priority::DEFAULT)
+    };
+    let error = retries(classed(2), 50).unwrap_err();
+    assert_eq!(
+        error,
+        BuildError::RetryShareRoundsToZero {
+            class: Some("sheddable".into()),
+            share: 35,
+            limit: 2
+        }
+    );
+    let message = error.to_string();
+    assert!(
+        message.contains("`sheddable`") && message.contains("at least 3"),
+        "{message}"
+    );
+    assert!(retries(classed(3), 50).is_ok());
+    // An adaptive limit is checked at its minimum, a shared gate at its count.
+    let adaptive = |min| {
+        AdmissionLayer::builder()
+            .adaptive(AdaptiveLimit::builder(Gradient::default()).bounds(min, 100))
+    };
+    assert!(matches!(
+        retries(adaptive(1), 80).unwrap_err(),
+        BuildError::RetryShareRoundsToZero { limit: 1, .. }
+    ));
+    assert!(retries(adaptive(2), 80).is_ok());
+    let shared = |count| {
+        let gate: Gate = Gate::builder().count(count).build().unwrap();
+        AdmissionLayer::from_gate(gate)
+            .retries(Retries::grpc())
+            .build()
+    };
+    assert_eq!(shared(0).unwrap_err(), BuildError::RetriesWithoutCount);
+    assert!(shared(2).is_ok());
+}
+
 /// A wait needs a count to wait for, and room for one waiter for some time.
 #[test]
 fn a_wait_that_could_never_wait_is_an_error() {

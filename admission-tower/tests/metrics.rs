@@ -326,4 +326,37 @@ async fn the_prometheus_text_equals_the_snapshot_and_the_clients_tally() {
         !rendered.contains("t0") && !rendered.contains("big"),
         "a key leaked into a label"
     );
+
+    // A retry refused is a refusal (of the class's share), and counted as a retry.
+    let retries = AdmissionLayer::builder()
+        .name("retries")
+        .count(2)
+        .retries(admission_tower::Retries::grpc())
+        .build()
+        .unwrap();
+    let seen = Arc::new(Seen::default());
+    let addr = serve(tower::Layer::layer(&retries, app(seen.clone()))).await;
+    let holder = send(addr, support::get("/stream")).await;
+    let retry = support::with_header("/", "grpc-previous-rpc-attempts", "1");
+    assert_eq!(
+        send(addr, retry).await.status(),
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(send(addr, support::get("/")).await.status(), StatusCode::OK);
+    let series = parse(&handle.render());
+    let of =
+        |metric, with: &[(&str, &str)]| value_of("retries", &series, metric, with).unwrap_or(0.0);
+    assert_eq!(of("admission_refused_retries_total", &[]), 1.0);
+    assert_eq!(
+        of("admission_refused_total", &[("dimension", "class")]),
+        1.0
+    );
+    assert_eq!(of("admission_refused_total", &[]), 1.0);
+    assert_eq!(of("admission_admitted_total", &[]), 2.0);
+    // A layer that sheds no retries has the series, at 0.
+    assert_eq!(
+        value(&series, "admission_refused_retries_total", &[]),
+        Some(0.0)
+    );
+    drop(holder);
 }

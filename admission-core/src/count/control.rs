@@ -323,4 +323,21 @@ impl CountLedger {
         let classes = &self.inner().cold.refused_by_class;
         std::array::from_fn(|index| classes[index].load(Ordering::Relaxed))
     }
+
+    /// Refusals of retries ([`Priority::retry`]): of the refusals counted in
+    /// [`refused_by_class`](Self::refused_by_class), those of retries.
+    ///
+    /// ```
+    /// use admission_core::{CountLedger, Priority};
+    ///
+    /// let ledger = CountLedger::new(2)?;
+    /// let _held = ledger.try_acquire()?;
+    /// let _ = ledger.try_acquire_as(Priority::CRITICAL.retry(50)).unwrap_err();
+    /// let _second = ledger.try_acquire_as(Priority::CRITICAL)?;
+    /// assert_eq!((ledger.refused_retries(), ledger.refused_by_class()[0]), (1, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn refused_retries(&self) -> u64 {
+        self.inner().cold.refused_retries.load(Ordering::Relaxed)
+    }
 }

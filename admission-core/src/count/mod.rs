@@ -152,6 +152,8 @@ struct Cold {
     stats: Stats,
     /// Refusals of class-aware acquisitions, by class index.
     refused_by_class: [AtomicU64; MAX_CLASSES],
+    /// Refusals of retries ([`Priority::retry`]), also counted by class.
+    refused_retries: AtomicU64,
     /// The configured capacity in its stored form (`UNLIMITED` for none).
     capacity: AtomicU64,
     closed: AtomicBool,
@@ -268,9 +270,14 @@ impl CountInner {
         };
         if !waits || refused == Refused::Closed {
             self.cold.stats.refuse();
-            if let Some(class) = priority.and_then(|p| self.cold.refused_by_class.get(p.index())) {
-                // Relaxed: a statistic.
-                class.fetch_add(1, Ordering::Relaxed);
+            if let Some(priority) = priority {
+                // Relaxed: statistics.
+                if let Some(class) = self.cold.refused_by_class.get(priority.index()) {
+                    class.fetch_add(1, Ordering::Relaxed);
+                }
+                if priority.is_retry() {
+                    self.cold.refused_retries.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
         refused
@@ -398,6 +405,7 @@ impl CountLedger {
             cold: CachePadded::new(Cold {
                 stats: Stats::new(),
                 refused_by_class: std::array::from_fn(|_| AtomicU64::new(0)),
+                refused_retries: AtomicU64::new(0),
                 capacity: AtomicU64::new(capacity),
                 closed: AtomicBool::new(false),
                 driven: AtomicBool::new(false),

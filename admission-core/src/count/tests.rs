@@ -137,6 +137,37 @@ fn every_class_follows_a_capacity_change_and_a_close() {
 }
 
 #[test]
+fn a_retry_is_shed_below_its_class_and_counted_once_as_a_retry() {
+    use crate::Priority;
+    let ledger = CountLedger::new(10).unwrap();
+    let retry = Priority::DEFAULT.retry(50); // 45%: 4 of 10
+    let mut held: Vec<_> = (0..4)
+        .map(|_| ledger.try_acquire_as(retry).unwrap())
+        .collect();
+    assert_eq!(ledger.try_acquire_as(retry).unwrap_err(), Refused::Class);
+    // The class's first attempts still have their 90%.
+    held.extend((0..5).map(|_| ledger.try_acquire_as(Priority::DEFAULT).unwrap()));
+    assert_eq!(
+        ledger.try_acquire_as(Priority::DEFAULT).unwrap_err(),
+        Refused::Class
+    );
+    let _critical = ledger.try_acquire_as(Priority::CRITICAL).unwrap();
+    assert_eq!(ledger.try_acquire_as(retry).unwrap_err(), Refused::Count);
+    // Refusals of the class: two retries and a first attempt; of retries, two.
+    assert_eq!(ledger.refused_by_class()[..3], [0, 3, 0]);
+    assert_eq!(ledger.refused_retries(), 2);
+    assert_eq!(ledger.snapshot().refused, 3);
+    // A retry refused before a wait is counted where the wait ends, as any.
+    assert_eq!(
+        ledger.try_acquire_before_wait(Some(retry)).unwrap_err(),
+        Refused::Count
+    );
+    assert_eq!(ledger.refused_retries(), 2);
+    drop(held);
+    assert!(ledger.try_acquire_as(retry).is_ok());
+}
+
+#[test]
 fn lowering_capacity_refuses_new_work_and_lets_held_permits_drain() {
     let ledger = CountLedger::new(3).unwrap();
     let held: Vec<_> = (0..3).map(|_| ledger.try_acquire().unwrap()).collect();

@@ -465,6 +465,7 @@ impl<K, S> Gate<K, S> {
         GateSnapshot {
             count: self.count.snapshot(),
             refused_by_class: self.count.refused_by_class(),
+            refused_retries: self.count.refused_retries(),
             closed: self.count.is_closed(),
             bytes: self.bytes.as_ref().map(ByteLedger::snapshot),
             keyed: self.keyed.as_ref().map(KeyedLedger::snapshot),
@@ -476,11 +477,14 @@ impl<K, S> Gate<K, S> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct GateSnapshot {
-    /// The count ledger (capacity 0: no count limit).
+    /// The count ledger (capacity `None`: no count limit).
     pub count: Snapshot,
     /// Count refusals of claims with a priority class, by [`Priority::index`]: which
     /// class was shed (see [`CountLedger::refused_by_class`]).
     pub refused_by_class: [u64; MAX_CLASSES],
+    /// Of those, refusals of retries ([`Priority::retry`]; see
+    /// [`CountLedger::refused_retries`]).
+    pub refused_retries: u64,
     /// Whether the gate is closed (or draining).
     pub closed: bool,
     /// The byte ledger.

@@ -43,6 +43,8 @@ pub(super) struct LayerMetrics {
     held: Histogram,
     /// Requests let go because their client went away.
     gone: Counter,
+    /// Refusals of requests that said they were retries.
+    refused_retries: Counter,
     /// How long requests admitted after waiting for a slot waited.
     waited: Histogram,
     /// Requests waiting for a slot, read at render.
@@ -64,6 +66,10 @@ fn describe() {
     describe_counter!(
         "admission_refused_total",
         "Requests refused by the layer, by the dimension that refused."
+    );
+    describe_counter!(
+        "admission_refused_retries_total",
+        "Of the refused requests, those that said they were retries (with `retries`)."
     );
     describe_counter!(
         "admission_gone_total",
@@ -195,6 +201,7 @@ impl LayerMetrics {
             refused,
             held: metrics::histogram!("admission_permit_held_seconds", base.clone()),
             gone: metrics::counter!("admission_gone_total", base.clone()),
+            refused_retries: metrics::counter!("admission_refused_retries_total", base.clone()),
             waited: metrics::histogram!("admission_wait_seconds", base.clone()),
             waiting: gauge("admission_waiting_requests"),
             requests: Level {
@@ -245,7 +252,10 @@ impl LayerMetrics {
         self.waited.record(waited.as_secs_f64());
     }
 
-    pub(super) fn refused(&self, rejection: Rejection, priority: Option<Priority>) {
+    pub(super) fn refused(&self, rejection: Rejection, priority: Option<Priority>, retry: bool) {
+        if retry {
+            self.refused_retries.increment(1);
+        }
         let class = priority.map_or(0, Priority::index);
         let counter = self
             .refused

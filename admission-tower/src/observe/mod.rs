@@ -117,11 +117,12 @@ impl Observer {
         rejection: Rejection,
         priority: Option<Priority>,
         class: Option<&str>,
+        retry: bool,
         dry_run: bool,
     ) {
         #[cfg(feature = "metrics")]
         if let Some(metrics) = &self.metrics {
-            metrics.refused(rejection, priority);
+            metrics.refused(rejection, priority, retry);
         }
         #[cfg(feature = "tracing")]
         self.pressure
