@@ -200,12 +200,14 @@ where
 
     #[inline]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        if let StateProj::Cold { cold } = self.as_mut().project().state.project() {
-            if let Cold::Waiting(wait) = &mut **cold {
-                // Admitted (the inner future, with its permits) or refused: it becomes that.
-                let next = std::task::ready!(wait.as_mut().poll(cx));
-                self.as_mut().set(next);
-            }
+        while let StateProj::Cold { cold } = self.as_mut().project().state.project() {
+            let Cold::Waiting(wait) = &mut **cold else {
+                break;
+            };
+            // Admitted (the inner future, with its permits), refused, or waiting again (a
+            // lease that grew, then a wait for a count slot): it becomes that.
+            let next = std::task::ready!(wait.as_mut().poll(cx));
+            self.as_mut().set(next);
         }
         let this = self.as_mut().project();
         match this.state.project() {

@@ -337,7 +337,7 @@ pub use layer::AdmissionLayer;
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub use layer::GuardedListener;
 pub use memory::MemoryShare;
-pub use per_key::{PerKey, Unkeyed};
+pub use per_key::{Leases, PerKey, Unkeyed};
 pub use retry::Retries;
 #[cfg(feature = "serve")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]

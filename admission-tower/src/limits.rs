@@ -171,7 +171,7 @@ impl AdmissionBuilder<NewGate> {
                 return Err(BuildError::ZeroLimit("max_keys"));
             }
             gate = gate.per_key(cap).max_keys(per_key.max_keys.unwrap_or(0));
-            if per_key.cap_by.is_some() {
+            if per_key.cap_by.is_some() || per_key.leases.is_some() {
                 gate = gate.track_keys();
             }
         }
@@ -259,6 +259,11 @@ impl AdmissionBuilder<Gate> {
             gate.count().set_standing_queue(wait.interval, wait.target);
         }
         let keys = self.per_key.map(PerKey::into_policy);
+        if let (Some(leases), Some(keyed)) =
+            (keys.as_ref().and_then(|k| k.leases.as_ref()), gate.keyed())
+        {
+            leases.attach(keyed);
+        }
         let count_only = gate.bytes().is_none()
             && keys.is_none()
             && self.bypass.is_none()

@@ -1,8 +1,11 @@
 //! `PerKey`: each client's share, as one value.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 
-use admission_core::Key;
+use admission_core::{Key, KeyedLedger};
 use http::request::Parts;
 
 type KeyFn = Box<dyn Fn(&Parts) -> Option<Key> + Send + Sync>;
@@ -35,6 +38,30 @@ pub struct PerKey {
     pub(crate) cap_by: Option<CapFn>,
     pub(crate) max_keys: Option<usize>,
     pub(crate) unkeyed: Unkeyed,
+    pub(crate) leases: Option<Arc<dyn Leases>>,
+}
+
+/// Where each key's cap on this server is leased from, when one cap holds across several
+/// servers: `admission-redis`'s `FleetCap` keeps a key's cap on a shared Redis and leases
+/// each server a part of it. For [`PerKey::leased`].
+///
+/// The layer reads [`cap`](Self::cap) for each request with a key, as it reads
+/// [`PerKey::cap_by`]: the slots this server holds for the key. A request the lease
+/// refuses (the key's requests here fill it) asks [`grow`](Self::grow) once, holding
+/// nothing while it does, and is then admitted if the lease grew, or refused (429).
+pub trait Leases: Send + Sync + 'static {
+    /// The slots this server holds for `key` now: the key's cap here (0 before any).
+    /// Called on every request with a key: keep it to a map read.
+    fn cap(&self, key: &Key) -> usize;
+
+    /// Asks for more slots for `key`, whose lease its requests here fill. Resolves once
+    /// the lease has grown or could not; it must bound its own time (a request waits
+    /// for it).
+    fn grow(&self, key: &Key) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+
+    /// Called once, when a layer is built: the per-key ledger in which that layer counts
+    /// each key's requests in flight here (to give back what a key no longer uses).
+    fn attach(&self, keyed: &KeyedLedger<Key>);
 }
 
 /// What becomes of a request from which the key extractor gets no key (no such header;
@@ -77,6 +104,7 @@ impl PerKey {
             cap_by: None,
             max_keys: None,
             unkeyed: Unkeyed::default(),
+            leases: None,
         }
     }
 
@@ -128,6 +156,14 @@ impl PerKey {
         self
     }
 
+    /// Each key's cap on this server leased from `leases` (see [`Leases`]), in place of
+    /// the value's own cap and [`cap_by`](Self::cap_by): a cap held across several
+    /// servers. The value's own cap (`PerKey::new`'s) stays the most a key can hold here.
+    pub fn leased(mut self, leases: Arc<dyn Leases>) -> Self {
+        self.leases = Some(leases);
+        self
+    }
+
     /// At most `max_keys` distinct keys with requests in flight: past it, a request with
     /// a new key is refused 503 (a client spraying new keys cannot grow the table without
     /// bound). No bound by default; 0 is a
@@ -165,6 +201,7 @@ impl PerKey {
             key: self.key,
             cap_by: self.cap_by,
             unkeyed: self.unkeyed,
+            leases: self.leases,
         }
     }
 }
@@ -176,6 +213,7 @@ impl fmt::Debug for PerKey {
             .field("cap_by", &self.cap_by.is_some())
             .field("max_keys", &self.max_keys)
             .field("unkeyed", &self.unkeyed)
+            .field("leased", &self.leases.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -185,6 +223,7 @@ pub(crate) struct KeyPolicy {
     key: KeyFn,
     cap_by: Option<CapFn>,
     unkeyed: Unkeyed,
+    pub(crate) leases: Option<Arc<dyn Leases>>,
 }
 
 impl KeyPolicy {
@@ -200,7 +239,10 @@ impl KeyPolicy {
     /// The key's own cap, where caps are chosen per key.
     #[inline]
     pub(crate) fn cap_for(&self, parts: &Parts, key: &Key) -> Option<u64> {
-        let cap = self.cap_by.as_ref().and_then(|cap_by| cap_by(parts, key))?;
+        let cap = match &self.leases {
+            Some(leases) => leases.cap(key),
+            None => self.cap_by.as_ref().and_then(|cap_by| cap_by(parts, key))?,
+        };
         Some(u64::try_from(cap).unwrap_or(u64::MAX))
     }
 }

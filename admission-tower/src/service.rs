@@ -21,6 +21,8 @@ use crate::shared::WaitEnd;
 #[cfg(feature = "tokio")]
 use crate::wait::READ_AHEAD;
 use crate::{AdmissionSnapshot, ResponseBody};
+
+mod leased;
 #[cfg(feature = "tokio")]
 use admission_http::ReadAhead;
 
@@ -258,13 +260,43 @@ impl<S> Admission<S> {
         } else {
             shared.slow.body_rate_for(&parts)
         };
-        match shared.admit(&parts, priority, rate) {
+        let admitted = shared.admit(&parts, priority, rate);
+        self.decide(admitted, parts, body, priority, rate, true)
+    }
+
+    /// What becomes of a request from what admission said: it starts, waits for a slot,
+    /// asks its key's lease to grow (if `may_grow`: once), or is refused.
+    #[inline]
+    fn decide<ReqBody, ResBody>(
+        &mut self,
+        admitted: Result<(admission_core::GatePermit, u64), Rejection>,
+        parts: Parts,
+        body: ReqBody,
+        priority: Option<Priority>,
+        rate: Option<admission_http::MinDataRate>,
+        may_grow: bool,
+    ) -> ResponseFuture<S::Future>
+    where
+        S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
+        S: Clone + Send + 'static,
+        S::Future: 'static,
+        ReqBody: Body + Send + Unpin + 'static,
+        ReqBody::Data: Send + Sync,
+    {
+        match admitted {
             Ok((permit, declared)) => {
                 self.start(parts, body, None, permit, declared, priority, rate)
             }
             #[cfg(feature = "tokio")]
             Err(rejection) if self.waits(rejection, priority) => {
+                // A key whose lease is full would be refused where the wait starts.
+                if may_grow && self.shared.lease_full(&parts) {
+                    return self.grow_lease(parts, body, priority, rate);
+                }
                 self.wait_for_slot(parts, body, priority, rate)
+            }
+            Err(Rejection::Refused(Refused::Key)) if may_grow && self.shared.leased() => {
+                self.grow_lease(parts, body, priority, rate)
             }
             Err(rejection) => self.refuse(parts, body, rejection, priority),
         }

@@ -165,6 +165,22 @@ pub(crate) enum WaitEnd {
 }
 
 impl Shared {
+    /// Whether each key's cap here is leased ([`crate::Leases`]).
+    pub(crate) fn leased(&self) -> bool {
+        self.keys.as_ref().is_some_and(|keys| keys.leases.is_some())
+    }
+
+    /// Whether the request's key, on a layer whose caps are leased, has its lease full.
+    #[cfg(feature = "tokio")]
+    pub(crate) fn lease_full(&self, parts: &Parts) -> bool {
+        let leases = self.keys.as_ref().and_then(|keys| keys.leases.as_ref());
+        let (Some(leases), Some(keyed)) = (leases, self.gate.keyed()) else {
+            return false;
+        };
+        self.key_of(parts)
+            .is_some_and(|key| keyed.in_flight(&key) >= leases.cap(&key) as u64)
+    }
+
     pub(crate) fn bypasses(&self, parts: &Parts) -> bool {
         self.bypass.as_ref().is_some_and(|bypass| bypass(parts))
     }
@@ -215,7 +231,7 @@ impl Shared {
     }
 
     /// The request's key, on a layer with a per-key dimension.
-    fn key_of(&self, parts: &Parts) -> Option<Key> {
+    pub(crate) fn key_of(&self, parts: &Parts) -> Option<Key> {
         self.keys.as_ref().and_then(|keys| keys.key(parts))
     }
 

@@ -1,0 +1,144 @@
+//! Per-key caps leased from elsewhere ([`Leases`]), on a real server: a request its key's
+//! lease refuses asks it to grow once, holding nothing meanwhile, and is admitted on what
+//! it then holds or refused 429.
+
+mod support;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use admission_tower::admission_core::KeyedLedger;
+use admission_tower::{AdmissionLayer, Key, Leases, PerKey, Wait, key};
+use http::StatusCode;
+use support::{Seen, app, next_chunk, send, serve, with_header};
+
+/// Leases kept in a map: each grow adds one slot, up to `most`, after `delay`.
+#[derive(Default)]
+struct Granted {
+    caps: Mutex<HashMap<Key, usize>>,
+    most: usize,
+    delay: Duration,
+    grows: AtomicUsize,
+    attached: Mutex<Option<KeyedLedger<Key>>>,
+}
+
+impl Leases for Granted {
+    fn cap(&self, key: &Key) -> usize {
+        self.caps.lock().unwrap().get(key).copied().unwrap_or(0)
+    }
+
+    fn grow(&self, key: &Key) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        self.grows.fetch_add(1, Ordering::SeqCst);
+        let mut caps = self.caps.lock().unwrap();
+        let cap = caps.entry(*key).or_default();
+        *cap = (*cap + 1).min(self.most);
+        Box::pin(tokio::time::sleep(self.delay))
+    }
+
+    fn attach(&self, keyed: &KeyedLedger<Key>) {
+        let mut attached = self.attached.lock().unwrap();
+        assert!(attached.is_none(), "attached once");
+        *attached = Some(keyed.clone());
+    }
+}
+
+fn tenant(name: &str) -> http::Request<http_body_util::Full<bytes::Bytes>> {
+    with_header("/stream", "x-tenant", name)
+}
+
+#[tokio::test]
+async fn a_key_refused_by_its_lease_is_admitted_once_it_grows_and_refused_past_it() {
+    let leases = Arc::new(Granted {
+        most: 2,
+        delay: Duration::from_millis(20),
+        ..Granted::default()
+    });
+    let per_key = PerKey::new(16, key::header(http::HeaderName::from_static("x-tenant")))
+        .leased(leases.clone());
+    let layer = AdmissionLayer::builder()
+        .count(8)
+        .per_key(per_key)
+        .build()
+        .unwrap();
+    let keyed = layer.gate().keyed().unwrap().clone();
+    assert!(
+        leases.attached.lock().unwrap().is_some(),
+        "the layer attached its ledger"
+    );
+    let seen = Arc::new(Seen::default());
+    let addr = serve(tower::Layer::layer(&layer, app(seen.clone()))).await;
+
+    // No lease yet: the first request asks for one and is admitted on it; the second too.
+    let mut held = Vec::new();
+    for expected in 1..=2 {
+        let mut response = send(addr, tenant("acme")).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        assert_eq!(next_chunk(&mut response).await.unwrap(), "first\n");
+        held.push(response);
+        assert_eq!(leases.grows.load(Ordering::SeqCst), expected);
+        assert_eq!(keyed.in_flight(&Key::from("acme")), expected as u64);
+    }
+    // The lease cannot grow past 2: asked once more, then 429, with nothing held.
+    let refused = send(addr, tenant("acme")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(refused.headers().contains_key("retry-after"));
+    assert_eq!(leases.grows.load(Ordering::SeqCst), 3);
+    assert_eq!(layer.gate().count().in_flight(), 2);
+    assert_eq!(
+        seen.calls(),
+        2,
+        "the refused request never reached the handler"
+    );
+    // Another key has its own lease; a key with room asks nothing.
+    let mut other = send(addr, tenant("globex")).await;
+    assert_eq!(next_chunk(&mut other).await.unwrap(), "first\n");
+    assert_eq!(leases.grows.load(Ordering::SeqCst), 4);
+    drop(held.pop());
+    support::eventually("a slot freed", || keyed.in_flight(&Key::from("acme")) == 1).await;
+    let mut again = send(addr, tenant("acme")).await;
+    assert_eq!(next_chunk(&mut again).await.unwrap(), "first\n");
+    assert_eq!(
+        leases.grows.load(Ordering::SeqCst),
+        4,
+        "within its lease: no grow"
+    );
+    drop((held, other, again));
+    support::eventually("every permit back", || {
+        layer.gate().count().in_flight() == 0
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_request_whose_lease_grew_waits_for_a_count_slot_as_any() {
+    let leases = Arc::new(Granted {
+        most: 4,
+        ..Granted::default()
+    });
+    let per_key = PerKey::new(16, key::header(http::HeaderName::from_static("x-tenant")))
+        .leased(leases.clone());
+    let layer = AdmissionLayer::builder()
+        .count(1)
+        .wait(Wait::new(4, Duration::from_secs(10)))
+        .per_key(per_key)
+        .build()
+        .unwrap();
+    let seen = Arc::new(Seen::default());
+    let addr = serve(tower::Layer::layer(&layer, app(seen.clone()))).await;
+    // Another tenant holds the one count slot.
+    let mut holder = send(addr, tenant("globex")).await;
+    assert_eq!(next_chunk(&mut holder).await.unwrap(), "first\n");
+    // acme's lease grows; it then finds the count full and waits, then is served.
+    let waiter = tokio::spawn(async move { send(addr, tenant("acme")).await });
+    support::eventually("it waits", || layer.gate().count().waiting() == 1).await;
+    assert_eq!(leases.grows.load(Ordering::SeqCst), 2);
+    seen.end_streams();
+    drop(holder);
+    let mut served = waiter.await.unwrap();
+    assert_eq!(served.status(), StatusCode::OK);
+    assert_eq!(next_chunk(&mut served).await.unwrap(), "first\n");
+}
