@@ -121,7 +121,9 @@ async fn a_retry_is_shed_before_a_first_attempt_of_its_class() {
 
 #[tokio::test]
 async fn without_classes_a_retry_is_shed_at_its_share_of_the_count() {
-    let (layer, events) = layer_of(AdmissionLayer::builder(), Retries::grpc().share(50));
+    let retries = Retries::grpc().share(50);
+    assert_eq!(format!("{retries:?}"), "Retries { share: 50, .. }");
+    let (layer, events) = layer_of(AdmissionLayer::builder(), retries);
     let addr = serve(tower::Layer::layer(&layer, app(Arc::new(Seen::default())))).await;
     let count = layer.gate().count().clone();
     let mut held = Vec::new();

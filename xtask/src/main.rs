@@ -87,16 +87,17 @@ fn loom(filter: &[String]) -> Result<(), String> {
 }
 
 /// The crates published to crates.io, each after the ones it depends on.
-const PUBLISHED: [&str; 4] = [
+const PUBLISHED: [&str; 5] = [
     "admission-core",
     "admission-http",
     "admission-tower",
     "admission-grpc",
+    "admission-redis",
 ];
 
 fn publish(dry_run: bool) -> Result<(), String> {
     if dry_run {
-        // One `cargo package` for the four: cargo packages them in dependency order and
+        // One `cargo package` for the five: cargo packages them in dependency order and
         // verifies each by building it from its `.crate` alone, its dependencies on the
         // others resolved from the packages just made (not from the workspace, not from
         // crates.io, where they are not yet). A target directory of its own, fresh: cargo

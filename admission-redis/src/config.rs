@@ -1,0 +1,206 @@
+//! `FleetCapBuilder`: a fleet-wide cap's settings, checked when built.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::FleetCap;
+
+/// What a replica does while Redis is out of reach (or slower than the grant timeout):
+/// every key is held to a local cap, never to none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Fallback {
+    /// Each key may hold `cap / N` here, where N is the replicas last counted live (the
+    /// builder's [`replicas`](FleetCapBuilder::replicas) until Redis has counted them),
+    /// rounded down: the fleet together stays within the cap. The default.
+    #[default]
+    Share,
+    /// Every request with a key is refused (429) until Redis answers again.
+    Closed,
+    /// Each key may hold this many here (at most the cap).
+    Local(usize),
+}
+
+/// A fleet-wide cap's settings: [`FleetCap::builder`].
+#[derive(Clone)]
+pub struct FleetCapBuilder {
+    client: redis::Client,
+    config: Config,
+}
+
+#[derive(Clone)]
+pub(crate) struct Config {
+    pub(crate) cap: usize,
+    pub(crate) chunk: usize,
+    pub(crate) ttl: Duration,
+    pub(crate) grant_timeout: Duration,
+    pub(crate) fallback: Fallback,
+    pub(crate) replicas: usize,
+    pub(crate) prefix: String,
+    pub(crate) max_pending: usize,
+}
+
+/// A setting [`FleetCapBuilder::build`] refuses.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum FleetError {
+    /// A cap, chunk, time to live, grant timeout or most grants under way of 0: it would
+    /// refuse everything or never renew. Names the setting.
+    Zero(&'static str),
+    /// A grant timeout not below a third of the time to live: a slow Redis would let
+    /// leases expire between renewals.
+    SlowGrant,
+    /// The Redis client could not be set up (its URL, say).
+    Redis(redis::RedisError),
+}
+
+impl fmt::Display for FleetError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FleetError::Zero(what) => write!(f, "a fleet cap's `{what}` of 0"),
+            FleetError::SlowGrant => {
+                f.write_str("the grant timeout must be below a third of the leases' time to live")
+            }
+            FleetError::Redis(_) => f.write_str("the Redis client could not be set up"),
+        }
+    }
+}
+
+impl std::error::Error for FleetError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FleetError::Redis(error) => Some(error),
+            _ => None,
+        }
+    }
+}
+
+impl FleetCapBuilder {
+    pub(crate) fn new(client: redis::Client, cap: usize) -> Self {
+        Self {
+            client,
+            config: Config {
+                cap,
+                chunk: cap.div_ceil(8).max(1),
+                ttl: Duration::from_secs(10),
+                grant_timeout: Duration::from_millis(100),
+                fallback: Fallback::Share,
+                replicas: 1,
+                prefix: "admission".to_owned(),
+                max_pending: 256,
+            },
+        }
+    }
+
+    /// How many slots a lease grows by when its requests fill it (default: an eighth of
+    /// the cap, at least 1). Smaller asks Redis more often; larger leaves more of the cap
+    /// idle on replicas a key's traffic has left, until their next renewal.
+    #[must_use]
+    pub fn chunk(mut self, chunk: usize) -> Self {
+        self.config.chunk = chunk;
+        self
+    }
+
+    /// How long a lease lives in Redis without a renewal (default 10 s): a replica that
+    /// dies holds its slots this long at most. Leases are renewed (and shrunk to what
+    /// their keys use) every third of it.
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.config.ttl = ttl;
+        self
+    }
+
+    /// The longest a request waits for Redis to grow its key's lease (default 100 ms);
+    /// past it, the replica goes on its [`Fallback`] until Redis answers a heartbeat.
+    #[must_use]
+    pub fn grant_timeout(mut self, timeout: Duration) -> Self {
+        self.config.grant_timeout = timeout;
+        self
+    }
+
+    /// What the replica does while Redis is out of reach (default [`Fallback::Share`]).
+    #[must_use]
+    pub fn fallback(mut self, fallback: Fallback) -> Self {
+        self.config.fallback = fallback;
+        self
+    }
+
+    /// How many replicas to assume before Redis has counted them, for
+    /// [`Fallback::Share`] (default 1).
+    #[must_use]
+    pub fn replicas(mut self, replicas: usize) -> Self {
+        self.config.replicas = replicas;
+        self
+    }
+
+    /// The prefix of every name this cap makes in Redis (default `admission`): one per
+    /// cap that shares a Redis.
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.prefix = prefix.into();
+        self
+    }
+
+    /// The most grants under way at once (default 256): past it, a request whose key's
+    /// lease is used up is refused without asking Redis, so a client spraying new keys
+    /// cannot queue calls to Redis without bound.
+    #[must_use]
+    pub fn max_pending(mut self, max_pending: usize) -> Self {
+        self.config.max_pending = max_pending;
+        self
+    }
+
+    /// The cap, its upkeep started on the current tokio runtime (call it inside one).
+    /// Nothing is sent to Redis until it is needed: a replica built while Redis is out of
+    /// reach starts on its fallback.
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError`] names a setting of 0, a grant timeout not below a third of the time
+    /// to live, or a client that cannot be set up.
+    pub fn build(self) -> Result<FleetCap, FleetError> {
+        let config = &self.config;
+        for (what, value) in [
+            ("cap", config.cap),
+            ("chunk", config.chunk),
+            ("replicas", config.replicas),
+            ("max_pending", config.max_pending),
+        ] {
+            if value == 0 {
+                return Err(FleetError::Zero(what));
+            }
+        }
+        if config.ttl.is_zero() {
+            return Err(FleetError::Zero("ttl"));
+        }
+        if config.grant_timeout.is_zero() {
+            return Err(FleetError::Zero("grant_timeout"));
+        }
+        if config.grant_timeout * 3 >= config.ttl {
+            return Err(FleetError::SlowGrant);
+        }
+        FleetCap::start(self.config, self.client).map_err(FleetError::Redis)
+    }
+}
+
+impl fmt::Debug for FleetCapBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FleetCapBuilder")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("cap", &self.cap)
+            .field("chunk", &self.chunk)
+            .field("ttl", &self.ttl)
+            .field("grant_timeout", &self.grant_timeout)
+            .field("fallback", &self.fallback)
+            .field("replicas", &self.replicas)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,257 @@
+//! The fleet-wide cap against a real `redis-server`: three replicas (three layers served on
+//! loopback in one process) share a tenant's cap, counted by the handlers themselves.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use admission_redis::{Fallback, FleetCap};
+use support::{Redis, Replica, Running, eventually, load};
+
+const SERVICE: Duration = Duration::from_millis(10);
+
+async fn replicas(
+    redis: &Redis,
+    prefix: &str,
+    cap: usize,
+    ttl: Duration,
+) -> (Vec<Replica>, Arc<Running>) {
+    let running = Arc::new(Running::default());
+    let mut replicas = Vec::new();
+    for _ in 0..3 {
+        let fleet = FleetCap::builder(redis.client(), cap)
+            .ttl(ttl)
+            .prefix(prefix)
+            .build()
+            .expect("a fleet cap");
+        replicas.push(Replica::start(fleet, running.clone(), SERVICE).await);
+    }
+    (replicas, running)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_replicas_hold_a_tenant_to_its_cap_evenly_or_skewed() {
+    let Some(redis) = Redis::start("three_replicas") else {
+        return;
+    };
+    const CAP: usize = 12;
+    let (replicas, running) = replicas(&redis, "even", CAP, Duration::from_secs(3)).await;
+    let addrs: Vec<_> = replicas.iter().map(|replica| replica.addr).collect();
+
+    // Spread evenly: 16 clients on each replica, the tenant's cap 12 in all.
+    let even = load(&addrs, 48, "acme", Duration::from_millis(1500)).await;
+    assert_eq!(even.failed, 0, "{even:?}");
+    assert!(
+        running.most() <= CAP,
+        "{} in flight across the fleet",
+        running.most()
+    );
+    assert_eq!(
+        running.most(),
+        CAP,
+        "spread evenly, the tenant reaches its cap"
+    );
+    assert!(even.refused > 0 && even.ok > 0, "{even:?}");
+    let calls: u64 = replicas.iter().map(|r| r.fleet.snapshot().calls).sum();
+    eprintln!("even: {even:?}, {calls} Redis calls");
+
+    // Skewed: another tenant, all of it on one replica.
+    running.reset();
+    let skewed = load(&addrs[..1], 32, "globex", Duration::from_millis(1500)).await;
+    assert_eq!(skewed.failed, 0, "{skewed:?}");
+    assert!(running.most() <= CAP, "{} in flight", running.most());
+    assert_eq!(
+        running.most(),
+        CAP,
+        "on one replica, the tenant reaches its cap"
+    );
+    assert_eq!(replicas[0].fleet.held(&"globex".into()), CAP);
+
+    // Both at once, skewed 2:1:1; and the fleet's calls stay a few a thousand requests.
+    running.reset();
+    let targets = [addrs[0], addrs[0], addrs[1], addrs[2]];
+    let (a, b) = tokio::join!(
+        load(&targets, 32, "acme", Duration::from_millis(1500)),
+        load(&targets, 32, "globex", Duration::from_millis(1500)),
+    );
+    assert!(
+        running.most() <= 2 * CAP,
+        "{} in flight for two tenants",
+        running.most()
+    );
+    assert_eq!(a.failed + b.failed, 0);
+    for replica in &replicas {
+        let snapshot = replica.fleet.snapshot();
+        assert!(!snapshot.fallback && snapshot.errors == 0, "{snapshot:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_dies_gives_its_share_back_within_the_ttl() {
+    let Some(redis) = Redis::start("a_replica_that_dies") else {
+        return;
+    };
+    const CAP: usize = 8;
+    let ttl = Duration::from_secs(1);
+    let (mut replicas, running) = replicas(&redis, "dies", CAP, ttl).await;
+    let survivor = replicas.pop().unwrap();
+    let doomed = replicas.pop().unwrap();
+    // The doomed replica takes the whole cap, and dies holding it.
+    let held = load(&[doomed.addr], 16, "acme", Duration::from_millis(500)).await;
+    assert!(held.ok > 0);
+    assert_eq!(doomed.fleet.held(&"acme".into()), CAP);
+    let died = Instant::now();
+    let fleet = doomed.fleet.clone();
+    doomed.kill();
+    drop(fleet); // its upkeep stops with it: no renewal, no return
+    running.reset();
+    // The survivor, loaded from the moment of death, reaches the cap once the dead
+    // replica's leases expire: within the TTL and a renewal round.
+    let survivor_fleet = survivor.fleet.clone();
+    let waiter = tokio::spawn(async move {
+        eventually("the survivor holds the cap", Duration::from_secs(5), || {
+            survivor_fleet.held(&"acme".into()) == CAP
+        })
+        .await;
+        died.elapsed()
+    });
+    let after = load(&[survivor.addr], 16, "acme", Duration::from_millis(2500)).await;
+    let took = waiter.await.unwrap();
+    assert!(
+        took <= ttl + ttl / 3 + Duration::from_millis(500),
+        "took {took:?}"
+    );
+    assert!(running.most() <= CAP);
+    assert_eq!(running.most(), CAP);
+    assert_eq!(after.failed, 0);
+    eprintln!("the survivor held the cap {took:?} after the death");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_stopped_mid_load_falls_back_and_rejoins_when_it_returns() {
+    let Some(mut redis) = Redis::start("redis_stopped") else {
+        return;
+    };
+    const CAP: usize = 12;
+    let ttl = Duration::from_millis(900);
+    let (replicas, running) = replicas(&redis, "stopped", CAP, ttl).await;
+    let addrs: Vec<_> = replicas.iter().map(|replica| replica.addr).collect();
+    // Each replica has counted three live before the load.
+    eventually("three replicas counted", Duration::from_secs(3), || {
+        replicas.iter().all(|r| r.fleet.snapshot().replicas == 3)
+    })
+    .await;
+    let loaded = tokio::spawn({
+        let addrs = addrs.clone();
+        async move { load(&addrs, 36, "acme", Duration::from_millis(2500)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    redis.stop();
+    eventually(
+        "every replica on its fallback",
+        Duration::from_secs(2),
+        || replicas.iter().all(|r| r.fleet.snapshot().fallback),
+    )
+    .await;
+    // On the fallback: cap / 3 a replica, so the fleet holds the cap still, once what a
+    // replica held above its share at the switch has finished (a few service times).
+    for replica in &replicas {
+        assert_eq!(replica.fleet.held(&"acme".into()), CAP / 3);
+    }
+    tokio::time::sleep(SERVICE * 5).await;
+    running.reset();
+    let outage = loaded.await.unwrap();
+    assert_eq!(outage.failed, 0, "{outage:?}");
+    assert!(outage.ok > 0 && outage.refused > 0);
+    assert!(
+        running.most() <= CAP,
+        "{} in flight on the fallback",
+        running.most()
+    );
+    // No request waited on the dead Redis past its grant timeout (100 ms) for long.
+    assert!(outage.slowest < Duration::from_secs(1), "{outage:?}");
+
+    redis.restart();
+    eventually("every replica back", Duration::from_secs(3), || {
+        replicas.iter().all(|r| !r.fleet.snapshot().fallback)
+    })
+    .await;
+    running.reset();
+    let back = load(&addrs, 36, "acme", Duration::from_millis(1500)).await;
+    assert_eq!(back.failed, 0);
+    assert!(
+        running.most() <= CAP,
+        "{} in flight after the return",
+        running.most()
+    );
+    assert_eq!(running.most(), CAP, "the tenant reaches its cap again");
+    for replica in &replicas {
+        let snapshot = replica.fleet.snapshot();
+        assert_eq!(snapshot.fallbacks, 1, "{snapshot:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_fallback_holds_a_key_to_its_cap_and_never_to_none() {
+    // A Redis that is not there: the port of a listener just closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/")).unwrap();
+    for (fallback, expected) in [
+        (Fallback::Share, 4),
+        (Fallback::Closed, 0),
+        (Fallback::Local(5), 5),
+        (Fallback::Local(100), 12),
+    ] {
+        let fleet = FleetCap::builder(client.clone(), 12)
+            .replicas(3)
+            .fallback(fallback)
+            .build()
+            .unwrap();
+        let running = Arc::new(Running::default());
+        let replica = Replica::start(fleet.clone(), running, SERVICE).await;
+        let tally = load(&[replica.addr], 1, "acme", Duration::from_millis(200)).await;
+        assert_eq!(tally.failed, 0);
+        assert!(fleet.snapshot().fallback, "{fallback:?}");
+        assert_eq!(fleet.held(&"acme".into()), expected, "{fallback:?}");
+        assert!(tally.slowest < Duration::from_secs(1), "{tally:?}");
+    }
+    // A key held as a digest cannot be named in Redis: held to the fallback's share.
+    let fleet = FleetCap::builder(client, 12).replicas(2).build().unwrap();
+    let long = admission_core::Key::from("k".repeat(100).as_str());
+    assert_eq!(fleet.held(&long), 6);
+}
+
+#[tokio::test]
+async fn settings_that_would_refuse_everything_or_never_renew_are_errors() {
+    use admission_redis::FleetError;
+    let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
+    let build = |builder: admission_redis::FleetCapBuilder| builder.build().unwrap_err();
+    let base = || FleetCap::builder(client.clone(), 8);
+    for (error, what) in [
+        (build(FleetCap::builder(client.clone(), 0)), "cap"),
+        (build(base().chunk(0)), "chunk"),
+        (build(base().replicas(0)), "replicas"),
+        (build(base().max_pending(0)), "max_pending"),
+        (build(base().ttl(Duration::ZERO)), "ttl"),
+        (build(base().grant_timeout(Duration::ZERO)), "grant_timeout"),
+    ] {
+        assert!(
+            matches!(error, FleetError::Zero(named) if named == what),
+            "{error:?}"
+        );
+        assert!(error.to_string().contains(what), "{error}");
+    }
+    let slow = build(base().ttl(Duration::from_millis(300)));
+    assert!(matches!(slow, FleetError::SlowGrant), "{slow:?}");
+    assert!(base().ttl(Duration::from_millis(301)).build().is_ok());
+    let bad = FleetCap::builder(redis::Client::open("redis://127.0.0.1:1/").unwrap(), 8);
+    assert!(
+        bad.build().is_ok(),
+        "nothing is sent to Redis before it is needed"
+    );
+}
