@@ -62,6 +62,9 @@ struct Lease {
     /// is not asked again for a while, since what the others give back comes at their
     /// renewals.
     short_at: Option<tokio::time::Instant>,
+    /// The key's fair share, as Redis last said (the cap while no replica waits): a lease
+    /// does not grow past it.
+    share: usize,
 }
 
 #[derive(Default)]
@@ -251,8 +254,8 @@ impl Inner {
 
     /// [`grow`](Self::grow), the key's lock held.
     async fn grow_held(&self, key: &Key, name: &[u8]) {
-        let (current, short_at) = match self.leases.read().get(key) {
-            Some(lease) => (lease.granted, lease.short_at),
+        let (current, short_at, share) = match self.leases.read().get(key) {
+            Some(lease) => (lease.granted, lease.short_at, lease.share),
             None => return,
         };
         let in_flight = self.in_flight(key);
@@ -261,17 +264,22 @@ impl Inner {
             // Another request's grant came first, or the fleet holds the rest.
             return;
         }
-        let want = (current.max(in_flight) + self.config.chunk).min(self.config.cap);
+        let want = (current.max(in_flight) + self.config.chunk)
+            .min(self.config.cap)
+            .min(share.max(current));
         if want <= current {
-            return; // this replica holds the whole cap
+            return; // this replica holds the whole cap, or its fair share
         }
-        if let Some(granted) = self.set(key, name, want).await {
+        if let Some((granted, fair)) = self.set(name, want).await {
             let short = (granted < want).then(tokio::time::Instant::now);
             if short.is_some() {
                 self.counters.short.fetch_add(1, Ordering::Relaxed);
             }
             if let Some(lease) = self.leases.write().get_mut(key) {
+                // A grow never lowers the lease: Redis grants at least what it held.
+                lease.granted = lease.granted.max(granted);
                 lease.short_at = short;
+                lease.share = fair;
             }
         }
     }
@@ -287,13 +295,15 @@ impl Inner {
             lock: Arc::default(),
             idle_rounds: 0,
             short_at: None,
+            share: self.config.cap,
         });
         lease.lock.clone()
     }
 
-    /// Asks Redis to set this replica's lease of `key` to `want`; keeps what it grants.
-    /// `None` (and the fallback) if Redis could not answer in time.
-    async fn set(&self, key: &Key, name: &[u8], want: usize) -> Option<usize> {
+    /// Asks Redis to set this replica's lease of `name` to `want`: what it grants, and
+    /// the key's fair share while other replicas wait (the cap while none do). `None`
+    /// (and the fallback) if Redis could not answer in time.
+    async fn set(&self, name: &[u8], want: usize) -> Option<(usize, usize)> {
         let mut invocation = self.grant.key(name);
         invocation
             .arg(&self.replica)
@@ -301,12 +311,7 @@ impl Inner {
             .arg(self.config.cap)
             .arg(millis(self.config.ttl));
         let mut redis = self.redis.clone();
-        let granted: Option<usize> = self.call(invocation.invoke_async(&mut redis)).await;
-        let granted = granted?;
-        if let Some(lease) = self.leases.write().get_mut(key) {
-            lease.granted = granted;
-        }
-        Some(granted)
+        self.call(invocation.invoke_async(&mut redis)).await
     }
 
     /// One call to Redis, bounded by the grant timeout; counted.
@@ -376,6 +381,7 @@ impl Inner {
             for lease in self.leases.write().values_mut() {
                 lease.granted = 0;
                 lease.short_at = None;
+                lease.share = self.config.cap;
             }
             self.set_fallback(false);
             return;
@@ -390,52 +396,62 @@ impl Inner {
         self.record_slots();
     }
 
-    /// Renews `key`'s lease at what its requests here use plus a chunk (shrinking it if
-    /// it holds more), or, with nothing in flight for two rounds (or at once if
-    /// `release`), gives it back and forgets the key.
+    /// Renews `key`'s lease, in two steps so that no request is ever admitted on a slot
+    /// Redis no longer counts: Redis is set to the cap this replica kept since the last
+    /// round (or to what is in flight, if more), and only then is this replica's own cap
+    /// lowered, for the next round, to what is in flight plus a chunk (at most the fair
+    /// share while other replicas wait; nothing after two rounds with nothing in flight).
+    /// A request that read the old cap as it was lowered has long been counted in flight
+    /// when the next round sets Redis. With `release`, Redis is set to what is in flight at
+    /// once (the caller has finished its requests).
     async fn settle(&self, key: Key, release: bool) {
         let Some(name) = lease_name(&self.config.prefix, &key) else {
             return;
         };
         let lock = self.lock(key);
         let _held = lock.lock().await;
-        let (before, lowered, idle) = {
+        let in_flight = self.in_flight(&key);
+        let (kept, idle) = {
             let mut leases = self.leases.write();
             let Some(lease) = leases.get_mut(&key) else {
                 return;
             };
-            let in_flight = self.in_flight(&key);
             lease.idle_rounds = if in_flight == 0 {
                 lease.idle_rounds.saturating_add(1)
             } else {
                 0
             };
-            let idle = release || lease.idle_rounds >= 2;
-            let target = if idle {
-                in_flight
-            } else {
-                in_flight + self.config.chunk
-            };
-            let before = lease.granted;
-            // Lowered here first, so that no request is admitted on what goes back.
-            lease.granted = before.min(target);
-            (before, lease.granted, idle)
+            (lease.granted, release || lease.idle_rounds >= 2)
         };
-        // A request admitted on the old lease as it was lowered keeps its slot.
-        let want = lowered.max(self.in_flight(&key)).min(self.config.cap);
-        let answered = if before == 0 && want == 0 {
-            true // Redis holds nothing of this replica's for the key
+        let want = if release {
+            in_flight
         } else {
-            self.set(&key, &name, want).await.is_some()
+            kept.max(in_flight)
         };
-        if answered && idle && want == 0 {
-            let mut leases = self.leases.write();
-            // Forgotten unless a grant waits for the key's lock (it holds a clone).
-            if leases.get(&key).is_some_and(|lease| lease.granted == 0)
-                && Arc::strong_count(&lock) == 2
-            {
-                leases.remove(&key);
-            }
+        let want = want.min(self.config.cap);
+        let answer = if kept == 0 && want == 0 {
+            Some((0, self.config.cap)) // Redis holds nothing of this replica's for the key
+        } else {
+            self.set(&name, want).await
+        };
+        let Some((granted, fair)) = answer else {
+            return;
+        };
+        let mut leases = self.leases.write();
+        let Some(lease) = leases.get_mut(&key) else {
+            return;
+        };
+        let target = if idle {
+            0
+        } else {
+            in_flight + self.config.chunk
+        };
+        lease.granted = granted.min(target).min(fair);
+        lease.share = fair;
+        // Forgotten once Redis holds nothing of it, unless a grant waits for the key's
+        // lock (it holds a clone of it).
+        if granted == 0 && lease.granted == 0 && Arc::strong_count(&lock) == 2 {
+            leases.remove(&key);
         }
     }
 }

@@ -16,10 +16,14 @@
 //!   that replica's lease to the whole cap; traffic spread over N replicas reaches the
 //!   cap too, each lease growing until the cap is held.
 //! - **Every third of the leases' time to live** (10 s by default) each replica renews
-//!   its leases, shrinking each to what its key has in flight plus a chunk, and gives back
-//!   the lease of a key with nothing in flight for two rounds. Memory follows the keys with
-//!   work in flight on both sides: a replica forgets a key it gave back, and Redis expires
-//!   a key's leases with the last of them.
+//!   its leases and shrinks each to what its key has in flight plus a chunk, in two steps:
+//!   its own cap first, Redis at the next round, so that no request is admitted on a slot
+//!   Redis no longer counts. A key with nothing in flight for two rounds is given back.
+//!   While a replica that holds none of a key's cap waits for it, no lease grows past a
+//!   fair share (the cap over the replicas that hold or want it), and those above it
+//!   shrink to it: traffic spread over the replicas is served on each. Memory follows the
+//!   keys with work in flight on both sides: a replica forgets a key it gave back, and
+//!   Redis expires a key's leases with the last of them.
 //!
 //! # When Redis goes away
 //!
@@ -64,7 +68,7 @@
 //! per-process secret) cannot be named by another replica, and is held to the fallback's
 //! cap locally.
 //!
-//! Rust 1.88 or newer (redis 1.x's floor). Tested on Redis 7.0.
+//! Rust 1.88 or newer (redis 1.x's floor). Tested on Redis 7.0 and Valkey 8.0.
 
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

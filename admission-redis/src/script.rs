@@ -2,17 +2,25 @@
 //! for tests to drive. Each runs atomically (a script blocks the server while it runs) and
 //! reads the time from the server (`TIME`), so the replicas' clocks never meet.
 
-/// Sets one replica's lease of one key, never above what the cap leaves it.
+/// Sets one replica's lease of one key, never above what the cap leaves it, and, while
+/// other replicas wait for slots, never above a fair share.
 ///
-/// `KEYS[1]`: the key's lease hash (one field a replica: `slots:expires_ms`).
+/// `KEYS[1]`: the key's lease hash: a field a replica holding a lease (`slots:expires_ms`),
+/// and a field `~` and a replica for one that waits (`expires_ms`).
 /// `ARGV`: the replica, the slots it wants, the cap, the lease's time to live in
 /// milliseconds, and optionally the time now in milliseconds (tests; the server's `TIME`
 /// otherwise).
 ///
-/// Drops the leases that have expired, then grants `min(want, cap - others)` (never below
-/// 0), where `others` is what the other replicas' live leases hold: the live leases of
-/// every replica never add up to more than the cap. A grant of 0 removes the replica's
-/// field. The hash expires with its last lease. Returns the slots granted.
+/// Drops what has expired, then grants `min(want, cap - others)` (never below 0), where
+/// `others` is what the other replicas' live leases hold: the live leases of every replica
+/// never add up to more than the cap. While replicas that hold no lease wait, the fair
+/// share is `ceil(cap / n)`, n counting the other holders, those waiters and this replica
+/// (the cap, while none wait), and a lease does not grow past it; one already above it is
+/// not cut here (its replica may have that many in flight) but told the share, to lower
+/// its own cap at once and its lease at its next renewal. A grant below what was asked
+/// marks the replica as waiting (for the time to live); a full one clears the mark. A
+/// grant of 0 removes the replica's lease. The hash expires with the last of its fields.
+/// Returns the slots granted and the fair share.
 pub const GRANT: &str = r"
 local now
 if ARGV[5] then
@@ -22,23 +30,52 @@ else
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local replica, want, cap, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local others, latest = 0, 0
+local mark = '~' .. replica
+local others, holders, latest, own = 0, 0, 0, 0
+local holding, waiting = {}, {}
 local fields = redis.call('HGETALL', KEYS[1])
 for i = 1, #fields, 2 do
-  if fields[i] ~= replica then
-    local lease = fields[i + 1]
-    local at = string.find(lease, ':', 1, true)
-    local slots = tonumber(string.sub(lease, 1, at - 1))
-    local expires = tonumber(string.sub(lease, at + 1))
+  local field, value = fields[i], fields[i + 1]
+  if string.sub(field, 1, 1) == '~' then
+    local expires = tonumber(value)
     if expires <= now then
-      redis.call('HDEL', KEYS[1], fields[i])
+      redis.call('HDEL', KEYS[1], field)
+    else
+      if field ~= mark then waiting[string.sub(field, 2)] = true end
+      if expires > latest then latest = expires end
+    end
+  else
+    local at = string.find(value, ':', 1, true)
+    local slots = tonumber(string.sub(value, 1, at - 1))
+    local expires = tonumber(string.sub(value, at + 1))
+    if field == replica then
+      if expires > now then own = slots end
+    elseif expires <= now then
+      redis.call('HDEL', KEYS[1], field)
     else
       others = others + slots
+      holders = holders + 1
+      holding[field] = true
       if expires > latest then latest = expires end
     end
   end
 end
 local granted = math.max(0, math.min(want, cap - others))
+local waiters = 0
+for waiter in pairs(waiting) do
+  if not holding[waiter] then waiters = waiters + 1 end
+end
+local fair = cap
+if waiters > 0 then
+  fair = math.ceil(cap / (holders + waiters + 1))
+  granted = math.min(granted, math.max(fair, own))
+end
+if granted < want then
+  redis.call('HSET', KEYS[1], mark, now + ttl)
+  if now + ttl > latest then latest = now + ttl end
+else
+  redis.call('HDEL', KEYS[1], mark)
+end
 if granted > 0 then
   redis.call('HSET', KEYS[1], replica, string.format('%d:%d', granted, now + ttl))
   if now + ttl > latest then latest = now + ttl end
@@ -48,7 +85,7 @@ end
 if latest > 0 then
   redis.call('PEXPIREAT', KEYS[1], latest)
 end
-return granted
+return {granted, fair}
 ";
 
 /// Registers one replica as live and counts the live ones.

@@ -26,41 +26,78 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// What the script must do: drop the other replicas' expired leases, grant what the cap
-/// leaves of the live ones, never below 0; a grant of 0 removes the replica's lease.
-fn model(
-    leases: &mut BTreeMap<String, (u64, u64)>,
-    replica: &str,
-    want: u64,
-    cap: u64,
-    now: u64,
-) -> u64 {
-    leases.retain(|other, (_, expires)| other == replica || *expires > now);
-    let others: u64 = leases
-        .iter()
-        .filter(|(other, _)| *other != replica)
-        .map(|(_, (slots, _))| slots)
-        .sum();
-    let granted = want.min(cap.saturating_sub(others));
-    if granted > 0 {
-        leases.insert(replica.to_owned(), (granted, now + TTL));
-    } else {
-        leases.remove(replica);
-    }
-    granted
+/// What Redis holds of one key: each replica's lease (slots, expiry), and each waiting
+/// replica's mark (expiry).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct State {
+    leases: BTreeMap<String, (u64, u64)>,
+    waiting: BTreeMap<String, u64>,
 }
 
-/// The leases Redis holds for `name`, parsed.
-fn stored(connection: &mut redis::Connection, name: &str) -> BTreeMap<String, (u64, u64)> {
+/// What the script must do: drop what has expired; grant what the cap leaves of the other
+/// live leases, never below 0, and, while replicas holding nothing wait, no more than the
+/// fair share or what the replica holds; mark the replica waiting if it got less than it
+/// asked, clear the mark if not; a grant of 0 removes its lease. The grant and the share.
+fn model(state: &mut State, replica: &str, want: u64, cap: u64, now: u64) -> (u64, u64) {
+    let own = match state.leases.get(replica) {
+        Some(&(slots, expires)) if expires > now => slots,
+        _ => 0,
+    };
+    state
+        .leases
+        .retain(|other, (_, expires)| other == replica || *expires > now);
+    state
+        .waiting
+        .retain(|other, expires| other == replica || *expires > now);
+    let others = state.leases.iter().filter(|(other, _)| *other != replica);
+    let (holders, held) = others.fold((0, 0), |(n, sum), (_, (slots, _))| (n + 1, sum + slots));
+    let mut granted = want.min(cap.saturating_sub(held));
+    let waiters = state
+        .waiting
+        .keys()
+        .filter(|other| *other != replica && !state.leases.contains_key(*other))
+        .count() as u64;
+    let mut fair = cap;
+    if waiters > 0 {
+        fair = cap.div_ceil(holders + waiters + 1);
+        granted = granted.min(fair.max(own));
+    }
+    if granted < want {
+        state.waiting.insert(replica.to_owned(), now + TTL);
+    } else {
+        state.waiting.remove(replica);
+    }
+    if granted > 0 {
+        state
+            .leases
+            .insert(replica.to_owned(), (granted, now + TTL));
+    } else {
+        state.leases.remove(replica);
+    }
+    (granted, fair)
+}
+
+/// What Redis holds for `name`, parsed.
+fn stored(connection: &mut redis::Connection, name: &str) -> State {
     let fields: BTreeMap<String, String> =
         redis::cmd("HGETALL").arg(name).query(connection).unwrap();
-    fields
-        .into_iter()
-        .map(|(replica, lease)| {
-            let (slots, expires) = lease.split_once(':').unwrap();
-            (replica, (slots.parse().unwrap(), expires.parse().unwrap()))
-        })
-        .collect()
+    let mut state = State::default();
+    for (field, value) in fields {
+        match field.strip_prefix('~') {
+            Some(replica) => {
+                state
+                    .waiting
+                    .insert(replica.to_owned(), value.parse().unwrap());
+            }
+            None => {
+                let (slots, expires) = value.split_once(':').unwrap();
+                state
+                    .leases
+                    .insert(field, (slots.parse().unwrap(), expires.parse().unwrap()));
+            }
+        }
+    }
+    state
 }
 
 #[test]
@@ -87,13 +124,13 @@ fn the_grant_script_does_what_the_model_does_and_never_grants_past_the_cap() {
         case.set(case.get() + 1);
         let name = format!("prop:{}", case.get());
         let mut connection = connection.borrow_mut();
-        let (mut now, mut leases) = (start, BTreeMap::new());
+        let (mut now, mut state) = (start, State::default());
         for op in ops {
             match op {
                 Op::Advance(ms) => now += ms,
                 Op::Grant(replica, want) => {
                     let replica = format!("r{replica}");
-                    let granted: u64 = grant
+                    let granted: (u64, u64) = grant
                         .key(&name)
                         .arg(&replica)
                         .arg(want)
@@ -102,10 +139,11 @@ fn the_grant_script_does_what_the_model_does_and_never_grants_past_the_cap() {
                         .arg(now)
                         .invoke(&mut *connection)
                         .unwrap();
-                    let expected = model(&mut leases, &replica, want, cap, now);
+                    let expected = model(&mut state, &replica, want, cap, now);
                     prop_assert_eq!(granted, expected, "{} asked {} at {}", replica, want, now);
-                    prop_assert_eq!(&stored(&mut connection, &name), &leases);
-                    let live: u64 = leases.values().filter(|(_, e)| *e > now).map(|(s, _)| s).sum();
+                    prop_assert_eq!(&stored(&mut connection, &name), &state);
+                    let live = state.leases.values().filter(|(_, e)| *e > now).map(|(s, _)| s);
+                    let live: u64 = live.sum();
                     prop_assert!(live <= cap, "{} live of a cap of {}", live, cap);
                 }
             }

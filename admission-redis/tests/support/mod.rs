@@ -176,3 +176,68 @@ pub async fn eventually(what: &str, within: Duration, mut condition: impl FnMut(
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// A TCP proxy to Redis that can be cut (every connection dropped, new ones closed at
+/// once) and healed: a network partition between one replica and Redis.
+pub struct Partition {
+    pub port: u16,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Partition {
+    pub async fn to(redis_port: u16) -> Self {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = cut.clone();
+        let task = tokio::spawn(async move {
+            let mut links = JoinSet::new();
+            loop {
+                tokio::select! {
+                    accepted = listener.accept() => {
+                        let Ok((mut client, _)) = accepted else { return };
+                        if flag.load(Ordering::SeqCst) {
+                            continue; // dropped: closed at once
+                        }
+                        let flag = flag.clone();
+                        links.spawn(async move {
+                            let Ok(mut server) =
+                                tokio::net::TcpStream::connect(("127.0.0.1", redis_port)).await
+                            else {
+                                return;
+                            };
+                            let copy = tokio::io::copy_bidirectional(&mut client, &mut server);
+                            let watch = async {
+                                while !flag.load(Ordering::SeqCst) {
+                                    tokio::time::sleep(Duration::from_millis(5)).await;
+                                }
+                            };
+                            tokio::select! { _ = copy => {}, () = watch => {} }
+                        });
+                    }
+                    Some(_) = links.join_next() => {}
+                }
+            }
+        });
+        Self { port, cut, task }
+    }
+
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(format!("redis://127.0.0.1:{}/", self.port)).unwrap()
+    }
+
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::SeqCst);
+    }
+
+    pub fn heal(&self) {
+        self.cut.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
