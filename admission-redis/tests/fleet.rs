@@ -353,3 +353,48 @@ async fn a_partition_that_heals_counts_nothing_twice_past_the_ttl() {
         .sum();
     assert!(counted <= CAP, "{leases:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_with_nothing_in_flight_are_forgotten_on_both_sides() {
+    let Some(redis) = Redis::start("forgotten") else {
+        return;
+    };
+    let ttl = Duration::from_millis(600);
+    let (replicas, _running) = replicas(&redis, "forget", 8, ttl).await;
+    let addrs: Vec<_> = replicas.iter().map(|replica| replica.addr).collect();
+    let run = Duration::from_millis(400);
+    let tallies = tokio::join!(
+        load(&addrs, 6, "t1", run),
+        load(&addrs, 6, "t2", run),
+        load(&addrs, 6, "t3", run),
+        load(&addrs, 6, "t4", run),
+    );
+    for tally in [tallies.0, tallies.1, tallies.2, tallies.3] {
+        assert!(tally.ok > 0 && tally.failed == 0, "{tally:?}");
+    }
+    let mut connection = redis.client().get_connection().unwrap();
+    let held = |connection: &mut redis::Connection| -> usize {
+        let names: Vec<String> = redis::cmd("KEYS")
+            .arg("forget:key:*")
+            .query(connection)
+            .unwrap();
+        names.len()
+    };
+    assert!(
+        held(&mut connection) > 0,
+        "leases in Redis as the load ends"
+    );
+    // Given back within a few renewal rounds (two idle, one to set Redis), then forgotten.
+    eventually(
+        "every replica forgets every key",
+        Duration::from_secs(3),
+        || replicas.iter().all(|r| r.fleet.snapshot().keys == 0),
+    )
+    .await;
+    let start = Instant::now();
+    while held(&mut connection) > 0 {
+        assert!(start.elapsed() < ttl * 2, "Redis still holds leases");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(replicas.iter().all(|r| r.fleet.snapshot().slots == 0));
+}
