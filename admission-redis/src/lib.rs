@@ -68,7 +68,9 @@
 //! per-process secret) cannot be named by another replica, and is held to the fallback's
 //! cap locally.
 //!
-//! Rust 1.88 or newer (redis 1.x's floor). Tested on Redis 7.0 and Valkey 8.0.
+//! The client is redis-rs (`redis` 1.x), whose `ConnectionManager` reconnects on its own
+//! and multiplexes the replica's calls over one connection. Rust 1.88 or newer (redis
+//! 1.x's floor). Tested on Redis 7.0 and Valkey 8.0.
 
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]

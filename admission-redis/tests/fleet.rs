@@ -398,3 +398,34 @@ async fn keys_with_nothing_in_flight_are_forgotten_on_both_sides() {
     }
     assert!(replicas.iter().all(|r| r.fleet.snapshot().slots == 0));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_redis_stalls_no_request_past_the_grant_timeout() {
+    let Some(redis) = Redis::start("slow") else {
+        return;
+    };
+    let (replicas, _running) = replicas(&redis, "slow", 8, Duration::from_secs(3)).await;
+    let replica = &replicas[0];
+    // Redis answers nothing for 1.5 s (a long script, a fork, a saturated network).
+    let client = redis.client();
+    let sleeper = std::thread::spawn(move || {
+        let mut connection = client.get_connection().unwrap();
+        let _: () = redis::cmd("DEBUG")
+            .arg("SLEEP")
+            .arg(1.5)
+            .query(&mut connection)
+            .unwrap();
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A new tenant's first request must grow its lease: it waits the grant timeout
+    // (100 ms), no more, and is then admitted on the fallback.
+    let tally = load(&[replica.addr], 4, "newcomer", Duration::from_millis(600)).await;
+    assert!(tally.ok > 0 && tally.failed == 0, "{tally:?}");
+    assert!(tally.slowest < Duration::from_millis(600), "{tally:?}");
+    assert!(replica.fleet.snapshot().fallback);
+    sleeper.join().unwrap();
+    eventually("back once Redis answers", Duration::from_secs(3), || {
+        !replica.fleet.snapshot().fallback
+    })
+    .await;
+}

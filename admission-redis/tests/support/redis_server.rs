@@ -69,6 +69,8 @@ impl Redis {
         let child = Command::new(binary())
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no"])
+            // For `DEBUG SLEEP`: a Redis that is slow rather than gone.
+            .args(["--enable-debug-command", "yes"])
             .arg("--dir")
             .arg(&self.dir)
             .stdout(Stdio::null())
