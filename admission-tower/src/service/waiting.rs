@@ -1,0 +1,129 @@
+//! The wait for a count slot ([`crate::Wait`]): which refusals wait, and the wait itself.
+
+use std::sync::Arc;
+
+use admission_core::{Priority, Refused};
+use admission_http::{MeteredBody, ReadAhead, Rejection};
+use http::request::Parts;
+use http::{Request, Response};
+use http_body::Body;
+use tower_service::Service;
+
+use super::Admission;
+use crate::future::ResponseFuture;
+use crate::shared::{Shared, WaitEnd};
+use crate::wait::READ_AHEAD;
+
+impl<S> Admission<S> {
+    /// Whether a request refused with `rejection` waits for a slot instead: the count (or
+    /// its class's share of it) was full and the layer has a wait (never in a dry run,
+    /// which refuses no one).
+    pub(super) fn waits(&self, rejection: Rejection, priority: Option<Priority>) -> bool {
+        matches!(
+            rejection,
+            Rejection::Refused(Refused::Count | Refused::Class)
+        ) && self.shared.wait.is_some()
+            && !self.shared.dry_run
+            && !priority.is_some_and(Priority::is_retry)
+    }
+
+    /// The wait for a count slot (see [`crate::Wait`]): the inner service, ready, goes with
+    /// the request into the response future (a clone takes its place here), which admits
+    /// and calls it once a slot is handed over, or refuses when the wait runs out.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn wait_for_slot<ReqBody, ResBody>(
+        &mut self,
+        parts: Parts,
+        body: ReqBody,
+        priority: Option<Priority>,
+        rate: Option<admission_http::MinDataRate>,
+    ) -> ResponseFuture<S::Future>
+    where
+        S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
+        S: Clone + Send + 'static,
+        S::Future: 'static,
+        ReqBody: Body + Send + Unpin + 'static,
+        ReqBody::Data: Send + Sync,
+    {
+        let wait = self.shared.wait.as_ref().expect("a wait");
+        let estimate = self
+            .shared
+            .adaptive
+            .as_ref()
+            .and_then(|limit| limit.latency())
+            .map(|latency| latency.typical);
+        let Some(budget) = wait.budget(&parts, estimate) else {
+            // Its client would give up before an answer: refused now, not after waiting.
+            self.shared
+                .waits
+                .deadline
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return self.refuse(parts, body, Rejection::Refused(Refused::Count), priority);
+        };
+        let inner = self.inner.clone();
+        let ready = std::mem::replace(&mut self.inner, inner);
+        let mut admission = Admission {
+            inner: ready,
+            shared: self.shared.clone(),
+        };
+        // The body is read ahead while the request waits, so that a client who goes is
+        // seen; not one whose client waits to be told to send it.
+        let limit = if expects_continue(&parts) {
+            0
+        } else {
+            READ_AHEAD
+        };
+        let mut ahead = ReadAhead::new(body, limit);
+        ResponseFuture::waiting(Box::pin(async move {
+            let shared = admission.shared.clone();
+            let started = std::time::Instant::now();
+            // Dropped while it waits (the server saw its client go): gone.
+            let waiting = Waiting(Some(shared.clone()));
+            let admitted = shared
+                .admit_waiting(&parts, priority, rate, budget, &mut ahead)
+                .await;
+            waiting.ended();
+            let waited = started.elapsed();
+            let (body, read) = ahead.split();
+            match admitted {
+                Ok((permit, declared)) => {
+                    shared.waited(waited);
+                    admission.start(parts, body, Some(read), permit, declared, priority, rate)
+                }
+                Err(WaitEnd::Refused(rejection)) => {
+                    admission.refuse_after(parts, body, rejection, priority, waited)
+                }
+                Err(WaitEnd::Gone) => ResponseFuture::gone(),
+            }
+        }))
+    }
+}
+
+/// Whether the request asks to be told to send its body (`Expect: 100-continue`).
+fn expects_continue(parts: &Parts) -> bool {
+    parts
+        .headers
+        .get(http::header::EXPECT)
+        .is_some_and(|value| value.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+}
+
+/// A request waiting for a count slot: counted gone if its future is dropped before the
+/// wait ends (the server saw its client go and dropped the request), as a client seen to
+/// go while it waits is.
+struct Waiting(Option<Arc<Shared>>);
+
+impl Waiting {
+    /// The wait ended (admitted, refused or gone, each counted where it ended).
+    fn ended(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some(shared) = self.0.take() {
+            shared.count_gone();
+        }
+    }
+}
