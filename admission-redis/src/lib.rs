@@ -79,6 +79,7 @@
 mod config;
 mod fleet;
 pub mod script;
+mod upkeep;
 
 pub use config::{Fallback, FleetCapBuilder, FleetError};
 pub use fleet::{FleetCap, FleetSnapshot};
