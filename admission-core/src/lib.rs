@@ -82,6 +82,7 @@
 pub mod adaptive;
 #[allow(unsafe_code)]
 mod bytes;
+mod classes;
 #[allow(unsafe_code)]
 mod count;
 mod gate;
@@ -99,11 +100,12 @@ mod sync;
 
 pub use adaptive::AdaptiveLimit;
 pub use bytes::{ByteLedger, BytePermit};
+pub use classes::{ClassError, Classes};
 pub use count::{Acquire, CountLedger, CountPermit, Drain};
 pub use gate::{Claim, Gate, GateBuilder, GatePermit, GateSnapshot};
 pub use key::Key;
 pub use keyed::{KeyHasher, KeyState, KeyedLedger, KeyedPermit, KeyedSnapshot};
-pub use priority::{ClassError, Classes, MAX_CLASSES, Priority};
+pub use priority::{MAX_CLASSES, Priority};
 pub use refused::{CapacityError, Refused};
 pub use stats::Snapshot;
 
