@@ -57,7 +57,10 @@ impl Inner {
             None => return,
         };
         let in_flight = self.in_flight(key);
-        let recently_short = short_at.is_some_and(|at| at.elapsed() < self.config.ttl / 10);
+        // Not asked again for a tenth of the TTL, at most 250 ms: what the others give back
+        // comes at their renewals, or when one shuts down.
+        let pause = (self.config.ttl / 10).min(Duration::from_millis(250));
+        let recently_short = short_at.is_some_and(|at| at.elapsed() < pause);
         if in_flight < current || recently_short {
             // Another request's grant came first, or the fleet holds the rest.
             return;

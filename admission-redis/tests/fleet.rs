@@ -257,6 +257,11 @@ async fn settings_that_would_refuse_everything_or_never_renew_are_errors() {
         );
         assert!(error.to_string().contains(what), "{error}");
     }
+    let debug = format!("{:?}", base().chunk(3));
+    assert!(
+        debug.contains("chunk: 3") && debug.contains("cap: 8"),
+        "{debug}"
+    );
     let slow = build(base().ttl(Duration::from_millis(300)));
     assert!(matches!(slow, FleetError::SlowGrant), "{slow:?}");
     assert!(base().ttl(Duration::from_millis(301)).build().is_ok());
@@ -428,4 +433,37 @@ async fn a_slow_redis_stalls_no_request_past_the_grant_timeout() {
         !replica.fleet.snapshot().fallback
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_shuts_down_gives_its_share_back_at_once() {
+    let Some(redis) = Redis::start("release") else {
+        return;
+    };
+    const CAP: usize = 8;
+    // Leases of a minute: only a release can hand them over within the test.
+    let (mut replicas, _running) = replicas(&redis, "release", CAP, Duration::from_secs(60)).await;
+    let other = replicas.pop().unwrap();
+    let leaving = replicas.pop().unwrap();
+    let _ = load(&[leaving.addr], 16, "acme", Duration::from_millis(300)).await;
+    assert_eq!(leaving.fleet.held(&"acme".into()), CAP);
+    let _ = load(&[other.addr], 4, "acme", Duration::from_millis(200)).await;
+    assert_eq!(
+        other.fleet.held(&"acme".into()),
+        0,
+        "the cap is held elsewhere"
+    );
+    // Its requests done, the leaving replica gives back what it holds.
+    leaving.fleet.release().await;
+    assert_eq!(leaving.fleet.held(&"acme".into()), 0);
+    assert_eq!(leaving.fleet.snapshot().keys, 0, "and forgets the key");
+    tokio::time::sleep(Duration::from_millis(300)).await; // past the short grant's pause
+    let after = load(&[other.addr], 16, "acme", Duration::from_millis(300)).await;
+    assert!(after.ok > 0);
+    assert_eq!(other.fleet.held(&"acme".into()), CAP);
+    let debug = format!("{:?}", other.fleet);
+    assert!(
+        debug.contains("cap: 8") && debug.contains("prefix: \"release\""),
+        "{debug}"
+    );
 }
