@@ -184,7 +184,9 @@ impl Refusals {
         self.retry_delay
     }
 
-    /// Sets the body closure.
+    /// What a refusal's body says: `body` is given the refusal (status, what refused,
+    /// the request's head) and returns the body to send; the default is one line of text
+    /// naming what refused.
     ///
     /// ```
     /// use admission_core::Refused;

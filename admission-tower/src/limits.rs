@@ -115,7 +115,7 @@ impl AdmissionBuilder<NewGate> {
         self
     }
 
-    /// The layer.
+    /// The layer these settings describe, every setting checked against the others.
     ///
     /// # Errors
     ///

@@ -27,9 +27,9 @@ use http::request::Parts;
 /// waited a short target (5 ms by default) is refused as soon as a newer request of its
 /// class (or a more important one) comes to wait, since that one would be served first
 /// ([`standing_queue`](Self::standing_queue)). Under sustained overload newer requests
-/// keep coming, so no one waits much past the target, admitted or refused (measured on a
-/// real server at 5x its capacity: refusals within 7 ms at p99, and 3 ms added to the
-/// admitted p99); after a burst no newer request comes, and its waiters keep their places
+/// keep coming, so no one waits much past the target, admitted or refused (the `bursts`
+/// example measures it on a real server at 5x its capacity); after a burst no newer
+/// request comes, and its waiters keep their places
 /// for as long as `max_wait` lets them. Per-key refusals (429) and requests too large
 /// (413) never wait. A drain or close refuses every waiter at once.
 ///

@@ -170,7 +170,8 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
         }
     }
 
-    /// Builds the gate.
+    /// A gate over the ledgers these limits describe, each checked against what its
+    /// ledger represents (the dimensions left out are not built at all).
     ///
     /// # Errors
     ///
