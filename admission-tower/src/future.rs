@@ -14,7 +14,7 @@ use http_body::Body;
 use pin_project_lite::pin_project;
 
 use crate::ResponseBody;
-use crate::drain::{self, Drain};
+use crate::discard::{self, Discard};
 use crate::permit::AdmissionPermit;
 use crate::shared::Shared;
 
@@ -108,8 +108,8 @@ impl LateRefusal {
                 .refusals
                 .respond_to(&head.method, &head.uri, &head.headers, rejection);
         // The rest of the body is unread: on HTTP/1.x this is the connection's last.
-        if drain::is_http1(head.version) {
-            drain::close(&mut response);
+        if discard::is_http1(head.version) {
+            discard::close(&mut response);
         }
         response
     }
@@ -170,7 +170,7 @@ impl<F> ResponseFuture<F> {
     /// A refusal, sent once `drain` (if any) has read the request's body.
     pub(crate) fn refused<B>(
         response: Response<Bytes>,
-        drain: Option<Drain<B>>,
+        drain: Option<Discard<B>>,
         http1: bool,
     ) -> Self
     where
@@ -280,7 +280,7 @@ where
                     .expect("ResponseFuture polled after it completed");
                 // A body not drained in time: on HTTP/1.x the connection goes with it.
                 if close && *http1 {
-                    drain::close(&mut response);
+                    discard::close(&mut response);
                 }
                 Poll::Ready(Ok(response.map(ResponseBody::refused)))
             }

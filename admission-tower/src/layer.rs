@@ -13,7 +13,7 @@ use tower_layer::Layer;
 #[cfg(feature = "tokio")]
 use crate::Connections;
 use crate::builder::{NewGate, SharedGate};
-use crate::drain::DrainLimits;
+use crate::discard::DiscardLimits;
 use crate::observe::Observer;
 use crate::shared::Shared;
 use crate::{Admission, AdmissionBuilder, AdmissionSnapshot, ConnectionLimits, SlowClients};
@@ -109,7 +109,7 @@ impl AdmissionLayer {
             refusals: Refusals::new(),
             hook: None,
             dry_run: false,
-            drain: DrainLimits::default(),
+            discard: DiscardLimits::default(),
             observer: Observer::default(),
             would_shed: AtomicU64::new(0),
             adaptive: None,

@@ -300,7 +300,7 @@ mod adaptive_limit;
 mod body;
 mod builder;
 mod connection;
-mod drain;
+mod discard;
 mod error;
 mod future;
 mod layer;

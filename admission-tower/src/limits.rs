@@ -4,7 +4,7 @@ use std::sync::atomic::AtomicU64;
 
 use admission_core::{Classes, Gate, Priority};
 
-use crate::drain::DrainLimits;
+use crate::discard::DiscardLimits;
 use crate::observe::Observer;
 use crate::shared::Shared;
 use crate::{AdmissionBuilder, AdmissionLayer, BuildError, MemoryShare, PerKey, Retries};
@@ -276,7 +276,7 @@ impl AdmissionBuilder<Gate> {
             memory_limit.map(|limit| limit.bytes()),
         );
         Ok(AdmissionLayer::from_shared(Shared {
-            drain: DrainLimits::from(&self.refusals),
+            discard: DiscardLimits::from(&self.refusals),
             keys,
             bypass: self.bypass,
             classes: self.classes,

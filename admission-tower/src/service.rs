@@ -12,7 +12,7 @@ use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
 
-use crate::drain::{self, Drain, Plan};
+use crate::discard::{self, Discard, Plan};
 use crate::future::{LateRefusal, ResponseFuture};
 use crate::permit::{AdmissionPermit, Sample};
 use crate::shared::Shared;
@@ -410,15 +410,15 @@ impl<S> Admission<S> {
                 .respond_to(&parts.method, &parts.uri, &parts.headers, rejection);
         let declared = content_length(&parts.headers).ok().flatten();
         let closed = rejection == Rejection::Refused(Refused::Closed);
-        let drain = match shared.drain.plan(&parts, &body, declared, closed) {
+        let drain = match shared.discard.plan(&parts, &body, declared, closed) {
             Plan::Answer => None,
-            Plan::Drain => Some(Drain::new(body, shared.drain)),
+            Plan::Discard => Some(Discard::new(body, shared.discard)),
             Plan::Close => {
-                drain::close(&mut response);
+                discard::close(&mut response);
                 None
             }
         };
-        ResponseFuture::refused(response, drain, drain::is_http1(parts.version))
+        ResponseFuture::refused(response, drain, discard::is_http1(parts.version))
     }
 }
 

@@ -9,7 +9,7 @@ use admission_core::{Key, Refused};
 use admission_http::{MinDataRate, Refusals, Rejection, content_length};
 use http::request::Parts;
 
-use crate::drain::DrainLimits;
+use crate::discard::DiscardLimits;
 use crate::observe::Observer;
 use crate::per_key::KeyPolicy;
 use crate::{SampleAt, SlowClients};
@@ -105,7 +105,7 @@ pub(crate) struct Shared {
     pub(crate) refusals: Refusals,
     pub(crate) hook: Option<HookFn>,
     pub(crate) dry_run: bool,
-    pub(crate) drain: DrainLimits,
+    pub(crate) discard: DiscardLimits,
     pub(crate) observer: Observer,
     pub(crate) would_shed: AtomicU64,
     /// The adaptive limit driving the count, if any.

@@ -1,4 +1,6 @@
-//! What happens to the unread body of a refused HTTP/1.x request.
+//! What happens to the unread body of a refused HTTP/1.x request: discarded (read to its
+//! end and dropped), or the connection closed. (Not the graceful drain of a layer, which
+//! is `AdmissionLayer::drain`; the public setting keeps its name, `drain_refused`.)
 //!
 //! HTTP/1.x carries one request after another on a connection, so a body the server
 //! does not read stands between the refusal and the next request. A server that answers
@@ -8,9 +10,9 @@
 //! Closing with unread bytes in the socket can also make the kernel reset the
 //! connection before the client has read the refusal.
 //!
-//! So a refused request's body is *drained* (read and dropped, holding no permit) when
-//! it is small and arrives quickly: at most [`DrainLimits::max_bytes`], within
-//! [`DrainLimits::within`]. The refusal is sent once the body has ended, and the
+//! So a refused request's body is *discarded* (read and dropped, holding no permit) when
+//! it is small and arrives quickly: at most [`DiscardLimits::max_bytes`], within
+//! [`DiscardLimits::within`]. The refusal is sent once the body has ended, and the
 //! connection stays open. A body that is larger, declares `expect: 100-continue` (the
 //! client has not sent it and need not), or does not arrive in time is not read: the
 //! refusal says `connection: close` and the server closes the connection after it.
@@ -33,7 +35,7 @@ use pin_project_lite::pin_project;
 
 /// How much of a refused HTTP/1.x request's body is drained, and for how long.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct DrainLimits {
+pub(crate) struct DiscardLimits {
     /// Bodies up to this many bytes are drained; 0 drains none.
     pub(crate) max_bytes: u64,
     /// How long a drain may wait for the body to arrive.
@@ -42,7 +44,7 @@ pub(crate) struct DrainLimits {
     pub(crate) within: Duration,
 }
 
-impl Default for DrainLimits {
+impl Default for DiscardLimits {
     fn default() -> Self {
         Self {
             max_bytes: 64 * 1024,
@@ -51,7 +53,7 @@ impl Default for DrainLimits {
     }
 }
 
-impl From<&admission_http::Refusals> for DrainLimits {
+impl From<&admission_http::Refusals> for DiscardLimits {
     fn from(refusals: &admission_http::Refusals) -> Self {
         let limits = refusals.drain_limits();
         Self {
@@ -66,12 +68,12 @@ pub(crate) enum Plan {
     /// Nothing is left unread (no body, or HTTP/2): answer as is.
     Answer,
     /// Read the body, then answer; close if it cannot be read within the limits.
-    Drain,
+    Discard,
     /// Answer at once with `connection: close`.
     Close,
 }
 
-impl DrainLimits {
+impl DiscardLimits {
     /// The plan for a refused request with this head and body. `closing`: the layer is
     /// closed (draining for shutdown), so over HTTP/1.x every refusal closes its
     /// connection, sending keep-alive clients elsewhere.
@@ -96,7 +98,7 @@ impl DrainLimits {
         let small = declared.is_none_or(|length| length <= self.max_bytes);
         let drain = self.max_bytes != 0 && !expects_continue && small && cfg!(feature = "tokio");
         match (drain, http1) {
-            (true, _) => Plan::Drain,
+            (true, _) => Plan::Discard,
             (false, true) => Plan::Close,
             // HTTP/2: the stream is reset after the answer; nothing to close.
             (false, false) => Plan::Answer,
@@ -119,11 +121,11 @@ pub(crate) fn is_http1(version: Version) -> bool {
 pin_project! {
     /// Reads a refused request's body to its end and drops it, within the limits.
     #[project = DrainProj]
-    pub(crate) struct Drain<B> {
+    pub(crate) struct Discard<B> {
         #[pin]
         body: B,
         read: u64,
-        limits: DrainLimits,
+        limits: DiscardLimits,
         deadline: Option<Deadline>,
     }
 }
@@ -135,8 +137,8 @@ type Deadline = Pin<Box<tokio::time::Sleep>>;
 #[cfg(not(feature = "tokio"))]
 type Deadline = std::convert::Infallible;
 
-impl<B> Drain<B> {
-    pub(crate) fn new(body: B, limits: DrainLimits) -> Self {
+impl<B> Discard<B> {
+    pub(crate) fn new(body: B, limits: DiscardLimits) -> Self {
         Self {
             body,
             read: 0,
@@ -146,7 +148,7 @@ impl<B> Drain<B> {
     }
 }
 
-impl<B: Body> Future for Drain<B> {
+impl<B: Body> Future for Discard<B> {
     /// Whether the whole body was read.
     type Output = bool;
 
