@@ -467,3 +467,43 @@ async fn a_replica_that_shuts_down_gives_its_share_back_at_once() {
         "{debug}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_is_asked_a_few_times_not_once_a_request() {
+    let Some(redis) = Redis::start("few_calls") else {
+        return;
+    };
+    const CAP: usize = 64; // chunks of 8
+    let running = Arc::new(Running::default());
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let fleet = FleetCap::builder(redis.client(), CAP)
+            .ttl(Duration::from_secs(30))
+            .prefix("few")
+            .build()
+            .unwrap();
+        replicas.push(Replica::start(fleet, running.clone(), Duration::from_millis(300)).await);
+    }
+    let calls = |replica: &Replica| replica.fleet.snapshot().calls;
+    let (first, second) = (&replicas[0], &replicas[1]);
+    let before = calls(first);
+    // 64 requests at once on a new key: the lease grows a chunk at a time, each grant
+    // shared by the requests that waited for it.
+    let burst = load(&[first.addr], 64, "burst", Duration::from_millis(100)).await;
+    assert_eq!(burst.ok, 64, "{burst:?}");
+    let grants = calls(first) - before;
+    assert!(grants <= 16, "{grants} calls for 64 requests");
+    // The whole cap held there: a tenant over it on the other replica is refused, and
+    // asks Redis at most every 250 ms, not at each refusal.
+    let held = tokio::spawn({
+        let addr = first.addr;
+        async move { load(&[addr], 64, "burst", Duration::from_millis(900)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let before = calls(second);
+    let refused = load(&[second.addr], 8, "burst", Duration::from_millis(600)).await;
+    assert!(refused.refused > 100, "{refused:?}");
+    let asked = calls(second) - before;
+    assert!(asked <= 8, "{asked} calls for {} refusals", refused.refused);
+    held.await.unwrap();
+}
