@@ -22,16 +22,19 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioExecutor;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::time::{Instant, sleep};
+use tokio::time::sleep;
 
 #[path = "support/events.rs"]
 mod events;
+#[path = "support/eventually.rs"]
+mod eventually;
 #[path = "support/h2.rs"]
 mod h2;
 #[path = "support/heap.rs"]
 mod heap;
 
 use events::Heartbeats;
+use eventually::eventually;
 use h2::{INITIAL_WINDOW_SIZE, Log, client, get_on, preface_with, window_update};
 
 /// The requests the layer admits at once: as many as one attacking connection asks for.
@@ -114,19 +117,15 @@ async fn served(addr: SocketAddr) -> StatusCode {
     client.get(uri).await.unwrap().status()
 }
 
-async fn eventually(mut condition: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !condition() {
-        assert!(start.elapsed() < Duration::from_secs(5), "not within 5 s");
-        sleep(Duration::from_millis(10)).await;
-    }
-}
-
 #[tokio::test]
 async fn a_zero_window_on_streamed_responses_gives_their_permits_back_after_the_grace() {
     let (layer, addr) = serve(rate()).await;
     let mut attacker = ask(addr, 0, "/stream", COUNT as u32).await;
-    eventually(|| layer.snapshot().gate.count.in_flight == COUNT as u64).await;
+    eventually(
+        "layer.snapshot().gate.count.in_flight == COUNT as u64",
+        || layer.snapshot().gate.count.in_flight == COUNT as u64,
+    )
+    .await;
     assert_eq!(
         served(addr).await,
         StatusCode::SERVICE_UNAVAILABLE,
@@ -145,7 +144,10 @@ async fn a_zero_window_on_streamed_responses_gives_their_permits_back_after_the_
         );
         assert_eq!(log.data(id), 0, "a zero window takes nothing");
     }
-    eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
+    eventually("layer.snapshot().gate.count.in_flight == 0", || {
+        layer.snapshot().gate.count.in_flight == 0
+    })
+    .await;
     assert_eq!(served(addr).await, StatusCode::OK, "others are served");
     assert!(!log.went_away(), "the connection itself is not ended");
 }
@@ -158,12 +160,19 @@ async fn a_zero_window_on_one_large_chunk_holds_its_permits_and_then_nothing() {
     let mut first = ask(addr, 0, "/big", 1).await;
     let _ = until_reset(&mut first, Duration::from_secs(5), 1).await;
     drop(first);
-    eventually(|| layer.connections().open() == 0).await;
+    eventually("layer.connections().open() == 0", || {
+        layer.connections().open() == 0
+    })
+    .await;
     let before = heap::live();
 
     let streams = 4;
     let mut attacker = ask(addr, 0, "/big", streams).await;
-    eventually(|| layer.snapshot().gate.count.in_flight == u64::from(streams)).await;
+    eventually(
+        "layer.snapshot().gate.count.in_flight == u64::from(streams)",
+        || layer.snapshot().gate.count.in_flight == u64::from(streams),
+    )
+    .await;
     sleep(Duration::from_millis(300)).await;
     let held = heap::live() - before;
     assert!(
@@ -178,9 +187,15 @@ async fn a_zero_window_on_one_large_chunk_holds_its_permits_and_then_nothing() {
 
     let log = until_reset(&mut attacker, Duration::from_secs(5), streams).await;
     assert!(ids(streams).all(|id| log.reset(id).is_some()), "{log:?}");
-    eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
+    eventually("layer.snapshot().gate.count.in_flight == 0", || {
+        layer.snapshot().gate.count.in_flight == 0
+    })
+    .await;
     // Nothing of the chunks is left, with the connection still open.
-    eventually(|| heap::live() - before < 1 << 20).await;
+    eventually("heap::live() - before < 1 << 20", || {
+        heap::live() - before < 1 << 20
+    })
+    .await;
     drop(attacker);
 }
 
@@ -202,7 +217,11 @@ async fn what_h2_buffers_of_a_stream_is_bounded_when_its_socket_is_not_read() {
             bytes.extend(get_on(id, "/stream"));
         }
         stalled.write_all(&bytes).await.unwrap();
-        eventually(|| layer.snapshot().gate.count.in_flight == u64::from(streams)).await;
+        eventually(
+            "layer.snapshot().gate.count.in_flight == u64::from(streams)",
+            || layer.snapshot().gate.count.in_flight == u64::from(streams),
+        )
+        .await;
         sleep(Duration::from_millis(300)).await;
         let grown = heap::live() - before;
         // The docs' bound: what h2 buffers (96 KiB) and the handler's chunk in hand
@@ -215,7 +234,10 @@ async fn what_h2_buffers_of_a_stream_is_bounded_when_its_socket_is_not_read() {
             );
         }
         drop(stalled);
-        eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
+        eventually("layer.snapshot().gate.count.in_flight == 0", || {
+            layer.snapshot().gate.count.in_flight == 0
+        })
+        .await;
     }
 }
 
@@ -236,7 +258,10 @@ async fn a_window_opened_a_byte_at_a_time_is_reset() {
     let reset = log.reset(1).unwrap_or_else(|| panic!("not reset: {log:?}"));
     assert!(log.data(1) > 0, "the dribble was taken");
     assert!(reset < Duration::from_secs(3), "reset at {reset:?}");
-    eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
+    eventually("layer.snapshot().gate.count.in_flight == 0", || {
+        layer.snapshot().gate.count.in_flight == 0
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -249,7 +274,10 @@ async fn a_connection_window_left_at_zero_is_reset() {
     let reset = log.reset(1).unwrap_or_else(|| panic!("not reset: {log:?}"));
     assert_eq!(log.data(1), 65_535, "the connection's window, and no more");
     assert!(reset < Duration::from_secs(4), "reset at {reset:?}");
-    eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
+    eventually("layer.snapshot().gate.count.in_flight == 0", || {
+        layer.snapshot().gate.count.in_flight == 0
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -268,7 +296,10 @@ async fn an_idle_event_stream_is_kept_and_one_whose_heartbeats_cannot_go_is_rese
     assert!(log.data(1) >= 10 * 3, "heartbeats came: {}", log.data(1));
     assert_eq!(layer.snapshot().gate.count.in_flight, 1, "still open");
     drop(reader);
-    eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
+    eventually("layer.snapshot().gate.count.in_flight == 0", || {
+        layer.snapshot().gate.count.in_flight == 0
+    })
+    .await;
 
     let mut stalled = ask(addr, 0, "/events", 1).await;
     let log = until_reset(&mut stalled, Duration::from_secs(5), 1).await;
@@ -320,5 +351,8 @@ async fn a_client_that_takes_its_responses_gets_them_whole() {
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(body.len(), len, "{path}");
     }
-    eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
+    eventually("layer.snapshot().gate.count.in_flight == 0", || {
+        layer.snapshot().gate.count.in_flight == 0
+    })
+    .await;
 }

@@ -25,12 +25,15 @@ use tokio::time::{Instant, sleep, timeout};
 
 #[path = "support/events.rs"]
 mod events;
+#[path = "support/eventually.rs"]
+mod eventually;
 #[path = "support/h2.rs"]
 mod h2;
 #[path = "support/heap.rs"]
 mod heap;
 
 use events::Heartbeats;
+use eventually::eventually;
 use h2::{
     CONTINUATION, END_HEADERS, END_STREAM, GOAWAY, HEADERS, PING, RST_STREAM, frame, frames,
     get_block, preface,
@@ -166,7 +169,10 @@ async fn a_head_trickled_in_is_closed_at_the_bound() {
         "idle time counted: {after:?}"
     );
     assert!(start.elapsed() < BOUND * 2);
-    eventually(|| layer.connections().open() == 0).await;
+    eventually("layer.connections().open() == 0", || {
+        layer.connections().open() == 0
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -297,7 +303,10 @@ async fn connections_from_one_address_stop_at_its_cap_while_others_are_served() 
     let from_2: std::net::IpAddr = [127, 0, 0, 2].into();
     assert_eq!(layer.connections().open_from(from_2), 2);
     drop((first, second));
-    eventually(|| layer.connections().open_from(from_2) == 0).await;
+    eventually("layer.connections().open_from(from_2) == 0", || {
+        layer.connections().open_from(from_2) == 0
+    })
+    .await;
     let mut again = connect_from([127, 0, 0, 2], addr).await;
     assert!(get_on(&mut again, "/").await.starts_with("HTTP/1.1 200"));
 }
@@ -371,8 +380,14 @@ async fn idle_connections_are_closed_and_an_event_stream_is_not() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert_eq!(closed_after(&mut events, BOUND * 3).await, None);
     drop(events);
-    eventually(|| layer.connections().open() == 0).await;
-    eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
+    eventually("layer.connections().open() == 0", || {
+        layer.connections().open() == 0
+    })
+    .await;
+    eventually("layer.snapshot().gate.count.in_flight == 0", || {
+        layer.snapshot().gate.count.in_flight == 0
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -463,8 +478,14 @@ async fn an_h2_peer_that_stops_answering_pings_is_closed_and_its_streams_let_go(
         after >= every * 2 - Duration::from_millis(50) && after < Duration::from_secs(2),
         "{after:?}"
     );
-    eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
-    eventually(|| layer.connections().open() == 0).await;
+    eventually("layer.snapshot().gate.count.in_flight == 0", || {
+        layer.snapshot().gate.count.in_flight == 0
+    })
+    .await;
+    eventually("layer.connections().open() == 0", || {
+        layer.connections().open() == 0
+    })
+    .await;
 }
 
 /// An h2 connection by hand, with one request in flight that its handler never answers.
@@ -474,7 +495,10 @@ async fn h2_hanging(addr: SocketAddr, layer: &AdmissionLayer) -> TcpStream {
     let get = get_block("/hang");
     bytes.extend(frame(HEADERS, END_STREAM | END_HEADERS, 1, &get));
     stream.write_all(&bytes).await.unwrap();
-    eventually(|| layer.snapshot().gate.count.in_flight == 1).await;
+    eventually("layer.snapshot().gate.count.in_flight == 1", || {
+        layer.snapshot().gate.count.in_flight == 1
+    })
+    .await;
     stream
 }
 
@@ -510,8 +534,14 @@ async fn floods_of_resets_and_continuations_end_their_connection_and_leave_nothi
         let mut other = TcpStream::connect(addr).await.unwrap();
         assert!(get_on(&mut other, "/").await.starts_with("HTTP/1.1 200"));
         drop(other);
-        eventually(|| layer.connections().open() == 0).await;
-        eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
+        eventually("layer.connections().open() == 0", || {
+            layer.connections().open() == 0
+        })
+        .await;
+        eventually("layer.snapshot().gate.count.in_flight == 0", || {
+            layer.snapshot().gate.count.in_flight == 0
+        })
+        .await;
         sleep(Duration::from_millis(200)).await;
     }
     let grown = heap::live() - before;
@@ -608,7 +638,10 @@ async fn a_graceful_shutdown_ends_at_its_deadline_and_admitted_requests_complete
         closed_after(&mut hung, BOUND).await.is_some(),
         "the hung stream is cut"
     );
-    eventually(|| layer.snapshot().gate.count.in_flight == 0).await;
+    eventually("layer.snapshot().gate.count.in_flight == 0", || {
+        layer.snapshot().gate.count.in_flight == 0
+    })
+    .await;
     assert_eq!(layer.connections().open(), 0);
     assert!(
         TcpStream::connect(addr).await.is_err(),
@@ -654,12 +687,4 @@ async fn a_unix_socket_is_served_under_the_same_bounds() {
     assert!(matches!(closed, Ok(Ok(0))), "{closed:?}");
     assert!(start.elapsed() >= BOUND - Duration::from_millis(50));
     let _ = std::fs::remove_file(&path);
-}
-
-async fn eventually(mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting");
-        sleep(Duration::from_millis(5)).await;
-    }
 }

@@ -4,6 +4,10 @@
 // Each test file uses part of this module, and test helpers need no docs.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
+mod eventually;
+
+pub use eventually::eventually;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
@@ -224,18 +228,6 @@ pub async fn text(response: Response<Incoming>) -> String {
         .unwrap()
         .to_bytes();
     String::from_utf8(bytes.to_vec()).unwrap()
-}
-
-/// Waits (at most 5 s) for `condition`, polling every 5 ms.
-pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !condition() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// On a layer with a count of one and a wait shorter than a few seconds, served here:
