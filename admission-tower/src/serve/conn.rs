@@ -27,7 +27,15 @@ use crate::connection::poll_alarm;
 /// the `GOAWAY`'s ping) before it is cut.
 const CLOSE_GRACE: Duration = Duration::from_secs(1);
 
-/// Where the server is in its life, as each connection sees it.
+/// Where the server is in its life, as each connection sees it (through a `watch`
+/// channel that holds the latest stage).
+///
+/// Why not `hyper_util::server::graceful`: it tells each connection once to finish
+/// gracefully, then waits for all of them with no bound. A shutdown here has two steps,
+/// a drain (finish what is in flight, take nothing new) and, at its deadline, a cut; and
+/// each connection's own timers (the head and idle bounds, the h2 pings) act on which
+/// step the server is at. A `watch` gives every connection the latest stage, one that
+/// starts during the drain included, and wakes each at the next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Stage {
     Serving,
