@@ -349,11 +349,11 @@ impl<G> AdmissionBuilder<G> {
     /// use admission_tower::{AdmissionLayer, ConnectionLimits};
     ///
     /// let limits = ConnectionLimits::default().with_max_connections(Some(10_000));
-    /// let layer = AdmissionLayer::builder().count(512).connections(limits).build()?;
+    /// let layer = AdmissionLayer::builder().count(512).connection_limits(limits).build()?;
     /// assert_eq!(layer.connection_limits(), limits);
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
-    pub fn connections(mut self, limits: ConnectionLimits) -> Self {
+    pub fn connection_limits(mut self, limits: ConnectionLimits) -> Self {
         self.connections = limits;
         self
     }

@@ -328,7 +328,7 @@ impl AdmissionLayer {
         self.shared.adaptive.as_ref()
     }
 
-    /// The layer's [`ConnectionLimits`] ([`AdmissionBuilder::connections`]).
+    /// The layer's [`ConnectionLimits`] ([`AdmissionBuilder::connection_limits`]).
     ///
     /// ```
     /// use admission_tower::{AdmissionLayer, ConnectionLimits};

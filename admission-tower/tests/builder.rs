@@ -79,7 +79,7 @@ fn a_connection_bound_of_zero_is_an_error_that_names_it() {
     let with = |limits: ConnectionLimits| {
         AdmissionLayer::builder()
             .count(8)
-            .connections(limits)
+            .connection_limits(limits)
             .build()
             .unwrap_err()
     };
@@ -102,12 +102,22 @@ fn a_connection_bound_of_zero_is_an_error_that_names_it() {
     }
     // `None` is no bound, and 1 is a bound.
     let off = ConnectionLimits::off();
-    assert!(AdmissionLayer::builder().connections(off).build().is_ok());
+    assert!(
+        AdmissionLayer::builder()
+            .connection_limits(off)
+            .build()
+            .is_ok()
+    );
     let ones = default
         .with_max_connections(Some(1))
         .with_max_per_address(Some(1))
         .with_max_streams(Some(1));
-    assert!(AdmissionLayer::builder().connections(ones).build().is_ok());
+    assert!(
+        AdmissionLayer::builder()
+            .connection_limits(ones)
+            .build()
+            .is_ok()
+    );
 }
 
 #[test]

@@ -259,7 +259,7 @@ async fn axum_serve_through_the_guard_keeps_connect_info_for_a_peer_key() {
                 info.0.ip()
             }),
         ))
-        .connections(policy().with_max_connections(Some(4)))
+        .connection_limits(policy().with_max_connections(Some(4)))
         .build()
         .unwrap();
     let app = Router::new()

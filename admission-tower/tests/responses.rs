@@ -70,7 +70,7 @@ fn app(layer: &AdmissionLayer) -> Router {
 async fn serve(rate: MinDataRate) -> (AdmissionLayer, SocketAddr) {
     let layer = AdmissionLayer::builder()
         .count(COUNT)
-        .connections(ConnectionLimits::default().with_min_send_rate(Some(rate)))
+        .connection_limits(ConnectionLimits::default().with_min_send_rate(Some(rate)))
         .build()
         .unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -89,7 +89,7 @@ async fn serve(layer: &AdmissionLayer) -> SocketAddr {
 fn layer(limits: ConnectionLimits) -> AdmissionLayer {
     AdmissionLayer::builder()
         .count(64)
-        .connections(limits)
+        .connection_limits(limits)
         .build()
         .unwrap()
 }

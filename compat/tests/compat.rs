@@ -125,7 +125,7 @@ async fn raw_get(stream: &mut TcpStream) -> String {
 async fn axum_0_8_guarded_listener_closes_connections_over_the_cap() {
     let layer = AdmissionLayer::builder()
         .count(8)
-        .connections(ConnectionLimits::default().with_max_connections(Some(1)))
+        .connection_limits(ConnectionLimits::default().with_max_connections(Some(1)))
         .build()
         .unwrap();
     let app = axum08::Router::new()

@@ -75,7 +75,7 @@ async fn serve() -> (AdmissionLayer, SocketAddr) {
     let layer = AdmissionLayer::builder()
         .count(COUNT)
         .per_key(PerKey::new(PER_ADDRESS, by_address))
-        .connections(
+        .connection_limits(
             ConnectionLimits::default().with_max_per_address(Some(CONNECTIONS_PER_ADDRESS)),
         )
         .build()

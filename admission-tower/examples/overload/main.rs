@@ -124,7 +124,7 @@ async fn main() -> std::process::ExitCode {
         )
         .bypass(|req| matches!(req.uri.path(), "/" | "/health"))
         .slow_clients(SlowClients::default().with_min_body_rate(MinDataRate::new(240, GRACE)))
-        .connections(
+        .connection_limits(
             ConnectionLimits::default()
                 .with_min_send_rate(Some(MinDataRate::new(240, GRACE)))
                 .with_head_within(Some(CONNECTION_BOUND))

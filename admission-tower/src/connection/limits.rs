@@ -5,7 +5,7 @@ use std::time::Duration;
 use admission_http::MinDataRate;
 
 /// What a connection may hold, and for how long, before any request of it is admitted:
-/// one value, safe by default, set with [`AdmissionBuilder::connections`] and held by
+/// one value, safe by default, set with [`AdmissionBuilder::connection_limits`] and held by
 /// `AdmissionLayer::serve` (feature `serve`), which bounds all of it; or in part (the
 /// caps, the first byte within the head bound, the send rate) by `AdmissionLayer::guard`
 /// (feature `axum`) for `axum::serve`, and by `Connections::admit` in an accept loop of
@@ -47,7 +47,7 @@ use admission_http::MinDataRate;
 /// assert_eq!(ConnectionLimits::off().head_within(), None);
 /// ```
 ///
-/// [`AdmissionBuilder::connections`]: crate::AdmissionBuilder::connections
+/// [`AdmissionBuilder::connection_limits`]: crate::AdmissionBuilder::connection_limits
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ConnectionLimits {
     pub(crate) max_connections: Option<usize>,

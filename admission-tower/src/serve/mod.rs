@@ -107,7 +107,7 @@ impl AdmissionLayer {
     /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
     /// let admission = AdmissionLayer::builder()
     ///     .count(512)
-    ///     .connections(ConnectionLimits::default().with_max_per_address(Some(64)))
+    ///     .connection_limits(ConnectionLimits::default().with_max_per_address(Some(64)))
     ///     .build()?;
     /// let app = Router::new()
     ///     .route("/", get(|ConnectInfo(peer): ConnectInfo<SocketAddr>| async move { peer.to_string() }))
