@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 
 use admission_core::{BytePermit, Refused};
 
-use crate::metered::Unread;
+use crate::metered_body::Unread;
 use crate::shape::BodyError;
 use crate::{BodyRefused, Refusals};
 

@@ -71,11 +71,11 @@ pub mod class;
 mod grpc;
 mod jitter;
 pub mod key;
-mod meter;
-mod metered;
+mod metered_body;
 mod pace;
 mod refusal;
 mod rejection;
+mod request_meter;
 mod shape;
 
 pub use ahead::{ReadAhead, ReadFrames};
@@ -83,11 +83,11 @@ pub use body::PermitBody;
 pub use charge::RequestCharge;
 pub use grpc::{INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE, grpc_code};
 pub use jitter::jittered;
-pub use meter::{MeteredRequest, RequestMeter};
-pub use metered::MeteredBody;
+pub use metered_body::MeteredBody;
 pub use pace::MinDataRate;
 pub use refusal::{DrainRefused, Refusals};
 pub use rejection::{BodyRefused, BoxError, Rejection, content_length};
+pub use request_meter::{MeteredRequest, RequestMeter};
 pub use shape::{BodyRefusalContext, RefusalBody, RefusalContext};
 
 pub use admission_core;
