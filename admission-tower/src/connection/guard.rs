@@ -37,7 +37,10 @@ where
         loop {
             let (io, addr) = self.listener.accept().await;
             // Over a cap the connection is closed at once: shed, never queue.
-            let (head, address) = (self.connections.limits().head, ClientAddress::ip(&addr));
+            let (head, address) = (
+                self.connections.limits().head_within,
+                ClientAddress::ip(&addr),
+            );
             if let Some(io) = self.connections.admit_from(io, address, head) {
                 return (io, addr);
             }

@@ -85,7 +85,7 @@ impl Connections {
     /// assert_eq!(connections.open(), 1);
     /// ```
     pub fn admit<I>(&self, io: I) -> Option<GuardedIo<I>> {
-        self.admit_from(io, None, self.limits.head)
+        self.admit_from(io, None, self.limits.head_within)
     }
 
     /// Guards `io`, accepted from `address`, under both caps; with a first-byte bound.
@@ -105,7 +105,7 @@ impl Connections {
             io,
             (permit, per_address),
             first_byte,
-            self.limits.send_rate,
+            self.limits.min_send_rate,
         ))
     }
 }

@@ -52,12 +52,12 @@ use admission_http::MinDataRate;
 pub struct ConnectionLimits {
     pub(crate) max_connections: Option<usize>,
     pub(crate) max_per_address: Option<usize>,
-    pub(crate) head: Option<Duration>,
+    pub(crate) head_within: Option<Duration>,
     pub(crate) idle: Option<Duration>,
     pub(crate) ping: Option<(Duration, Duration)>,
     pub(crate) max_streams: Option<u32>,
     pub(crate) max_header_bytes: usize,
-    pub(crate) send_rate: Option<MinDataRate>,
+    pub(crate) min_send_rate: Option<MinDataRate>,
 }
 
 /// hyper's floor for its HTTP/1.1 read buffer, which also holds the head.
@@ -68,12 +68,12 @@ impl Default for ConnectionLimits {
         Self {
             max_connections: None,
             max_per_address: None,
-            head: Some(Duration::from_secs(30)),
+            head_within: Some(Duration::from_secs(30)),
             idle: Some(Duration::from_secs(130)),
             ping: Some((Duration::from_secs(60), Duration::from_secs(20))),
             max_streams: Some(100),
             max_header_bytes: 32 * 1024,
-            send_rate: Some(MinDataRate::default()),
+            min_send_rate: Some(MinDataRate::default()),
         }
     }
 }
@@ -93,12 +93,12 @@ impl ConnectionLimits {
         Self {
             max_connections: None,
             max_per_address: None,
-            head: None,
+            head_within: None,
             idle: None,
             ping: None,
             max_streams: None,
             max_header_bytes: 400 * 1024,
-            send_rate: None,
+            min_send_rate: None,
         }
     }
 
@@ -137,13 +137,13 @@ impl ConnectionLimits {
     /// Through `guard` (a listener, which sees bytes, not heads) only the first byte is
     /// timed by it.
     pub const fn with_head_within(mut self, within: Option<Duration>) -> Self {
-        self.head = within;
+        self.head_within = within;
         self
     }
 
     /// The bound on request heads.
     pub const fn head_within(&self) -> Option<Duration> {
-        self.head
+        self.head_within
     }
 
     /// How long a connection may stay open with no request in flight (and, on HTTP/1.1,
@@ -224,13 +224,13 @@ impl ConnectionLimits {
     ///   and the request's permits are held until the client has taken the response or
     ///   the stream is reset.
     pub const fn with_min_send_rate(mut self, rate: Option<MinDataRate>) -> Self {
-        self.send_rate = rate;
+        self.min_send_rate = rate;
         self
     }
 
     /// The rate a client must read at while the server waits to write.
     pub const fn min_send_rate(&self) -> Option<MinDataRate> {
-        self.send_rate
+        self.min_send_rate
     }
 
     /// The first bound set to 0, which would close or refuse every connection or
@@ -241,7 +241,7 @@ impl ConnectionLimits {
             ("max_connections", self.max_connections == Some(0)),
             ("max_per_address", self.max_per_address == Some(0)),
             ("max_streams", self.max_streams == Some(0)),
-            ("head_within", self.head == Some(zero)),
+            ("head_within", self.head_within == Some(zero)),
             ("idle", self.idle == Some(zero)),
             (
                 "ping",

@@ -144,7 +144,7 @@ impl Tracker {
             return None;
         }
         let head = limits
-            .head
+            .head_within
             .map(|within| (track.since + within, Expiry::Cut));
         let idle = limits.idle.map(|idle| (track.since + idle, Expiry::Idle));
         if track.requests == 0 || track.head {

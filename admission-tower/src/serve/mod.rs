@@ -207,12 +207,16 @@ where
                     continue;
                 };
                 let tracker = Arc::new(Tracker::new(accepted_at));
-                let service =
-                    Tracked::new(service.clone(), tracker.clone(), address, limits.send_rate);
+                let service = Tracked::new(
+                    service.clone(),
+                    tracker.clone(),
+                    address,
+                    limits.min_send_rate,
+                );
                 let (builder, handshake, mut watching) =
                     (builder.clone(), handshake.clone(), watching.clone());
                 tokio::spawn(async move {
-                    let head = limits.head.map(|within| accepted_at + within);
+                    let head = limits.head_within.map(|within| accepted_at + within);
                     let Some(io) = within(handshake.handshake(io), head, &mut watching).await
                     else {
                         return;
