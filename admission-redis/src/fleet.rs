@@ -56,6 +56,9 @@ pub(crate) struct Lease {
     /// Serializes what changes this key's lease in Redis, so that the last answer is the
     /// one kept.
     pub(crate) lock: Arc<tokio::sync::Mutex<()>>,
+    /// The slots Redis holds for this replica, as it last answered: a lease lowered
+    /// here is lowered in Redis a round later.
+    pub(crate) in_redis: usize,
     /// Renewal rounds in a row that found nothing in flight.
     pub(crate) idle_rounds: u32,
     /// When a grant last came back short (the fleet held the rest of the cap): the key

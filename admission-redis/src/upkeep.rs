@@ -79,6 +79,7 @@ impl Inner {
             if let Some(lease) = self.leases.write().get_mut(key) {
                 // A grow never lowers the lease: Redis grants at least what it held.
                 lease.granted = lease.granted.max(granted);
+                lease.in_redis = granted;
                 lease.short_at = short;
                 lease.share = fair;
             }
@@ -93,6 +94,7 @@ impl Inner {
         let mut leases = self.leases.write();
         let lease = leases.entry(key).or_insert_with(|| Lease {
             granted: 0,
+            in_redis: 0,
             lock: Arc::default(),
             idle_rounds: 0,
             short_at: None,
@@ -180,6 +182,8 @@ impl Inner {
             // grows again from what is in flight (see `grow`), its grant overwriting any
             // lease of this replica Redis still holds.
             for lease in self.leases.write().values_mut() {
+                // Whatever Redis still holds of this replica's is overwritten by the
+                // next grant, or expires.
                 lease.granted = 0;
                 lease.short_at = None;
                 lease.share = self.config.cap;
@@ -212,7 +216,7 @@ impl Inner {
         let lock = self.lock(key);
         let _held = lock.lock().await;
         let in_flight = self.in_flight(&key);
-        let (kept, idle) = {
+        let (kept, in_redis, idle) = {
             let mut leases = self.leases.write();
             let Some(lease) = leases.get_mut(&key) else {
                 return;
@@ -222,7 +226,8 @@ impl Inner {
             } else {
                 0
             };
-            (lease.granted, release || lease.idle_rounds >= 2)
+            let idle = release || lease.idle_rounds >= 2;
+            (lease.granted, lease.in_redis, idle)
         };
         let want = if release {
             in_flight
@@ -230,7 +235,7 @@ impl Inner {
             kept.max(in_flight)
         };
         let want = want.min(self.config.cap);
-        let answer = if kept == 0 && want == 0 {
+        let answer = if in_redis == 0 && want == 0 {
             Some((0, self.config.cap)) // Redis holds nothing of this replica's for the key
         } else {
             self.set(&name, want).await
@@ -242,6 +247,7 @@ impl Inner {
         let Some(lease) = leases.get_mut(&key) else {
             return;
         };
+        lease.in_redis = granted;
         let target = if idle {
             0
         } else {
@@ -308,4 +314,29 @@ pub(crate) fn replica_name() -> String {
         .unwrap_or_default();
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     format!("{}-{}-{n}", std::process::id(), now.as_nanos())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::{IpAddr, Ipv4Addr};
+
+    use admission_core::Key;
+
+    use super::{lease_name, nameable};
+
+    #[test]
+    fn a_key_is_named_by_its_value_and_a_digest_not_at_all() {
+        let ip = Key::from(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        let text = Key::from("127.0.0.1");
+        let long = Key::from("k".repeat(100).as_str());
+        for key in [ip, text, Key::MISSING] {
+            assert!(nameable(&key), "{key:?}");
+        }
+        assert!(!nameable(&long));
+        let name = |key: &Key| lease_name("p", key).map(|n| String::from_utf8(n).unwrap());
+        assert_eq!(name(&ip).as_deref(), Some("p:ip:127.0.0.1"));
+        assert_eq!(name(&text).as_deref(), Some("p:key:127.0.0.1"));
+        assert_eq!(name(&Key::MISSING).as_deref(), Some("p:missing"));
+        assert_eq!(name(&long), None);
+    }
 }
