@@ -51,6 +51,12 @@ pub use crate::limits::{NewGate, SharedGate};
 /// ```
 pub struct AdmissionBuilder<G = NewGate> {
     pub(crate) gate: G,
+    pub(crate) settings: Settings,
+}
+
+/// Everything a builder holds but its gate's source: one value, so that a builder can
+/// change its gate's source and keep the rest.
+pub(crate) struct Settings {
     pub(crate) per_key: Option<PerKey>,
     pub(crate) bypass: Option<BypassFn>,
     pub(crate) classes: Option<(Classes, ClassifyFn)>,
@@ -67,10 +73,9 @@ pub struct AdmissionBuilder<G = NewGate> {
     pub(crate) wait: Option<crate::Wait>,
 }
 
-impl<G> AdmissionBuilder<G> {
-    pub(crate) fn new(gate: G) -> Self {
+impl Default for Settings {
+    fn default() -> Self {
         Self {
-            gate,
             per_key: None,
             bypass: None,
             classes: None,
@@ -90,24 +95,18 @@ impl<G> AdmissionBuilder<G> {
 }
 
 impl<G> AdmissionBuilder<G> {
+    pub(crate) fn new(gate: G) -> Self {
+        Self {
+            gate,
+            settings: Settings::default(),
+        }
+    }
+
     /// The gate's source, and the rest of the configuration over `gate`.
     pub(crate) fn swap<G2>(self, gate: G2) -> (G, AdmissionBuilder<G2>) {
         let rest = AdmissionBuilder {
             gate,
-            per_key: self.per_key,
-            bypass: self.bypass,
-            classes: self.classes,
-            retries: self.retries,
-            refusals: self.refusals,
-            hook: self.hook,
-            dry_run: self.dry_run,
-            report: self.report,
-            adaptive: self.adaptive,
-            slow: self.slow,
-            connections: self.connections,
-            memory: self.memory,
-            #[cfg(feature = "tokio")]
-            wait: self.wait,
+            settings: self.settings,
         };
         (self.gate, rest)
     }
@@ -115,7 +114,7 @@ impl<G> AdmissionBuilder<G> {
     /// A cap on each client's requests in flight (429 above), and how clients are told
     /// apart: see [`PerKey`].
     pub fn per_key(mut self, per_key: PerKey) -> Self {
-        self.per_key = Some(per_key);
+        self.settings.per_key = Some(per_key);
         self
     }
 
@@ -160,7 +159,7 @@ impl<G> AdmissionBuilder<G> {
     where
         F: Fn(&Parts, &Classes) -> Priority + Send + Sync + 'static,
     {
-        self.classes = Some((classes, Box::new(classify)));
+        self.settings.classes = Some((classes, Box::new(classify)));
         self
     }
 
@@ -183,7 +182,7 @@ impl<G> AdmissionBuilder<G> {
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn retries(mut self, retries: Retries) -> Self {
-        self.retries = Some(retries);
+        self.settings.retries = Some(retries);
         self
     }
 
@@ -205,7 +204,7 @@ impl<G> AdmissionBuilder<G> {
     where
         F: Fn(&Parts) -> bool + Send + Sync + 'static,
     {
-        self.bypass = Some(Box::new(bypass));
+        self.settings.bypass = Some(Box::new(bypass));
         self
     }
 
@@ -231,7 +230,7 @@ impl<G> AdmissionBuilder<G> {
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn refusals(mut self, refusals: Refusals) -> Self {
-        self.refusals = refusals;
+        self.settings.refusals = refusals;
         self
     }
 
@@ -257,7 +256,7 @@ impl<G> AdmissionBuilder<G> {
     where
         F: Fn(&RefusalEvent<'_>) + Send + Sync + 'static,
     {
-        self.hook = Some(Box::new(hook));
+        self.settings.hook = Some(Box::new(hook));
         self
     }
 
@@ -266,7 +265,7 @@ impl<G> AdmissionBuilder<G> {
     /// it, for rolling out a limit safely. Requests admitted over a limit this way hold
     /// no permit.
     pub fn dry_run(mut self, enabled: bool) -> Self {
-        self.dry_run = enabled;
+        self.settings.dry_run = enabled;
         self
     }
 
@@ -295,7 +294,7 @@ impl<G> AdmissionBuilder<G> {
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn adaptive(mut self, limit: impl Into<Adaptive>) -> Self {
-        self.adaptive = Some(limit.into());
+        self.settings.adaptive = Some(limit.into());
         self
     }
 
@@ -323,7 +322,7 @@ impl<G> AdmissionBuilder<G> {
     #[cfg(feature = "tokio")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub fn wait(mut self, wait: crate::Wait) -> Self {
-        self.wait = Some(wait);
+        self.settings.wait = Some(wait);
         self
     }
 
@@ -337,7 +336,7 @@ impl<G> AdmissionBuilder<G> {
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn slow_clients(mut self, policy: SlowClients) -> Self {
-        self.slow = policy;
+        self.settings.slow = policy;
         self
     }
 
@@ -354,7 +353,7 @@ impl<G> AdmissionBuilder<G> {
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn connection_limits(mut self, limits: ConnectionLimits) -> Self {
-        self.connections = limits;
+        self.settings.connections = limits;
         self
     }
 
@@ -362,7 +361,7 @@ impl<G> AdmissionBuilder<G> {
     /// `metrics`) and the `name` field of its events (feature `tracing`). Default:
     /// `admission`.
     pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.report.name = name.into();
+        self.settings.report.name = name.into();
         self
     }
 
@@ -376,7 +375,7 @@ impl<G> AdmissionBuilder<G> {
     #[cfg(feature = "metrics")]
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn metrics(mut self, enabled: bool) -> Self {
-        self.report.metrics = enabled;
+        self.settings.report.metrics = enabled;
         self
     }
 }
@@ -385,12 +384,12 @@ impl<G: fmt::Debug> fmt::Debug for AdmissionBuilder<G> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdmissionBuilder")
             .field("gate", &self.gate)
-            .field("per_key", &self.per_key)
-            .field("refusals", &self.refusals)
-            .field("dry_run", &self.dry_run)
-            .field("adaptive", &self.adaptive)
-            .field("slow_clients", &self.slow)
-            .field("connections", &self.connections)
+            .field("per_key", &self.settings.per_key)
+            .field("refusals", &self.settings.refusals)
+            .field("dry_run", &self.settings.dry_run)
+            .field("adaptive", &self.settings.adaptive)
+            .field("slow_clients", &self.settings.slow)
+            .field("connections", &self.settings.connections)
             .finish_non_exhaustive()
     }
 }

@@ -142,7 +142,7 @@ impl AdmissionBuilder<NewGate> {
                 return Err(BuildError::ZeroLimit(what));
             }
         }
-        if count.is_some() && this.adaptive.is_some() {
+        if count.is_some() && this.settings.adaptive.is_some() {
             return Err(BuildError::CountAndAdaptive);
         }
         if let Some(memory) = memory {
@@ -156,13 +156,13 @@ impl AdmissionBuilder<NewGate> {
                     .bytes()
                     .min(admission_core::ByteLedger::MAX_BUDGET),
             );
-            this.memory = Some(resolved);
+            this.settings.memory = Some(resolved);
         }
         let mut gate = Gate::builder()
             .count(count.unwrap_or(0))
             .bytes(bytes.unwrap_or(0))
             .max_request_bytes(max_request_bytes.unwrap_or(0));
-        if let Some(per_key) = &this.per_key {
+        if let Some(per_key) = &this.settings.per_key {
             let cap = per_key.cap.ok_or(BuildError::NoKeyCap)?;
             if cap == 0 {
                 return Err(BuildError::ZeroLimit("per-key cap"));
@@ -189,7 +189,7 @@ impl AdmissionBuilder<SharedGate> {
     /// invalid adaptive bounds or a count already driven by another adaptive limit.
     pub fn build(self) -> Result<AdmissionLayer, BuildError> {
         let (SharedGate(gate), this) = self.swap(());
-        if let Some(per_key) = &this.per_key {
+        if let Some(per_key) = &this.settings.per_key {
             if per_key.cap.is_some() || per_key.max_keys.is_some() {
                 return Err(BuildError::LimitsOnSharedGate);
             }
@@ -204,13 +204,20 @@ impl AdmissionBuilder<SharedGate> {
 impl AdmissionBuilder<Gate> {
     /// The layer over `self.gate`, the configuration checked.
     fn finish(self) -> Result<AdmissionLayer, BuildError> {
-        if let Some(zero) = self.connections.zero() {
+        if let Some(zero) = self.settings.connections.zero() {
             return Err(BuildError::ZeroConnectionLimit(zero));
         }
         let gate = self.gate;
-        let memory_limit = self.memory.as_ref().map(|memory| memory.budget.limit());
-        let follower = self.memory.and_then(|memory| memory.start(gate.bytes()));
-        let (adaptive, sample_at) = match self.adaptive {
+        let memory_limit = self
+            .settings
+            .memory
+            .as_ref()
+            .map(|memory| memory.budget.limit());
+        let follower = self
+            .settings
+            .memory
+            .and_then(|memory| memory.start(gate.bytes()));
+        let (adaptive, sample_at) = match self.settings.adaptive {
             Some(adaptive) => (
                 Some(adaptive.limit.build(gate.count())?),
                 Some(adaptive.sample_at),
@@ -223,7 +230,7 @@ impl AdmissionBuilder<Gate> {
             Some(adaptive) => adaptive.snapshot().min,
             None => gate.count().capacity(),
         };
-        if let Some((classes, _)) = &self.classes {
+        if let Some((classes, _)) = &self.settings.classes {
             if smallest == 0 {
                 return Err(BuildError::PriorityWithoutCount);
             }
@@ -238,11 +245,15 @@ impl AdmissionBuilder<Gate> {
                 }
             }
         }
-        if let Some(retries) = &self.retries {
-            check_retries(retries, self.classes.as_ref().map(|(c, _)| c), smallest)?;
+        if let Some(retries) = &self.settings.retries {
+            check_retries(
+                retries,
+                self.settings.classes.as_ref().map(|(c, _)| c),
+                smallest,
+            )?;
         }
         #[cfg(feature = "tokio")]
-        if let Some(wait) = &self.wait {
+        if let Some(wait) = &self.settings.wait {
             if smallest == 0 {
                 return Err(BuildError::WaitWithoutCount);
             }
@@ -254,11 +265,11 @@ impl AdmissionBuilder<Gate> {
             }
         }
         #[cfg(feature = "tokio")]
-        if let Some(wait) = &self.wait {
+        if let Some(wait) = &self.settings.wait {
             gate.count().set_max_waiting(wait.max_waiting);
             gate.count().set_standing_queue(wait.interval, wait.target);
         }
-        let keys = self.per_key.map(PerKey::into_policy);
+        let keys = self.settings.per_key.map(PerKey::into_policy);
         if let (Some(leases), Some(keyed)) =
             (keys.as_ref().and_then(|k| k.leases.as_ref()), gate.keyed())
         {
@@ -266,41 +277,41 @@ impl AdmissionBuilder<Gate> {
         }
         let count_only = gate.bytes().is_none()
             && keys.is_none()
-            && self.bypass.is_none()
-            && self.classes.is_none()
-            && self.retries.is_none();
+            && self.settings.bypass.is_none()
+            && self.settings.classes.is_none()
+            && self.settings.retries.is_none();
         let observer = Observer::new(
-            &self.report,
+            &self.settings.report,
             &gate,
-            self.classes.as_ref().map(|(classes, _)| classes),
+            self.settings.classes.as_ref().map(|(classes, _)| classes),
             memory_limit.map(|limit| limit.bytes()),
         );
         Ok(AdmissionLayer::from_shared(Shared {
-            discard: DiscardLimits::from(&self.refusals),
+            discard: DiscardLimits::from(&self.settings.refusals),
             keys,
-            bypass: self.bypass,
-            classes: self.classes,
-            retries: self.retries,
-            refusals: self.refusals,
-            hook: self.hook,
-            dry_run: self.dry_run,
+            bypass: self.settings.bypass,
+            classes: self.settings.classes,
+            retries: self.settings.retries,
+            refusals: self.settings.refusals,
+            hook: self.settings.hook,
+            dry_run: self.settings.dry_run,
             observer,
             would_shed: AtomicU64::new(0),
             sample_at,
-            slow: self.slow,
-            connection_limits: self.connections,
+            slow: self.settings.slow,
+            connection_limits: self.settings.connections,
             too_slow: AtomicU64::new(0),
             #[cfg(feature = "tokio")]
-            connections: crate::Connections::new(self.connections),
+            connections: crate::Connections::new(self.settings.connections),
             adaptive,
             count_only,
             untracked: false,
             #[cfg(feature = "tokio")]
-            waits_first: self.wait.is_some() && !self.dry_run,
+            waits_first: self.settings.wait.is_some() && !self.settings.dry_run,
             #[cfg(not(feature = "tokio"))]
             waits_first: false,
             #[cfg(feature = "tokio")]
-            wait: self.wait,
+            wait: self.settings.wait,
             waits: Default::default(),
             gone: AtomicU64::new(0),
             memory: memory_limit,
