@@ -2,21 +2,16 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use admission_core::{Priority, Refused};
-use admission_http::Rejection;
 use bytes::Bytes;
-use http::request::Parts;
-use http::{Request, Response};
+use http::Response;
 use http_body::Body;
 use pin_project_lite::pin_project;
 
 use crate::ResponseBody;
 use crate::discard::{self, Discard};
 use crate::permit::AdmissionPermit;
-use crate::shared::Shared;
 
 pin_project! {
     /// The response future of [`Admission`](crate::Admission): the inner future with the
@@ -64,55 +59,6 @@ struct Refusal {
     drain: Option<Pin<Box<dyn Future<Output = bool> + Send>>>,
     /// The request came over HTTP/1.x: an undrained body closes the connection.
     http1: bool,
-}
-
-/// What answering a request whose body is refused while it streams takes: the request's
-/// head, kept for the refusal (its body closure sees the method, URI and headers), and
-/// the layer's configuration. Kept only for a request whose body may still be refused.
-pub(crate) struct LateRefusal {
-    shared: Arc<Shared>,
-    /// The request's head without its extensions (which cannot be cloned).
-    head: Parts,
-    /// Its class, for the refusal hook.
-    priority: Option<Priority>,
-}
-
-impl LateRefusal {
-    pub(crate) fn new(shared: &Arc<Shared>, parts: &Parts, priority: Option<Priority>) -> Self {
-        let (mut head, ()) = Request::new(()).into_parts();
-        head.method = parts.method.clone();
-        head.uri = parts.uri.clone();
-        head.version = parts.version;
-        head.headers = parts.headers.clone();
-        Self {
-            shared: shared.clone(),
-            head,
-            priority,
-        }
-    }
-
-    /// Tells the hook, the snapshot and the metrics of a refusal the layer did not answer.
-    #[cold]
-    pub(crate) fn report(&self, refused: Refused) {
-        let rejection = Rejection::Refused(refused);
-        self.shared.refused(&self.head, rejection, self.priority);
-    }
-
-    /// The refusal, in place of the handler's answer to a body it could not read.
-    #[cold]
-    fn respond(self, refused: Refused) -> Response<Bytes> {
-        let (head, rejection) = (&self.head, Rejection::Refused(refused));
-        self.shared.refused(head, rejection, self.priority);
-        let mut response =
-            self.shared
-                .refusals
-                .respond_to(&head.method, &head.uri, &head.headers, rejection);
-        // The rest of the body is unread: on HTTP/1.x this is the connection's last.
-        if discard::is_http1(head.version) {
-            discard::close(&mut response);
-        }
-        response
-    }
 }
 
 impl<F> ResponseFuture<F> {

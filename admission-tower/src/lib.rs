@@ -303,6 +303,7 @@ mod connection;
 mod discard;
 mod error;
 mod future;
+mod late;
 mod layer;
 mod limits;
 mod memory;

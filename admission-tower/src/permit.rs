@@ -10,7 +10,7 @@ use admission_http::RequestCharge;
 use http::{HeaderName, Response};
 
 use crate::SampleAt;
-use crate::future::LateRefusal;
+use crate::late::LateRefusal;
 use crate::observe::Timer;
 use crate::shared::Shared;
 

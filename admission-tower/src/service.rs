@@ -13,7 +13,8 @@ use http_body::Body;
 use tower_service::Service;
 
 use crate::discard::{self, Discard, Plan};
-use crate::future::{LateRefusal, ResponseFuture};
+use crate::future::ResponseFuture;
+use crate::late::LateRefusal;
 use crate::permit::{AdmissionPermit, Sample};
 use crate::shared::Shared;
 use crate::{AdmissionSnapshot, ResponseBody};
