@@ -314,7 +314,8 @@ mod per_key;
 mod permit;
 mod retry;
 #[cfg(feature = "serve")]
-mod serve;
+#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
+pub mod serve;
 mod service;
 mod shared;
 mod slow;
@@ -340,9 +341,6 @@ pub use layer::GuardedListener;
 pub use memory::MemoryShare;
 pub use per_key::{Leases, PerKey, Unkeyed};
 pub use retry::Retries;
-#[cfg(feature = "serve")]
-#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
-pub use serve::{Handshake, Listener, Plain, Serve, Shutdown};
 pub use service::Admission;
 pub use shared::{AdmissionSnapshot, RefusalEvent, WaitSnapshot};
 pub use slow::SlowClients;

@@ -13,7 +13,7 @@ use crate::ClientAddress;
 /// from: tokio's TCP and Unix listeners, or one of your own.
 ///
 /// `accept` should return as soon as the kernel hands over a connection, and do
-/// nothing slow: a TLS handshake belongs in [`Serve::handshake`](crate::Serve::handshake),
+/// nothing slow: a TLS handshake belongs in [`Serve::handshake`](crate::serve::Serve::handshake),
 /// where it runs on the connection's own task under the head bound, rather than here,
 /// where one stalled client would hold up every other.
 pub trait Listener: Send + 'static {

@@ -1,5 +1,7 @@
-//! `AdmissionLayer::serve`: an accept loop on hyper-util's auto builder that holds every
-//! connection to the layer's [`ConnectionLimits`].
+//! What [`AdmissionLayer::serve`] returns and takes (feature `serve`): [`Serve`], the
+//! accept loop on hyper-util's auto builder that holds every connection to the layer's
+//! [`ConnectionLimits`]; [`Shutdown`], its graceful shutdown; and the [`Listener`] and
+//! [`Handshake`] traits it serves through ([`Plain`]: no handshake).
 
 use std::fmt;
 use std::future::{Future, IntoFuture, poll_fn};
