@@ -20,9 +20,11 @@
 //! service time; or if, under sustained overload, the wait's goodput falls more than 1%
 //! below shedding at once's, its p99 exceeds shedding's by more than the target plus
 //! `SLACK`, or it takes more than the target plus `SLACK` to refuse (p99); or if, with
-//! retries shed first, fewer than 80% of the requests served are served at their first
-//! attempt (or no more than with retries admitted alike), or its goodput falls more than
-//! 5% below theirs.
+//! retries shed first, the share of the requests served at their first attempt is not
+//! at least 1.5 times what it is with retries admitted alike, or its goodput falls more
+//! than 5% below theirs. (On an idle machine the share is about 3 times, 87-90% against
+//! 28-30%; with another job on the same two cores, 2 to 4 times, 53-64% against 16-26%:
+//! a busy client sends its first attempts in clumps, and retries take the gaps.)
 //!
 //! These bounds are set to catch the wait gone wrong on any machine CI may run on, not to
 //! time it: without the standing-queue rule's target (newest first alone) the sustained
@@ -376,12 +378,12 @@ async fn main() -> std::process::ExitCode {
         |figures: &Figures| figures.first as f64 / (figures.first + figures.retried).max(1) as f64;
     check(
         format!(
-            "shedding retries first, {:.1}% of what it serves are first attempts (want >= 80%, \
-             and above the {:.1}% of retries admitted alike)",
+            "shedding retries first, {:.1}% of what it serves are first attempts (want >= 1.5x \
+             the {:.1}% of retries admitted alike)",
             of_first(&first) * 100.0,
             of_first(&alike) * 100.0
         ),
-        of_first(&first) >= 0.8 && of_first(&first) > of_first(&alike),
+        of_first(&first) >= 1.5 * of_first(&alike),
     );
     check(
         format!(
