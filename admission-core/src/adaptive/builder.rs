@@ -1,10 +1,13 @@
 //! `AdaptiveBuilder`: an adaptive limit's algorithm, bounds and window, and `build`.
 
+use std::time::Duration;
+
+use super::{AdaptiveError, AdaptiveLimit, Algorithm, Control, CountLedger, Window};
+
 use std::time::Instant;
 
 use super::driver::{micros, nanos};
 use super::limit::Guard;
-use super::*;
 
 /// Builds an [`AdaptiveLimit`]; from [`AdaptiveLimit::builder`].
 #[derive(Debug)]
@@ -43,15 +46,15 @@ impl AdaptiveBuilder {
     }
 
     /// The fewest samples a window closes with (default 50): fewer make a noisy mean.
-    /// ([`Gradient`] decides on rounds of windows with enough samples for the spread it
-    /// sees; an outcome-only algorithm such as [`Aimd`] decides window by window.)
+    /// ([`Gradient`](crate::adaptive::Gradient) decides on rounds of windows with enough samples for the spread it
+    /// sees; an outcome-only algorithm such as [`Aimd`](crate::adaptive::Aimd) decides window by window.)
     pub fn min_samples(mut self, samples: u64) -> Self {
         self.min_samples = samples.max(1);
         self
     }
 
-    /// Counts a sample that took at least `latency` as [`Outcome::Overload`] (default:
-    /// none). For outcome-only algorithms such as [`Aimd`], whose only signal otherwise
+    /// Counts a sample that took at least `latency` as [`Outcome::Overload`](crate::adaptive::Outcome::Overload) (default:
+    /// none). For outcome-only algorithms such as [`Aimd`](crate::adaptive::Aimd), whose only signal otherwise
     /// is failure: a fraction of the clients' deadline is a good value.
     pub fn overload_latency(mut self, latency: Duration) -> Self {
         self.overload_latency = Some(latency);

@@ -1,12 +1,13 @@
 //! The driver: where a driven ledger's permits add their samples, and the window's close.
 
+use super::{Algorithm, BUCKETS, LatencyEstimate, Outcome, Spread, Window};
+
 use std::cell::Cell;
 
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
-use super::*;
 use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
 
 /// What a driven ledger keeps for its controller, reachable from its permits (so that a

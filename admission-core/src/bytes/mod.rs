@@ -21,7 +21,6 @@
 //! fail while it is rolled back.
 
 use std::fmt;
-use std::ptr::NonNull;
 
 use crossbeam_utils::CachePadded;
 

@@ -1,8 +1,12 @@
 //! `BytePermit`: a charge of bytes, released when dropped.
 
-use super::*;
+use std::fmt;
+use std::ptr::NonNull;
 
-/// A charge against a [`ByteLedger`], released when dropped.
+use super::{BYTES, ByteInner, PERMIT, Refused, raw};
+use crate::sync::Ordering;
+
+/// A charge against a [`ByteLedger`](crate::ByteLedger), released when dropped.
 ///
 /// `'static`, `Send + Sync`; it may outlive every handle of its ledger.
 ///
@@ -48,11 +52,11 @@ impl BytePermit {
     /// the charge as it was.
     ///
     /// A permit that holds every charged byte of its ledger may grow past the budget (the
-    /// lone-request exemption), but never past [`ByteLedger::max_charge`].
+    /// lone-request exemption), but never past [`ByteLedger::max_charge`](crate::ByteLedger::max_charge).
     ///
     /// # Errors
     ///
-    /// [`Refused::TooLarge`] if the grown charge would exceed the maximum single charge;
+    /// [`Refused::TooLarge`](crate::Refused::TooLarge) if the grown charge would exceed the maximum single charge;
     /// [`Refused::Bytes`] if the budget cannot take it now.
     ///
     /// # Examples
@@ -104,7 +108,7 @@ impl BytePermit {
     }
 
     /// Grows this permit's charge by up to `bytes`, as far as the budget has room now, and
-    /// never past [`ByteLedger::max_charge`]; returns how many bytes it grew. It never
+    /// never past [`ByteLedger::max_charge`](crate::ByteLedger::max_charge); returns how many bytes it grew. It never
     /// refuses, so it counts no refusal: for a charge made ahead of need, such as a
     /// reservation for what a body is about to send. Being ahead of need, it takes no
     /// lone-request exemption: it stays within the budget even for the only charge in

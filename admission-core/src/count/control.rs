@@ -1,7 +1,14 @@
 //! The count ledger's controls: its capacity (by hand or by an adaptive limit), closing
 //! and draining, and its readings.
 
-use super::*;
+use std::task::Waker;
+use std::time::{Duration, Instant};
+
+use super::{
+    CapacityError, Control, CountLedger, Drain, Driver, HELD, MAX_CLASSES, Outcome, Refused,
+    Snapshot, Steered, UNLIMITED, limit,
+};
+use crate::sync::Ordering;
 
 impl CountLedger {
     /// The configured capacity; 0 means unlimited. (A closed ledger keeps its capacity
@@ -305,7 +312,7 @@ impl CountLedger {
 
     /// Refusals of class-aware acquisitions ([`try_acquire_as`](Self::try_acquire_as),
     /// a gate's [`Claim::priority`](crate::Claim::priority)) by class, indexed by
-    /// [`Priority::index`]: which class was shed, and how often. (Refusals of plain
+    /// [`Priority::index`](crate::Priority::index): which class was shed, and how often. (Refusals of plain
     /// acquisitions are in [`Snapshot::refused`] only.)
     ///
     /// ```
@@ -324,7 +331,7 @@ impl CountLedger {
         std::array::from_fn(|index| classes[index].load(Ordering::Relaxed))
     }
 
-    /// Refusals of retries ([`Priority::retry`]): of the refusals counted in
+    /// Refusals of retries ([`Priority::retry`](crate::Priority::retry)): of the refusals counted in
     /// [`refused_by_class`](Self::refused_by_class), those of retries.
     ///
     /// ```

@@ -1,6 +1,13 @@
 //! `Drain`: the wait for a closed count ledger to have nothing in flight.
 
-use super::*;
+use std::fmt;
+use std::pin::Pin;
+#[cfg(not(admission_loom))]
+use std::task::Waker;
+use std::task::{Context, Poll};
+
+use super::{CountLedger, HELD, WATCH, Waiters};
+use crate::sync::Ordering;
 
 /// The wait for a closed [`CountLedger`] to have nothing in flight; made by
 /// [`CountLedger::drain`] (or [`Gate::drain`](crate::Gate::drain)).

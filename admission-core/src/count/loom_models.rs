@@ -1,6 +1,9 @@
 //! The count ledger's loom models (`cargo xtask loom`).
 
 use super::*;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 /// Three threads contend for two permits: never more than two held, zero at the end,
 /// and the ledger is freed (loom fails the model on a leak).

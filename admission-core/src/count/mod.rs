@@ -18,14 +18,11 @@
 //! never refuses spuriously. The benches (`admission-bench`, group `count`) measure both.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::ptr::NonNull;
-use std::task::{Context, Poll, Waker};
+use std::task::Waker;
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
-
-use std::time::{Duration, Instant};
 
 use crate::adaptive::{Control, Driver, Outcome, Steered};
 use crate::limit::{self, UNLIMITED};

@@ -1,8 +1,12 @@
 //! `CountPermit`: one permit, released when dropped.
 
-use super::*;
+use std::fmt;
+use std::ptr::NonNull;
+use std::time::{Duration, Instant};
 
-/// One unit of a [`CountLedger`]'s capacity, released when dropped.
+use super::{CountInner, OWNER, Outcome, QUEUE, WATCH, raw};
+
+/// One unit of a [`CountLedger`](crate::CountLedger)'s capacity, released when dropped.
 ///
 /// The permit is one pointer wide, `'static`, and may be sent to and dropped on any
 /// thread, also after every handle of its ledger is gone.

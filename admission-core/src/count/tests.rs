@@ -1,6 +1,9 @@
 //! The count ledger's unit tests.
 
 use super::*;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 /// The last permit and the last handle dropped on two threads at once, with no join
 /// between them: whichever drop is last frees the ledger, and every use by the other

@@ -29,7 +29,16 @@
 //! class's share is in flight, which refuses a new acquisition of that class just the
 //! same, while a more important class with room in its share is admitted at once.
 
-use super::*;
+use std::fmt;
+use std::pin::Pin;
+use std::ptr::NonNull;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use super::{
+    CountInner, CountLedger, CountPermit, OWNER, Priority, QUEUE, Refused, WATCH, Waiters, raw,
+};
+use crate::sync::Ordering;
 
 /// How long the queue must have been waited in without a break before it counts as
 /// standing, by default: then the newest waiter of a class is served first (see

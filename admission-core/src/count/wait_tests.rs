@@ -5,6 +5,9 @@ use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
 use std::task::Wake;
 
 use super::*;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 
 /// A waker that counts its wakes.
 #[derive(Default)]

@@ -1,8 +1,10 @@
 //! `GateBuilder`: a gate's limits, set once.
 
-use super::*;
+use std::hash::{BuildHasher, Hash};
 
-/// Configuration of a [`Gate`]; 0 sets no limit (the count is still kept; a byte or key
+use super::{ByteLedger, CapacityError, CountLedger, Gate, KeyedLedger};
+
+/// Configuration of a [`Gate`](crate::Gate); 0 sets no limit (the count is still kept; a byte or key
 /// dimension with no limit is left out).
 ///
 /// ```
@@ -89,7 +91,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
         self
     }
 
-    /// Refuse any single charge above `max` as [`Refused::TooLarge`]; 0 sets no maximum.
+    /// Refuse any single charge above `max` as [`Refused::TooLarge`](crate::Refused::TooLarge); 0 sets no maximum.
     /// Configures a byte ledger (unlimited budget) even when `bytes` is 0.
     ///
     /// ```
@@ -121,7 +123,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
     }
 
     /// Keeps the key dimension even when [`per_key`](Self::per_key) is 0 (no default
-    /// cap): for caps chosen per key ([`Claim::key_cap`]: tenant tiers) and `max_keys`.
+    /// cap): for caps chosen per key ([`Claim::key_cap`](crate::Claim::key_cap): tenant tiers) and `max_keys`.
     ///
     /// ```
     /// use admission_core::{Claim, Gate, Refused};

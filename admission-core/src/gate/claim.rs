@@ -1,8 +1,8 @@
 //! `Claim`: what one admission asks of a gate.
 
-use super::*;
+use super::Priority;
 
-/// What one request asks of a [`Gate`] ([`Gate::try_claim`]): a key, a byte charge, a
+/// What one request asks of a [`Gate`](crate::Gate) ([`Gate::try_claim`](crate::Gate::try_claim)): a key, a byte charge, a
 /// priority class and a cap for its key, each optional. Built by chaining; `Copy`.
 ///
 /// ```
@@ -84,7 +84,7 @@ impl<'a, K> Claim<'a, K> {
 
     /// The request's whole size, when only part of it is charged now ([`bytes`](Self::bytes))
     /// and the rest as it arrives: a total above the maximum single charge is refused as
-    /// [`Refused::TooLarge`] at once, whatever is charged now.
+    /// [`Refused::TooLarge`](crate::Refused::TooLarge) at once, whatever is charged now.
     ///
     /// ```
     /// use admission_core::{Claim, Gate, Refused};
@@ -109,9 +109,9 @@ impl<'a, K> Claim<'a, K> {
     }
 
     /// The cap of this request's key, in place of the gate's per-key cap (see
-    /// [`KeyedLedger::try_acquire_with_cap`]: 0 admits nothing, `u64::MAX` is no cap).
-    /// Needs a key dimension ([`GateBuilder::per_key`], or
-    /// [`GateBuilder::track_keys`] for keys with no default cap).
+    /// [`KeyedLedger::try_acquire_with_cap`](crate::KeyedLedger::try_acquire_with_cap): 0 admits nothing, `u64::MAX` is no cap).
+    /// Needs a key dimension ([`GateBuilder::per_key`](crate::GateBuilder::per_key), or
+    /// [`GateBuilder::track_keys`](crate::GateBuilder::track_keys) for keys with no default cap).
     pub const fn key_cap(mut self, cap: u64) -> Self {
         self.key_cap = Some(cap);
         self

@@ -1,9 +1,10 @@
 //! `GatePermit`: what one admission holds, released when dropped.
 
-use super::*;
+use super::{BytePermit, CountPermit, Key, KeyedPermit};
+
 use crate::KeyState;
 
-/// What a [`Gate`] granted: one permit per configured dimension, all released on drop.
+/// What a [`Gate`](crate::Gate) granted: one permit per configured dimension, all released on drop.
 #[must_use = "the admission is released as soon as it is dropped"]
 #[derive(Debug)]
 pub struct GatePermit<K = Key, S = KeyState> {
