@@ -26,11 +26,13 @@ use crate::{AdmissionLayer, ClientAddress, ConnectionLimits};
 mod conn;
 mod listener;
 mod stream;
+mod tracked;
 
-use conn::{Stage, Tracked, Tracker, Watched};
+use conn::{Stage, Tracker, Watched};
 pub use listener::{Handshake, Listener, Plain};
 use stream::StreamExecutor;
 pub(crate) use stream::in_stream;
+use tracked::Tracked;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Signal = Pin<Box<dyn Future<Output = ()> + Send>>;
