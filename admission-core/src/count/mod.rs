@@ -393,6 +393,9 @@ pub use permit::CountPermit;
 pub use wait::Acquire;
 
 #[cfg(all(test, not(admission_loom)))]
+mod drain_tests;
+
+#[cfg(all(test, not(admission_loom)))]
 mod tests;
 
 #[cfg(all(test, not(admission_loom)))]
