@@ -47,6 +47,25 @@ fn tenant_key(parts: &http::request::Parts) -> Option<Key> {
         .map(|v| Key::from_bytes(v.as_bytes()))
 }
 
+/// One request of the tenant through `service`, its body read: its status.
+async fn send<S, B>(service: &mut S) -> http::StatusCode
+where
+    S: Service<Request<Full<Bytes>>, Response = Response<B>>,
+    S::Error: std::fmt::Debug,
+    B: hyper::body::Body,
+{
+    let response = service
+        .ready()
+        .await
+        .unwrap()
+        .call(request())
+        .await
+        .unwrap();
+    let status = response.status();
+    drop(response.into_body().collect().await);
+    status
+}
+
 /// Nanoseconds a request, over `n` requests one after another through `layer`.
 async fn per_request(layer: &AdmissionLayer, n: u32) -> f64 {
     let inner = tower::service_fn(|_: Request<_>| async {
@@ -55,15 +74,7 @@ async fn per_request(layer: &AdmissionLayer, n: u32) -> f64 {
     let mut service = layer.layer(inner);
     let start = Instant::now();
     for _ in 0..n {
-        let response = service
-            .ready()
-            .await
-            .unwrap()
-            .call(request())
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        drop(response.into_body().collect().await);
+        assert_eq!(send(&mut service).await, 200);
     }
     start.elapsed().as_nanos() as f64 / f64::from(n)
 }
@@ -192,17 +203,9 @@ async fn main() -> std::process::ExitCode {
         clients.spawn(async move {
             let end = Instant::now() + run;
             while Instant::now() < end {
-                let response = service
-                    .ready()
-                    .await
-                    .unwrap()
-                    .call(request())
-                    .await
-                    .unwrap();
-                if response.status() == 200 {
+                if send(&mut service).await == 200 {
                     served.fetch_add(1, Ordering::Relaxed);
                 }
-                drop(response.into_body().collect().await);
             }
         });
     }
