@@ -1,9 +1,11 @@
 //! The drain: woken by the last release, dropped, reopened, waited on by a thread.
 
-use super::*;
 use std::future::Future;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
+
+use super::{CountInner, CountLedger, Drain, OWNER, Refused, WATCH};
+use crate::sync::Ordering;
 
 /// A waker that counts its wakes.
 struct Count(std::sync::atomic::AtomicUsize);
