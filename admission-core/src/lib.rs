@@ -95,6 +95,7 @@ mod priority;
 #[allow(unsafe_code)]
 mod raw;
 mod refused;
+mod samples;
 mod stats;
 mod sync;
 

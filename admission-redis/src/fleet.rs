@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use admission_core::{Key, KeyState, KeyedLedger};
@@ -15,6 +15,7 @@ use redis::aio::ConnectionManager;
 
 use crate::config::Config;
 use crate::script;
+use crate::state::{Counters, Inner};
 use crate::upkeep::{nameable, replica_name, upkeep};
 
 /// A cap on each key's requests in flight across every replica that shares a Redis (or
@@ -28,54 +29,6 @@ use crate::upkeep::{nameable, replica_name, upkeep};
 #[derive(Clone)]
 pub struct FleetCap {
     inner: Arc<Inner>,
-}
-
-pub(crate) struct Inner {
-    pub(crate) config: Config,
-    /// This replica's name in Redis.
-    pub(crate) replica: String,
-    pub(crate) redis: ConnectionManager,
-    pub(crate) grant: redis::Script,
-    pub(crate) heartbeat: redis::Script,
-    /// Each key with a lease, or with a grant under way.
-    pub(crate) leases: RwLock<HashMap<Key, Lease, KeyState>>,
-    /// Where the layer counts each key's requests in flight here.
-    pub(crate) keyed: OnceLock<KeyedLedger<Key>>,
-    /// The replicas last counted live (the builder's guess until Redis says).
-    pub(crate) replicas: AtomicUsize,
-    /// Redis could not be reached: every key is held to the fallback's cap.
-    pub(crate) fallback: AtomicBool,
-    /// Grants asked for and not yet answered.
-    pub(crate) pending: AtomicUsize,
-    pub(crate) counters: Counters,
-}
-
-pub(crate) struct Lease {
-    /// The slots Redis granted this replica (0: none yet).
-    pub(crate) granted: usize,
-    /// Serializes what changes this key's lease in Redis, so that the last answer is the
-    /// one kept.
-    pub(crate) lock: Arc<tokio::sync::Mutex<()>>,
-    /// The slots Redis holds for this replica, as it last answered: a lease lowered
-    /// here is lowered in Redis a round later.
-    pub(crate) in_redis: usize,
-    /// Renewal rounds in a row that found nothing in flight.
-    pub(crate) idle_rounds: u32,
-    /// When a grant last came back short (the fleet held the rest of the cap): the key
-    /// is not asked again for a while, since what the others give back comes at their
-    /// renewals.
-    pub(crate) short_at: Option<tokio::time::Instant>,
-    /// The key's fair share, as Redis last said (the cap while no replica waits): a lease
-    /// does not grow past it.
-    pub(crate) share: usize,
-}
-
-#[derive(Default)]
-pub(crate) struct Counters {
-    pub(crate) calls: AtomicU64,
-    pub(crate) errors: AtomicU64,
-    pub(crate) fallbacks: AtomicU64,
-    pub(crate) short: AtomicU64,
 }
 
 /// A reading of a [`FleetCap`]: what this replica holds and what it asked of Redis.

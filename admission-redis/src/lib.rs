@@ -79,6 +79,7 @@
 mod config;
 mod fleet;
 pub mod script;
+mod state;
 mod upkeep;
 
 pub use config::{Fallback, FleetCapBuilder, FleetError};

@@ -10,7 +10,7 @@ use std::time::Duration;
 use admission_core::Key;
 
 use crate::config::Fallback;
-use crate::fleet::{Inner, Lease};
+use crate::state::{Inner, Lease};
 
 impl Inner {
     pub(crate) fn on_fallback(&self) -> bool {

@@ -6,8 +6,8 @@ use super::{AdaptiveError, AdaptiveLimit, Algorithm, Control, CountLedger, Windo
 
 use std::time::Instant;
 
-use super::driver::{micros, nanos};
 use super::limit::Guard;
+use crate::samples::{micros, nanos};
 
 /// Builds an [`AdaptiveLimit`]; from [`AdaptiveLimit::builder`].
 #[derive(Debug)]

@@ -3,6 +3,7 @@ use std::time::{Duration, Instant};
 
 use super::{AdaptiveBuilder, Algorithm, Outcome, Window};
 use crate::count::CountLedger;
+use crate::samples::Estimate;
 
 /// A count limit that an [`Algorithm`] moves, window by window, from the latency and
 /// outcome of the work admitted under it (see the [module docs](crate::adaptive)).
@@ -93,6 +94,16 @@ pub struct LatencyEstimate {
     pub no_load: Option<Duration>,
     /// When the last window closed (on the limit's clock: see [`AdaptiveBuilder::epoch`]).
     pub as_of: Instant,
+}
+
+impl From<Estimate> for LatencyEstimate {
+    fn from(estimate: Estimate) -> Self {
+        Self {
+            typical: estimate.typical,
+            no_load: estimate.no_load,
+            as_of: estimate.as_of,
+        }
+    }
 }
 
 /// A reading of an [`AdaptiveLimit`].
@@ -214,7 +225,11 @@ impl AdaptiveLimit {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn latency(&self) -> Option<LatencyEstimate> {
-        self.guard.ledger.driver()?.latency()
+        self.guard
+            .ledger
+            .driver()?
+            .latency()
+            .map(LatencyEstimate::from)
     }
 
     /// The limit, whether it is fixed by hand, and the last window.
@@ -230,7 +245,7 @@ impl AdaptiveLimit {
             max: control.bounds.1,
             windows: control.windows,
             last: control.last,
-            latency: driver.latency(),
+            latency: driver.latency().map(LatencyEstimate::from),
         }
     }
 

@@ -24,10 +24,10 @@ use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
-use crate::adaptive::{Control, Driver, Outcome, Steered};
 use crate::limit::{self, UNLIMITED};
 use crate::priority::{MAX_CLASSES, Priority};
 use crate::raw::{self, Counted, OWNER, Owner};
+use crate::samples::{Control, Driver, Outcome, Steered};
 use crate::stats::{Snapshot, Stats};
 use crate::sync::{Arc, AtomicBool, AtomicU64, Mutex, Ordering, Track};
 use crate::{CapacityError, Refused};

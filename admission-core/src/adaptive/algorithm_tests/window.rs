@@ -1,6 +1,7 @@
 //! The window's buckets, quantiles and spread, as an algorithm reads them.
 
 use super::*;
+use crate::samples::BUCKETS;
 
 #[test]
 fn a_window_s_median_is_its_middle_sample_within_a_bucket() {

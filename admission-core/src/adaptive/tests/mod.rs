@@ -1,8 +1,8 @@
 use std::sync::{Arc as StdArc, Mutex as StdMutex};
 use std::time::{Duration, Instant};
 
-use super::driver::{COUNT_BITS, COUNT_FULL, MAX_MICROS, MICROS_FULL, Shard};
 use super::*;
+use crate::samples::{COUNT_BITS, COUNT_FULL, MAX_MICROS, MICROS_FULL, Shard};
 use crate::sync::Ordering;
 
 mod control;

@@ -1,6 +1,6 @@
 //! The driver: where a driven ledger's permits add their samples, and the window's close.
 
-use super::{Algorithm, BUCKETS, LatencyEstimate, Outcome, Spread, Window};
+use super::{Algorithm, BUCKETS, Outcome, Spread, Window};
 
 use std::cell::Cell;
 
@@ -16,54 +16,54 @@ use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering};
 /// kept for later ones.
 pub(crate) struct Driver {
     /// The clock's origin (the first controller's epoch).
-    pub(super) epoch: Instant,
-    pub(super) shards: Box<[CachePadded<Shard>]>,
+    pub(crate) epoch: Instant,
+    pub(crate) shards: Box<[CachePadded<Shard>]>,
     /// Nanoseconds since `epoch` at which the open window may close.
-    pub(super) deadline: AtomicU64,
+    pub(crate) deadline: AtomicU64,
     /// Microseconds from which a success counts as an overload (`u64::MAX`: never).
-    pub(super) overload_after: AtomicU64,
+    pub(crate) overload_after: AtomicU64,
     /// The controller; `None` once its last handle is gone.
-    pub(super) control: Mutex<Option<Control>>,
-    /// The latency estimate as of the last window's close (see [`LatencyEstimate`]):
+    pub(crate) control: Mutex<Option<Control>>,
+    /// The latency estimate as of the last window's close (see `adaptive::LatencyEstimate`):
     /// microseconds (`u64::MAX`: none yet), and the close, in nanoseconds since `epoch`.
-    pub(super) typical: AtomicU64,
-    pub(super) no_load: AtomicU64,
-    pub(super) as_of: AtomicU64,
+    pub(crate) typical: AtomicU64,
+    pub(crate) no_load: AtomicU64,
+    pub(crate) as_of: AtomicU64,
 }
 
 /// What a window accumulates on one shard.
-pub(super) struct Shard {
+pub(crate) struct Shard {
     /// Samples (low `COUNT_BITS`) and their latencies in microseconds (the rest).
-    pub(super) packed: AtomicU64,
-    pub(super) overloaded: AtomicU64,
-    pub(super) dropped: AtomicU64,
-    pub(super) max_in_flight: AtomicU64,
+    pub(crate) packed: AtomicU64,
+    pub(crate) overloaded: AtomicU64,
+    pub(crate) dropped: AtomicU64,
+    pub(crate) max_in_flight: AtomicU64,
     /// Samples squared, and their squares (see [`Spread`]).
-    pub(super) squared: AtomicU64,
-    pub(super) squared_micros: AtomicU64,
-    pub(super) squares: AtomicU64,
-    pub(super) buckets: [AtomicU32; BUCKETS],
+    pub(crate) squared: AtomicU64,
+    pub(crate) squared_micros: AtomicU64,
+    pub(crate) squares: AtomicU64,
+    pub(crate) buckets: [AtomicU32; BUCKETS],
 }
 
 /// The sample-count field of a shard's packed word.
-pub(super) const COUNT_BITS: u32 = 24;
+pub(crate) const COUNT_BITS: u32 = 24;
 
-pub(super) const COUNT: u64 = (1 << COUNT_BITS) - 1;
+pub(crate) const COUNT: u64 = (1 << COUNT_BITS) - 1;
 
 /// The largest latency one sample adds (about three days): the field cannot be overrun by
 /// one sample.
-pub(super) const MAX_MICROS: u64 = (1 << (64 - COUNT_BITS - 2)) - 1;
+pub(crate) const MAX_MICROS: u64 = (1 << (64 - COUNT_BITS - 2)) - 1;
 
 /// A shard whose fields reach half their room hands its samples to the open window early.
-pub(super) const COUNT_FULL: u64 = 1 << (COUNT_BITS - 1);
+pub(crate) const COUNT_FULL: u64 = 1 << (COUNT_BITS - 1);
 
-pub(super) const MICROS_FULL: u64 = 1 << (64 - COUNT_BITS - 1);
+pub(crate) const MICROS_FULL: u64 = 1 << (64 - COUNT_BITS - 1);
 
 // One sample cannot overrun the latency field, even from just below the mark.
 const _: () = assert!(MAX_MICROS < MICROS_FULL);
 
 impl Shard {
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             packed: AtomicU64::new(0),
             overloaded: AtomicU64::new(0),
@@ -81,7 +81,7 @@ impl Shard {
     /// the line every admission and release writes, and a maximum over a window of
     /// dozens of samples needs no more.
     #[inline]
-    pub(super) fn add(
+    pub(crate) fn add(
         &self,
         micros: u64,
         outcome: Outcome,
@@ -117,7 +117,7 @@ impl Shard {
     }
 
     /// Moves the shard's samples into `window`.
-    pub(super) fn take(&self, window: &mut Window) {
+    pub(crate) fn take(&self, window: &mut Window) {
         let packed = self.packed.swap(0, Ordering::Relaxed);
         window.samples += packed & COUNT;
         window.latency_total += Duration::from_micros(packed >> COUNT_BITS);
@@ -136,18 +136,18 @@ impl Shard {
 
 /// The state the window's closer works on.
 pub(crate) struct Control {
-    pub(super) algorithm: Box<dyn Algorithm>,
+    pub(crate) algorithm: Box<dyn Algorithm>,
     /// The open window's samples, gathered from the shards so far.
-    pub(super) pending: Window,
+    pub(crate) pending: Window,
     /// When the open window opened, in nanoseconds since the epoch.
-    pub(super) opened: u64,
-    pub(super) window: u64,
-    pub(super) min_samples: u64,
-    pub(super) bounds: (u64, u64),
-    pub(super) windows: u64,
-    pub(super) last: Option<Window>,
+    pub(crate) opened: u64,
+    pub(crate) window: u64,
+    pub(crate) min_samples: u64,
+    pub(crate) bounds: (u64, u64),
+    pub(crate) windows: u64,
+    pub(crate) last: Option<Window>,
     /// The windows' mean latency, averaged (seconds).
-    pub(super) typical: Option<f64>,
+    pub(crate) typical: Option<f64>,
 }
 
 /// What the driver needs of the ledger it drives.
@@ -225,7 +225,7 @@ impl Driver {
     /// Gathers the shards and, if the window has lasted long enough with enough samples,
     /// closes it: the algorithm's answer becomes the ledger's capacity.
     #[cold]
-    pub(super) fn close_window(&self, ledger: &impl Steered, now: u64) {
+    pub(crate) fn close_window(&self, ledger: &impl Steered, now: u64) {
         // Never wait: another thread is closing this window.
         let Some(mut control) = self.control.try_lock() else {
             return;
@@ -279,16 +279,22 @@ impl Driver {
 /// The weight of each window's mean latency in the typical latency.
 const TYPICAL_WEIGHT: f64 = 0.25;
 
-/// The estimate as the driver's atomics hold it.
+/// The latency estimate as the driver's atomics hold it.
+pub(crate) struct Estimate {
+    pub(crate) typical: Duration,
+    pub(crate) no_load: Option<Duration>,
+    pub(crate) as_of: Instant,
+}
+
 impl Driver {
-    pub(super) fn latency(&self) -> Option<LatencyEstimate> {
-        // Relaxed: statistics (see `LatencyEstimate`).
+    pub(crate) fn latency(&self) -> Option<Estimate> {
+        // Relaxed: statistics (see `adaptive::LatencyEstimate`).
         let typical = self.typical.load(Ordering::Relaxed);
         if typical == u64::MAX {
             return None;
         }
         let no_load = self.no_load.load(Ordering::Relaxed);
-        Some(LatencyEstimate {
+        Some(Estimate {
             typical: Duration::from_micros(typical),
             no_load: (no_load != u64::MAX).then(|| Duration::from_micros(no_load)),
             as_of: self.epoch + Duration::from_nanos(self.as_of.load(Ordering::Relaxed)),
@@ -300,7 +306,7 @@ impl Driver {
 /// 64-bit arithmetic: `Duration::as_micros` divides a 128-bit number, a cost on every
 /// sample.)
 #[inline]
-pub(super) fn micros(latency: Duration) -> u64 {
+pub(crate) fn micros(latency: Duration) -> u64 {
     latency
         .as_secs()
         .saturating_mul(1_000_000)
@@ -309,7 +315,7 @@ pub(super) fn micros(latency: Duration) -> u64 {
 }
 
 #[inline]
-pub(super) fn nanos(duration: Duration) -> u64 {
+pub(crate) fn nanos(duration: Duration) -> u64 {
     duration
         .as_secs()
         .saturating_mul(1_000_000_000)
@@ -318,7 +324,7 @@ pub(super) fn nanos(duration: Duration) -> u64 {
 
 /// Shards: four per core, rounded up to a power of two (at most 256), so that threads
 /// numbered in turn rarely share one.
-pub(super) fn shard_count() -> usize {
+pub(crate) fn shard_count() -> usize {
     if cfg!(admission_loom) {
         return 2;
     }
@@ -331,7 +337,7 @@ pub(super) fn shard_count() -> usize {
 
 /// This thread's shard, before masking: threads are numbered as they first record.
 #[inline]
-pub(super) fn shard_index() -> usize {
+pub(crate) fn shard_index() -> usize {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     thread_local! {

@@ -37,7 +37,7 @@ pub struct Window {
     /// How long the window lasted.
     pub elapsed: Duration,
     /// The squares of some of the latencies, for their spread (see [`Window::latency_cv`]).
-    pub(super) spread: Spread,
+    pub(crate) spread: Spread,
 }
 
 /// Squared latencies of a sample of a window's samples (one in eight of each shard's,
