@@ -5,7 +5,8 @@ use std::ptr::NonNull;
 
 use hashbrown::HashTable;
 
-use super::*;
+use super::{AWAY, AWAY_ONE, BUSY, COUNTED, GENERATION, HELD, SLOTS, WINDOW};
+use crate::sync::{AtomicU32, AtomicU64, Mutex, Ordering, Track, UnsafeCell, wait_while};
 
 /// A key's entry: one of the shard's slots, or a boxed overflow entry in its table.
 pub(super) struct Entry<K> {

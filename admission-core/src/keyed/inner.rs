@@ -2,8 +2,10 @@
 
 use crossbeam_utils::CachePadded;
 
-use super::*;
+use super::entry::{Entry, Shard, home};
+use super::{BOUNDED, COUNTED, HELD, KEYS, KeyedInner, SHARDS, SLOTS};
 use crate::raw::Counted;
+use crate::sync::{AtomicU64, Ordering, Track};
 
 impl<K, S> Counted for KeyedInner<K, S> {
     fn word(&self) -> &AtomicU64 {

@@ -7,7 +7,15 @@ use crate::sync::MutexGuard;
 
 use hashbrown::HashTable;
 
-use super::*;
+use super::entry::{Entry, EntryPtr, LookAway, window_bits};
+#[cfg(test)]
+use super::lock_count;
+use super::{
+    AWAY_ONE, Acquired, BUSY, COUNTED, HELD, KeyedLedger, KeyedPermit, SLOTS, WINDOW, candidate,
+};
+use crate::Refused;
+use crate::raw;
+use crate::sync::Ordering;
 
 /// What `find` found: a count on the key's home slot (as a permit) and the key's `held`
 /// before it; the key's entry elsewhere (away from home, or in the overflow table); or

@@ -1,5 +1,6 @@
 //! The keyed ledger's loom models (`cargo xtask loom`).
 
+use super::entry::home;
 use super::*;
 
 /// Invariant 4: two threads on one key with cap 1 (acquire, release, reclaim of the

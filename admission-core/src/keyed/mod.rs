@@ -63,8 +63,8 @@ use crossbeam_utils::CachePadded;
 use hashbrown::HashTable;
 
 use crate::limit;
-use crate::raw::{self, OWNER, Owner};
-use crate::sync::{Arc, AtomicU32, AtomicU64, Mutex, Ordering, Track, UnsafeCell, wait_while};
+use crate::raw::{OWNER, Owner};
+use crate::sync::{Arc, AtomicU32, AtomicU64, Mutex, Ordering, Track};
 use crate::{CapacityError, Refused};
 
 /// Number of shards: a power of two. More shards than cores keep two threads on
@@ -572,7 +572,7 @@ mod permit;
 mod probe;
 mod readings;
 
-use entry::{BOXED, Entry, EntryPtr, LookAway, Shard, home, lower_away, window_bits};
+use entry::{BOXED, Entry, Shard};
 pub use hash::{KeyHasher, KeyState};
 use locked::Found;
 pub use permit::KeyedPermit;

@@ -10,6 +10,7 @@ use std::cell::Cell;
 use std::hash::{Hash, Hasher};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
+use super::entry::home;
 use super::*;
 use crate::raw;
 

@@ -6,7 +6,12 @@ use std::ptr::NonNull;
 
 use hashbrown::HashTable;
 
-use super::*;
+use super::entry::{Entry, home, lower_away};
+#[cfg(test)]
+use super::lock_count;
+use super::{AWAY, BOXED, BUSY, COUNTED, HELD, KeyedInner};
+use crate::raw;
+use crate::sync::Ordering;
 
 /// Whether a shard's table should give memory back: memory stays proportional to the
 /// keys in flight after a burst of many keys. Tables of up to 64 entries are left alone,

@@ -1,7 +1,9 @@
 //! The keyed ledger's unit tests: where entries go (home, window, overflow table),
 //! which paths take the lock, and memory as keys come and go.
 
+use super::entry::home;
 use super::*;
+use crate::raw;
 use permit::usable;
 
 /// A key that counts its clones: `Arc::strong_count` of its token, less the test's.

@@ -3,7 +3,13 @@
 use std::hash::{BuildHasher, Hash};
 use std::ptr::NonNull;
 
-use super::*;
+use super::entry::{Entry, window_bits};
+use super::{
+    AWAY, Acquired, BOUNDED, BUSY, COUNTED, HELD, KeyedLedger, KeyedPermit, SLOTS, candidate,
+    give_back,
+};
+use crate::Refused;
+use crate::sync::Ordering;
 
 /// What a lock-free look at one slot found: a permit on the key's entry, the key at its
 /// cap (refused under the lock), an empty slot (its state, not busy), or another key's

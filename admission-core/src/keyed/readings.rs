@@ -1,6 +1,8 @@
 //! The ledger's limits and readings: keys, cap, `max_keys`, snapshot.
 
-use super::*;
+use super::{COUNTED, HELD, KEYS, KeyedLedger, KeyedSnapshot, MAX_CAP, MAX_KEYS};
+use crate::sync::Ordering;
+use crate::{CapacityError, limit};
 
 impl<K, S> KeyedLedger<K, S> {
     /// Keys with at least one permit in flight now (the number of entries).

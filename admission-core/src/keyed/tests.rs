@@ -1,5 +1,6 @@
 //! The keyed ledger's unit tests: its API, limits and lifetime.
 
+use super::entry::home;
 use super::*;
 use std::collections::hash_map::RandomState;
 
