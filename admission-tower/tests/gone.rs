@@ -8,6 +8,8 @@
 
 mod support;
 
+use support::{eventually, holds_within};
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -214,23 +216,9 @@ impl Client {
     }
 }
 
-async fn eventually(what: &str, condition: impl FnMut() -> bool) {
-    assert!(
-        within(condition).await,
-        "not within {SEEN_WITHIN:?}: {what}"
-    );
-}
-
 /// Whether `condition` holds within `SEEN_WITHIN`.
-async fn within(mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + SEEN_WITHIN;
-    while !condition() {
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-    true
+async fn within(condition: impl FnMut() -> bool) -> bool {
+    holds_within(SEEN_WITHIN, condition).await
 }
 
 fn waiting_layer() -> AdmissionLayer {

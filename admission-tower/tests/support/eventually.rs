@@ -4,15 +4,24 @@
 
 use std::time::Duration;
 
-/// Waits (at most 5 s) for `condition`, polling every 5 ms; `what` names it if it never
-/// holds.
-pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+/// Waits (at most 5 s) for `condition`, polling every few milliseconds; `what` names it
+/// if it never holds.
+pub async fn eventually(what: &str, condition: impl FnMut() -> bool) {
+    let within = Duration::from_secs(5);
+    assert!(
+        holds_within(within, condition).await,
+        "not within {within:?}: {what}"
+    );
+}
+
+/// Whether `condition` holds within `within`, polled every 2 ms.
+pub async fn holds_within(within: Duration, mut condition: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
     while !condition() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
     }
+    true
 }

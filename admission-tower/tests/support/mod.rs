@@ -6,7 +6,8 @@
 
 mod eventually;
 
-pub use eventually::eventually;
+#[allow(unused_imports)] // Not every test file uses both.
+pub use eventually::{eventually, holds_within};
 
 use std::convert::Infallible;
 use std::future::Future;
