@@ -359,8 +359,9 @@ impl AdmissionLayer {
 
     /// Bounds the connections `listener` accepts for `axum::serve`, as far as a listener
     /// can, by the layer's [`ConnectionLimits`]: the caps (closed at once above them),
-    /// a time to the first byte (the head bound, 30 s by default), and the minimum rate
-    /// at which a client takes what the server writes (240 B/s after 5 s), so a client
+    /// a time to the first byte (the head bound, [`ConnectionLimits::HEAD_WITHIN`] by
+    /// default), and the minimum rate at which a client takes what the server writes
+    /// ([`ConnectionLimits::min_send_rate`]), so a client
     /// that stops reading a streamed response is cut and releases its permits.
     /// `ConnectInfo` keeps working (the listener is a `TapIo`, which axum's
     /// `ConnectInfo<SocketAddr>` accepts).

@@ -479,3 +479,35 @@ fn a_wait_that_could_never_wait_is_an_error() {
             .contains("leave `wait` out")
     );
 }
+
+/// The READMEs state the connection bounds' defaults in words: the words are the
+/// constants'.
+#[test]
+fn the_readmes_state_the_connection_defaults_the_constants_hold() {
+    let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let head = ConnectionLimits::HEAD_WITHIN.as_secs();
+    let idle = ConnectionLimits::IDLE.as_secs();
+    let streams = ConnectionLimits::MAX_STREAMS;
+    let defaults = ConnectionLimits::default();
+    assert_eq!(defaults.head_within(), Some(ConnectionLimits::HEAD_WITHIN));
+    assert_eq!(defaults.idle(), Some(ConnectionLimits::IDLE));
+    assert_eq!(defaults.ping(), Some(ConnectionLimits::PING));
+    assert_eq!(defaults.max_streams(), Some(streams));
+    assert_eq!(
+        defaults.max_header_bytes(),
+        ConnectionLimits::MAX_HEADER_BYTES
+    );
+    let root = words(include_str!("../../README.md"));
+    let said = format!("({head} s to a complete request head, {idle} s idle, {streams} streams");
+    assert!(root.contains(&said), "the README does not say {said:?}");
+    let crate_readme = words(include_str!("../README.md"));
+    for said in [
+        format!("{head} s from the accept to a complete request head"),
+        format!("{idle} s idle, {streams} h2 streams a connection"),
+    ] {
+        assert!(
+            crate_readme.contains(&said),
+            "admission-tower's README does not say {said:?}"
+        );
+    }
+}

@@ -6,6 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use admission_tower::ConnectionLimits;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::watch;
@@ -84,7 +85,9 @@ impl fmt::Display for Seen {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "  {HOLDERS} request heads trickled a byte a second, {HOLDERS} silent connections, {HOLDERS} idle keep-alives: held their places (the head and idle bounds close them at 30 s and 130 s)"
+            "  {HOLDERS} request heads trickled a byte a second, {HOLDERS} silent connections, {HOLDERS} idle keep-alives: held their places (the head and idle bounds close them at {} s and {} s)",
+            ConnectionLimits::HEAD_WITHIN.as_secs(),
+            ConnectionLimits::IDLE.as_secs(),
         )?;
         writeln!(
             f,

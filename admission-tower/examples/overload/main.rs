@@ -10,8 +10,8 @@
 //! and `ConnectionLimits` cut (with a 1 s grace period here, 5 s by default, so that the
 //! run stays short), and connections that hold a place doing nothing (request heads
 //! trickled a byte at a time, connections that send nothing, idle keep-alive), which
-//! `AdmissionLayer::serve` closes at its head and idle bounds (2 s here; 30 s and 130 s
-//! by default). Each request states its class in
+//! `AdmissionLayer::serve` closes at its head and idle bounds (2 s here;
+//! `ConnectionLimits::HEAD_WITHIN` and `IDLE` by default). Each request states its class in
 //! `x-request-class` (critical, default, sheddable: 100%, 90% and 70% of the count
 //! limit). The server's handlers keep their own count of what they hold, independent of
 //! the ledgers. At the end two tables say what happened, and the process exits non-zero

@@ -15,12 +15,12 @@ use admission_http::MinDataRate;
 /// |---|---|---|---|---|
 /// | [`max_connections`](Self::with_max_connections) | the process running out of sockets, tasks and buffers | none | `MaxConcurrentConnections` (none) | `worker_connections` |
 /// | [`max_per_address`](Self::with_max_per_address) | one client address taking every connection | none | — | `limit_conn` (none) |
-/// | [`head_within`](Self::with_head_within) | a request head trickled in (slowloris), a connection that never sends one, a stalled TLS handshake or h2 preface | 30 s | `RequestHeadersTimeout` 30 s | `client_header_timeout` 60 s |
-/// | [`idle`](Self::with_idle) | a connection kept open with nothing in flight | 130 s | `KeepAliveTimeout` 130 s | `keepalive_timeout` 75 s |
-/// | [`ping`](Self::with_ping) | an h2 peer that is gone without a word, its streams held | every 60 s, 20 s to answer | `KeepAlivePingDelay` (off), `KeepAlivePingTimeout` 20 s | — |
-/// | [`max_streams`](Self::with_max_streams) | one h2 connection opening streams without end (the excess is refused with `REFUSED_STREAM`, which clients retry) | 100 | `Http2.MaxStreamsPerConnection` 100 | `http2_max_concurrent_streams` 128 |
-/// | [`max_header_bytes`](Self::with_max_header_bytes) | a head of unbounded size (431 on HTTP/1.1; on h2 the stream is refused, and a CONTINUATION flood ends the connection) | 32 KiB | `MaxRequestHeadersTotalSize` 32 KiB | `large_client_header_buffers` 4 × 8 KiB |
-/// | [`min_send_rate`](Self::with_min_send_rate) | a client that does not take a response, holding its request's permits: one that stops reading the socket, or (h2, `serve`) keeps a stream's or the connection's window at 0 or opens it a byte at a time | 240 B/s after 5 s | `MinResponseDataRate` 240 B/s, 5 s | `send_timeout` 60 s |
+/// | [`head_within`](Self::with_head_within) | a request head trickled in (slowloris), a connection that never sends one, a stalled TLS handshake or h2 preface | [30 s](Self::HEAD_WITHIN) | `RequestHeadersTimeout` 30 s | `client_header_timeout` 60 s |
+/// | [`idle`](Self::with_idle) | a connection kept open with nothing in flight | [130 s](Self::IDLE) | `KeepAliveTimeout` 130 s | `keepalive_timeout` 75 s |
+/// | [`ping`](Self::with_ping) | an h2 peer that is gone without a word, its streams held | [every 60 s, 20 s to answer](Self::PING) | `KeepAlivePingDelay` (off), `KeepAlivePingTimeout` 20 s | — |
+/// | [`max_streams`](Self::with_max_streams) | one h2 connection opening streams without end (the excess is refused with `REFUSED_STREAM`, which clients retry) | [100](Self::MAX_STREAMS) | `Http2.MaxStreamsPerConnection` 100 | `http2_max_concurrent_streams` 128 |
+/// | [`max_header_bytes`](Self::with_max_header_bytes) | a head of unbounded size (431 on HTTP/1.1; on h2 the stream is refused, and a CONTINUATION flood ends the connection) | [32 KiB](Self::MAX_HEADER_BYTES) | `MaxRequestHeadersTotalSize` 32 KiB | `large_client_header_buffers` 4 × 8 KiB |
+/// | [`min_send_rate`](Self::with_min_send_rate) | a client that does not take a response, holding its request's permits: one that stops reading the socket, or (h2, `serve`) keeps a stream's or the connection's window at 0 or opens it a byte at a time | [240 B/s after 5 s](admission_http::MinDataRate::default) | `MinResponseDataRate` 240 B/s, 5 s | `send_timeout` 60 s |
 ///
 /// The head bound runs from the moment the connection is accepted to its first
 /// complete request head (whatever the connection does first counts: a handshake, the
@@ -68,17 +68,35 @@ impl Default for ConnectionLimits {
         Self {
             max_connections: None,
             max_per_address: None,
-            head_within: Some(Duration::from_secs(30)),
-            idle: Some(Duration::from_secs(130)),
-            ping: Some((Duration::from_secs(60), Duration::from_secs(20))),
-            max_streams: Some(100),
-            max_header_bytes: 32 * 1024,
+            head_within: Some(Self::HEAD_WITHIN),
+            idle: Some(Self::IDLE),
+            ping: Some(Self::PING),
+            max_streams: Some(Self::MAX_STREAMS),
+            max_header_bytes: Self::MAX_HEADER_BYTES,
             min_send_rate: Some(MinDataRate::default()),
         }
     }
 }
 
 impl ConnectionLimits {
+    /// The default head bound, 30 s: from the accept to a complete request head, and
+    /// from the first byte of each later head to its end (Kestrel's
+    /// `RequestHeadersTimeout`).
+    pub const HEAD_WITHIN: Duration = Duration::from_secs(30);
+
+    /// The default idle bound, 130 s: above the 90 s most client pools keep an idle
+    /// connection, so that the client closes first (Kestrel's `KeepAliveTimeout`).
+    pub const IDLE: Duration = Duration::from_secs(130);
+
+    /// The default h2 ping: after 60 s without a frame, and 20 s to answer.
+    pub const PING: (Duration, Duration) = (Duration::from_secs(60), Duration::from_secs(20));
+
+    /// The default cap on one h2 connection's concurrent streams, 100.
+    pub const MAX_STREAMS: u32 = 100;
+
+    /// The default largest request head, 32 KiB.
+    pub const MAX_HEADER_BYTES: usize = 32 * 1024;
+
     /// No bound a setting can turn off: no cap, no timer, no stream cap, no rate. The
     /// header size stays bounded (at hyper's largest read buffer, about 400 KiB), and
     /// hyper's defences against reset floods stay on.
