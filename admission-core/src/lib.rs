@@ -77,7 +77,7 @@
 #![deny(unsafe_code)] // Allowed in `raw`, `count`, `bytes` and `keyed`, each block argued.
 #![deny(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![doc(html_root_url = "https://docs.rs/admission-core/0.1")]
+#![doc(html_root_url = "https://docs.rs/admission-core/0.2")]
 
 pub mod adaptive;
 #[allow(unsafe_code)]

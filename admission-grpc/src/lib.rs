@@ -102,7 +102,7 @@
 
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![doc(html_root_url = "https://docs.rs/admission-grpc/0.1")]
+#![doc(html_root_url = "https://docs.rs/admission-grpc/0.2")]
 
 pub mod class;
 mod interceptor;

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use admission_core::Refused;
-use admission_http::{BodyRefusalContext, RefusalContext, Rejection, grpc_code};
+use admission_http::{BodyRefusalContext, Refusal, RefusalContext, grpc_code};
 use bytes::Bytes;
 use tonic::metadata::MetadataValue;
 use tonic::{Code, Status};
@@ -108,7 +108,7 @@ fn status_with(code: RefusalCode, refused: Refused, retry_after: Duration) -> St
     // The one mapping (admission-http's): a closed server is `UNAVAILABLE` whatever code
     // overload is given, a refusal no retry helps `RESOURCE_EXHAUSTED`.
     let overload = code.code() as u16;
-    let code = Code::from(i32::from(grpc_code(Rejection::Refused(refused), overload)));
+    let code = Code::from(i32::from(grpc_code(Refusal::Refused(refused), overload)));
     if !refused.is_retryable() {
         return Status::new(code, message);
     }
@@ -121,13 +121,11 @@ fn status_with(code: RefusalCode, refused: Refused, retry_after: Duration) -> St
     status
 }
 
-/// The `Status` for any rejection the layer can make: a refusal as
+/// The `Status` for any refusal the layer can make: a refusal as
 /// [`refused_status_with`], a malformed `Content-Length` as `INVALID_ARGUMENT`.
 pub(crate) fn rejection_status(code: RefusalCode, cx: &RefusalContext<'_>) -> Status {
-    match cx.rejection {
-        Rejection::Refused(refused) => {
-            status_with(code, refused, cx.retry_delay.unwrap_or_default())
-        }
+    match cx.refusal {
+        Refusal::Refused(refused) => status_with(code, refused, cx.retry_delay.unwrap_or_default()),
         other => Status::new(Code::InvalidArgument, format!("admission refused: {other}")),
     }
 }

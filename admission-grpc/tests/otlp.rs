@@ -113,7 +113,7 @@ async fn the_otlp_exporter_retries_head_and_mid_stream_refusals_and_every_span_a
         .max_request_bytes(8 << 10)
         .refusals(admission_grpc::refusals().retry_after(Duration::from_millis(100)))
         .on_refusal(move |event| {
-            if let admission_http::Rejection::Refused(refused) = event.rejection {
+            if let admission_http::Refusal::Refused(refused) = event.refusal {
                 *seen.lock().unwrap().entry(refused.dimension()).or_default() += 1;
             }
         })

@@ -155,7 +155,7 @@ impl RequestCharge {
     }
 
     /// Why the request's metered body was refused while it streamed, if it was: the
-    /// request should be answered as refused ([`Rejection::Refused`](crate::Rejection::Refused)), whatever the
+    /// request should be answered as refused ([`Refusal::Refused`](crate::Refusal::Refused)), whatever the
     /// handler answered to the body error it saw.
     ///
     /// ```

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::header::{CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response};
 
-use crate::{RefusalContext, Rejection};
+use crate::{Refusal, RefusalContext};
 
 /// Whether a request is a gRPC call: `application/grpc`, alone or with a `+codec` or
 /// parameters (gRPC-Web's `application/grpc-web` carries its status in the body: no).
@@ -40,20 +40,20 @@ pub const INVALID_ARGUMENT: u16 = 3;
 ///
 /// ```
 /// use admission_core::Refused;
-/// use admission_http::{Rejection, grpc_code, RESOURCE_EXHAUSTED, UNAVAILABLE};
+/// use admission_http::{Refusal, grpc_code, RESOURCE_EXHAUSTED, UNAVAILABLE};
 ///
-/// let count = Rejection::Refused(Refused::Count);
+/// let count = Refusal::Refused(Refused::Count);
 /// assert_eq!(grpc_code(count, RESOURCE_EXHAUSTED), RESOURCE_EXHAUSTED);
 /// assert_eq!(grpc_code(count, UNAVAILABLE), UNAVAILABLE);
-/// assert_eq!(grpc_code(Rejection::Refused(Refused::Closed), RESOURCE_EXHAUSTED), UNAVAILABLE);
-/// assert_eq!(grpc_code(Rejection::Refused(Refused::TooLarge), UNAVAILABLE), RESOURCE_EXHAUSTED);
-/// assert_eq!(grpc_code(Rejection::InvalidContentLength, UNAVAILABLE), 3);
+/// assert_eq!(grpc_code(Refusal::Refused(Refused::Closed), RESOURCE_EXHAUSTED), UNAVAILABLE);
+/// assert_eq!(grpc_code(Refusal::Refused(Refused::TooLarge), UNAVAILABLE), RESOURCE_EXHAUSTED);
+/// assert_eq!(grpc_code(Refusal::InvalidContentLength, UNAVAILABLE), 3);
 /// ```
-pub fn grpc_code(rejection: Rejection, overload: u16) -> u16 {
-    match rejection {
-        Rejection::Refused(Refused::Closed) => UNAVAILABLE,
-        rejection if rejection.is_retryable() => overload,
-        Rejection::Refused(_) => RESOURCE_EXHAUSTED,
+pub fn grpc_code(refusal: Refusal, overload: u16) -> u16 {
+    match refusal {
+        Refusal::Refused(Refused::Closed) => UNAVAILABLE,
+        refusal if refusal.is_retryable() => overload,
+        Refusal::Refused(_) => RESOURCE_EXHAUSTED,
         _ => INVALID_ARGUMENT,
     }
 }
@@ -61,12 +61,12 @@ pub fn grpc_code(rejection: Rejection, overload: u16) -> u16 {
 /// A gRPC call's refusal, as [`Refusals::respond`](crate::Refusals::respond) describes it.
 pub(crate) fn grpc_trailers_only(cx: &RefusalContext<'_>) -> Response<Bytes> {
     // Without `RetryInfo`, a retryable refusal is the code clients retry unasked.
-    let code = grpc_code(cx.rejection, UNAVAILABLE);
+    let code = grpc_code(cx.refusal, UNAVAILABLE);
     let mut response = Response::new(Bytes::new());
     let headers = response.headers_mut();
     headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
     headers.insert("grpc-status", HeaderValue::from(code));
-    let message = percent_encoded(&format!("admission refused: {}", cx.rejection));
+    let message = percent_encoded(&format!("admission refused: {}", cx.refusal));
     if let Ok(message) = HeaderValue::from_str(&message) {
         headers.insert("grpc-message", message);
     }

@@ -6,7 +6,7 @@
 //! | charge request bodies against a byte budget, and refuse one too large | [`RequestMeter`], [`MeteredBody`], [`RequestCharge`] |
 //! | cut a body that arrives slower than a minimum rate, and hold of the budget only what it fills | [`MeteredBody::paced`], [`MinDataRate`] |
 //! | see a client hang up while its request waits, reading its body ahead (bounded) and giving it back intact | [`ReadAhead`], [`MeteredBody::replay`] |
-//! | answer a refused request (503 / 429 / 413 + `Retry-After`, optionally jittered) | [`Refusals`], [`Rejection`] |
+//! | answer a refused request (503 / 429 / 413 + `Retry-After`, optionally jittered) | [`Refusals`], [`Refusal`] |
 //! | key a per-client limit by a header or the peer address, without allocating | [`key::header`], [`key::peer_ip`] |
 //!
 //! The ledgers come from [`admission_core`]; for a ready-made middleware see
@@ -19,7 +19,7 @@
 //!
 //! ```
 //! use admission_core::{ByteLedger, CountLedger};
-//! use admission_http::{MeteredBody, PermitBody, Refusals, Rejection, RequestMeter};
+//! use admission_http::{MeteredBody, PermitBody, Refusals, Refusal, RequestMeter};
 //! use bytes::Bytes;
 //! use http_body_util::{BodyExt, Full};
 //!
@@ -34,13 +34,13 @@
 //!     .body(Full::new(Bytes::from("hello")))?;
 //!
 //! let Ok(permit) = count.try_acquire() else {
-//!     let _503 = refusals.respond(&request, Rejection::Refused(admission_core::Refused::Count));
+//!     let _503 = refusals.respond(&request, Refusal::Refused(admission_core::Refused::Count));
 //!     return Ok(());
 //! };
 //! let (request, charge) = match meter.charge(request.headers()) {
 //!     Ok(charge) => (request.map(|b| MeteredBody::new(b, charge.clone())), charge),
-//!     Err(rejection) => {
-//!         let _refusal = refusals.respond(&request, rejection);
+//!     Err(refusal) => {
+//!         let _refusal = refusals.respond(&request, refusal);
 //!         return Ok(());
 //!     }
 //! };
@@ -62,9 +62,10 @@
 
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![doc(html_root_url = "https://docs.rs/admission-http/0.1")]
+#![doc(html_root_url = "https://docs.rs/admission-http/0.2")]
 
 mod ahead;
+mod alarm;
 mod body;
 mod charge;
 pub mod class;
@@ -74,19 +75,21 @@ pub mod key;
 mod metered_body;
 mod pace;
 mod refusal;
-mod rejection;
+mod refusals;
 mod request_meter;
 mod shape;
 
 pub use ahead::{ReadAhead, ReadFrames};
+#[doc(hidden)]
+pub use alarm::Alarm;
 pub use body::PermitBody;
 pub use charge::RequestCharge;
 pub use grpc::{INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE, grpc_code};
 pub use jitter::jittered;
 pub use metered_body::MeteredBody;
 pub use pace::MinDataRate;
-pub use refusal::{DrainRefused, Refusals};
-pub use rejection::{BodyRefused, BoxError, Rejection, content_length};
+pub use refusal::{BodyRefused, BoxError, Refusal, content_length};
+pub use refusals::{DiscardLimits, Refusals};
 pub use request_meter::{MeteredRequest, RequestMeter};
 pub use shape::{BodyRefusalContext, RefusalBody, RefusalContext};
 

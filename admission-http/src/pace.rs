@@ -18,6 +18,8 @@ use std::time::{Duration, Instant};
 
 use pin_project_lite::pin_project;
 
+use crate::alarm::Alarm;
+
 /// The slowest a request body may arrive: at least `bytes_per_second`, once it has
 /// waited for a `grace` period, measured only while its reader waits on it.
 ///
@@ -154,7 +156,6 @@ pin_project! {
         waited: Duration,
         // When the wait in progress began: set by a poll that found nothing.
         since: Option<Instant>,
-        #[pin]
         alarm: Alarm,
     }
 }
@@ -233,54 +234,6 @@ impl Pace {
         self.project()
             .alarm
             .poll_at(cx, now + next + Duration::from_millis(1))
-    }
-}
-
-#[cfg(feature = "tokio")]
-pin_project! {
-    /// tokio's timer, made on the first wait.
-    struct Alarm {
-        #[pin]
-        sleep: Option<tokio::time::Sleep>,
-    }
-}
-
-#[cfg(feature = "tokio")]
-impl Alarm {
-    fn new() -> Self {
-        Self { sleep: None }
-    }
-
-    fn poll_at(self: Pin<&mut Self>, cx: &mut Context<'_>, at: Instant) -> Poll<()> {
-        let mut sleep = self.project().sleep;
-        let at = tokio::time::Instant::from_std(at);
-        match sleep.as_mut().as_pin_mut() {
-            Some(sleep) if sleep.deadline() == at => {}
-            Some(sleep) => sleep.reset(at),
-            // Outside a tokio runtime there is no timer to ask: no alarm.
-            None if tokio::runtime::Handle::try_current().is_err() => return Poll::Pending,
-            None => sleep.set(Some(tokio::time::sleep_until(at))),
-        }
-        match sleep.as_pin_mut() {
-            Some(sleep) => std::future::Future::poll(sleep, cx),
-            None => Poll::Pending,
-        }
-    }
-}
-
-/// Without the `tokio` feature there is no timer: a body that stalls is cut, and its
-/// reservation reviewed, only when its next frame comes.
-#[cfg(not(feature = "tokio"))]
-struct Alarm;
-
-#[cfg(not(feature = "tokio"))]
-impl Alarm {
-    fn new() -> Self {
-        Self
-    }
-
-    fn poll_at(self: Pin<&mut Self>, _: &mut Context<'_>, _: Instant) -> Poll<()> {
-        Poll::Pending
     }
 }
 

@@ -1,441 +1,212 @@
-//! Refusal responses: status, `Retry-After`, and a body of the user's shape.
+//! Why a request is refused: the refusal and its status, a declared length that
+//! cannot be read, and the error a refused body fails with.
 
 use std::fmt;
-use std::sync::Arc;
-use std::time::Duration;
-
-use bytes::Bytes;
-use http::header::{CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderMap, HeaderValue, Method, Response, Uri};
 
 use admission_core::Refused;
+use http::header::CONTENT_LENGTH;
+use http::{HeaderMap, StatusCode};
 
-use crate::grpc::{grpc_trailers_only, is_grpc};
-use crate::shape::{BodyError, ErrorShape};
-use crate::{BodyRefusalContext, BoxError, RefusalBody, RefusalContext, Rejection, jittered};
+/// The error type of a metered body: the inner body's error or a [`BodyRefused`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-type Shape = dyn Fn(&RefusalContext<'_>) -> RefusalBody + Send + Sync;
-type Whole = dyn Fn(&RefusalContext<'_>) -> Response<Bytes> + Send + Sync;
-
-/// How much of a refused request's unread body is drained before the refusal is sent
-/// ([`Refusals::drain_refused`]).
+/// Why a request is answered before its body is read.
+///
+/// ```
+/// use admission_core::Refused;
+/// use admission_http::Refusal;
+/// use http::StatusCode;
+///
+/// assert_eq!(Refusal::Refused(Refused::Count).status(), StatusCode::SERVICE_UNAVAILABLE);
+/// assert_eq!(Refusal::Refused(Refused::Key).status(), StatusCode::TOO_MANY_REQUESTS);
+/// assert_eq!(Refusal::Refused(Refused::TooLarge).status(), StatusCode::PAYLOAD_TOO_LARGE);
+/// assert_eq!(Refusal::Refused(Refused::TooSlow).status(), StatusCode::REQUEST_TIMEOUT);
+/// assert_eq!(Refusal::InvalidContentLength.status(), StatusCode::BAD_REQUEST);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct DrainRefused {
-    /// The most bytes drained (0: none).
-    pub max_bytes: u64,
-    /// How long the body may take to arrive.
-    pub within: Duration,
+pub enum Refusal {
+    /// A ledger refused the request.
+    Refused(Refused),
+    /// The request's `Content-Length` does not parse (or two of them disagree).
+    InvalidContentLength,
 }
 
-/// How refused requests are answered.
+impl Refusal {
+    /// The HTTP status for this refusal: 503 for global overload (count, bytes, key
+    /// table), 429 for one key over its cap, 413 for one request too large, 408 for a
+    /// body slower than the minimum data rate, 400 for a malformed `Content-Length`.
+    ///
+    /// ```
+    /// use admission_core::Refused;
+    /// use admission_http::Refusal;
+    ///
+    /// assert_eq!(Refusal::Refused(Refused::KeyTable).status(), 503);
+    /// ```
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Refusal::Refused(Refused::Key) => StatusCode::TOO_MANY_REQUESTS,
+            Refusal::Refused(Refused::TooLarge) => StatusCode::PAYLOAD_TOO_LARGE,
+            Refusal::Refused(Refused::TooSlow) => StatusCode::REQUEST_TIMEOUT,
+            Refusal::Refused(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Refusal::InvalidContentLength => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// Whether the same request may succeed later, so a `Retry-After` belongs on the
+    /// answer (503 and 429 yes; 413 and 400 no).
+    ///
+    /// ```
+    /// use admission_core::Refused;
+    /// use admission_http::Refusal;
+    ///
+    /// assert!(Refusal::Refused(Refused::Bytes).is_retryable());
+    /// assert!(!Refusal::InvalidContentLength.is_retryable());
+    /// ```
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Refusal::Refused(refused) => refused.is_retryable(),
+            Refusal::InvalidContentLength => false,
+        }
+    }
+}
+
+impl From<Refused> for Refusal {
+    fn from(refused: Refused) -> Self {
+        Refusal::Refused(refused)
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Refusal::Refused(refused) => refused.fmt(f),
+            Refusal::InvalidContentLength => f.write_str("invalid content-length"),
+        }
+    }
+}
+
+impl std::error::Error for Refusal {}
+
+/// The request's declared body length: `Ok(None)` without a `Content-Length`.
 ///
-/// The status follows the rejection ([`Rejection::status`]): 503 for global overload,
-/// 429 for one key over its share, 413 for one request too large, 400 for a malformed
-/// `Content-Length`. 503 and 429 carry `Retry-After` in whole seconds (default 1); 413
-/// and 400 do not, since the same request would fail again.
+/// # Errors
 ///
-/// The body is the user's choice: a closure over the request's method, URI and headers
-/// and the rejection, so one server can answer in two error envelopes by path. The
-/// default is one line of plain text naming the reason (`overloaded: count limit
-/// reached`; a client over its own share reads `too many requests from this client:
-/// per-key limit reached`, since the server is not overloaded): it costs next to nothing to build under overload, reads well in `curl` and
-/// in logs, and presumes no API's error format. APIs with an envelope set their own.
+/// [`Refusal::InvalidContentLength`] if a value is not a plain decimal number that
+/// fits a `u64`, or if several `Content-Length` headers disagree.
 ///
 /// # Examples
 ///
 /// ```
-/// use std::time::Duration;
-/// use admission_core::Refused;
-/// use admission_http::{Refusals, RefusalBody, Rejection};
+/// use admission_http::{content_length, Refusal};
+/// use http::HeaderMap;
 ///
-/// let refusals = Refusals::new()
-///     .retry_after(Duration::from_secs(2))
-///     .body(|cx| {
-///         if cx.uri.path().starts_with("/api/") {
-///             RefusalBody::json(format!(r#"{{"error":"{}"}}"#, cx.rejection))
-///         } else {
-///             RefusalBody::text(format!("{}\n", cx.status))
-///         }
-///     });
-///
-/// let request = http::Request::get("/api/items").body(())?;
-/// let response = refusals.respond(&request, Rejection::Refused(Refused::Key));
-/// assert_eq!(response.status(), 429);
-/// assert_eq!(response.headers()["retry-after"], "2");
-/// assert_eq!(response.headers()["content-type"], "application/json");
-/// assert_eq!(response.body(), r#"{"error":"per-key limit reached"}"#);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// let mut headers = HeaderMap::new();
+/// assert_eq!(content_length(&headers), Ok(None));
+/// headers.insert("content-length", "42".parse().unwrap());
+/// assert_eq!(content_length(&headers), Ok(Some(42)));
+/// headers.insert("content-length", "-1".parse().unwrap());
+/// assert_eq!(content_length(&headers), Err(Refusal::InvalidContentLength));
 /// ```
-#[derive(Clone)]
-pub struct Refusals {
-    retry_delay: Duration,
-    retry_jitter: Duration,
-    shape: Option<Arc<Shape>>,
-    whole: Option<Arc<Whole>>,
-    error: Option<Arc<ErrorShape>>,
-    drain: DrainRefused,
-}
-
-impl Default for Refusals {
-    fn default() -> Self {
-        Self::new()
+pub fn content_length(headers: &HeaderMap) -> Result<Option<u64>, Refusal> {
+    let mut length = None;
+    for value in headers.get_all(CONTENT_LENGTH) {
+        let parsed = value
+            .to_str()
+            .ok()
+            .map(str::trim)
+            .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|s| s.parse::<u64>().ok())
+            .ok_or(Refusal::InvalidContentLength)?;
+        if length.is_some_and(|seen| seen != parsed) {
+            return Err(Refusal::InvalidContentLength);
+        }
+        length = Some(parsed);
     }
+    Ok(length)
 }
 
-impl Refusals {
-    /// Plain-text refusals with `Retry-After: 1`.
+/// The error a [`MeteredBody`](crate::MeteredBody) returns when the byte ledger refuses to let the body
+/// grow: the reader (the handler) sees a body error, and nothing hangs.
+///
+/// Downcast it from the body's [`BoxError`]:
+///
+/// ```
+/// use admission_core::Refused;
+/// use admission_http::{BodyRefused, BoxError};
+///
+/// let err: BoxError = Box::new(BodyRefused::new(Refused::Bytes));
+/// let refused = err.downcast_ref::<BodyRefused>().unwrap();
+/// assert_eq!(refused.refused(), Refused::Bytes);
+/// assert_eq!(err.to_string(), "request body refused: byte budget exhausted");
+/// ```
+///
+/// Its [`source`](std::error::Error::source) is the protocol's own error for the
+/// refusal, when one was configured ([`Refusals::body_error`](crate::Refusals::body_error)):
+/// a gRPC status, say, which a framework that looks for one in an error's chain (tonic)
+/// then answers with.
+#[derive(Debug)]
+pub struct BodyRefused {
+    refused: Refused,
+    source: Option<BoxError>,
+}
+
+impl BodyRefused {
+    /// An error for `refused`.
     ///
     /// ```
     /// use admission_core::Refused;
-    /// use admission_http::{Refusals, Rejection};
+    /// use admission_http::BodyRefused;
     ///
-    /// let request = http::Request::get("/").body(())?;
-    /// let response = Refusals::new().respond(&request, Rejection::Refused(Refused::Count));
-    /// assert_eq!(response.status(), 503);
-    /// assert_eq!(response.headers()["retry-after"], "1");
-    /// assert_eq!(response.body(), "overloaded: count limit reached\n");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// assert_eq!(BodyRefused::new(Refused::TooLarge).refused(), Refused::TooLarge);
     /// ```
-    pub fn new() -> Self {
+    pub fn new(refused: Refused) -> Self {
         Self {
-            retry_delay: Duration::from_secs(1),
-            retry_jitter: Duration::ZERO,
-            shape: None,
-            whole: None,
-            error: None,
-            drain: DrainRefused {
-                max_bytes: 64 << 10,
-                within: Duration::from_secs(1),
-            },
+            refused,
+            source: None,
         }
     }
 
-    /// The `Retry-After` for retryable refusals, rounded up to whole seconds.
+    /// An error for `refused` whose source is `source`, a protocol's own error for it.
     ///
     /// ```
-    /// use std::time::Duration;
-    /// use admission_http::Refusals;
-    ///
-    /// let refusals = Refusals::new().retry_after(Duration::from_millis(1500));
-    /// assert_eq!(refusals.retry_after_secs(), 2);
-    /// ```
-    pub fn retry_after(mut self, delay: Duration) -> Self {
-        self.retry_delay = delay;
-        self
-    }
-
-    /// Spreads retries: each refusal's delay is the configured one plus a uniformly
-    /// drawn part of `jitter` (default none), so `Retry-After` (rounded up to seconds)
-    /// and a gRPC pushback (milliseconds) vary from one refused client to the next.
-    ///
-    /// Off by default: the header then says exactly what was configured, which keeps
-    /// answers predictable and cacheable, and most retrying clients add jitter of their
-    /// own (gRPC's retry policy does; OTLP exporters do). Turn it on when shed clients
-    /// honour the delay to the letter and come back in step: a burst shed at once then
-    /// returns spread over `jitter` instead of in one second. A spread of about the
-    /// delay itself (`retry_after(1 s)`, `retry_jitter(1 s)`: 1 or 2 s) halves the
-    /// returning peak.
-    ///
-    /// ```
-    /// use std::time::Duration;
+    /// use std::error::Error;
     /// use admission_core::Refused;
-    /// use admission_http::{Refusals, Rejection};
+    /// use admission_http::BodyRefused;
     ///
-    /// let refusals = Refusals::new()
-    ///     .retry_after(Duration::from_secs(1))
-    ///     .retry_jitter(Duration::from_secs(4));
-    /// let request = http::Request::get("/").body(())?;
-    /// let seen: std::collections::BTreeSet<String> = (0..200)
-    ///     .map(|_| refusals.respond(&request, Rejection::Refused(Refused::Count)))
-    ///     .map(|r| r.headers()["retry-after"].to_str().unwrap().to_owned())
-    ///     .collect();
-    /// assert!(seen.len() > 1 && seen.iter().all(|s| ("1"..="5").contains(&s.as_str())));
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// let err = BodyRefused::with_source(Refused::Bytes, "busy: retry in 1 s".into());
+    /// assert_eq!(err.source().unwrap().to_string(), "busy: retry in 1 s");
     /// ```
-    pub fn retry_jitter(mut self, jitter: Duration) -> Self {
-        self.retry_jitter = jitter;
-        self
-    }
-
-    /// The `Retry-After` in seconds: the retry delay rounded up (without jitter).
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use admission_http::Refusals;
-    ///
-    /// assert_eq!(Refusals::new().retry_after(Duration::from_secs(3)).retry_after_secs(), 3);
-    /// ```
-    pub fn retry_after_secs(&self) -> u64 {
-        whole_seconds(self.retry_delay)
-    }
-
-    /// The retry delay as configured.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use admission_http::Refusals;
-    ///
-    /// let refusals = Refusals::new().retry_after(Duration::from_millis(250));
-    /// assert_eq!(refusals.retry_delay(), Duration::from_millis(250));
-    /// assert_eq!(refusals.retry_after_secs(), 1);
-    /// ```
-    pub fn retry_delay(&self) -> Duration {
-        self.retry_delay
-    }
-
-    /// What a refusal's body says: `body` is given the refusal (status, what refused,
-    /// the request's head) and returns the body to send; the default is one line of text
-    /// naming what refused.
-    ///
-    /// ```
-    /// use admission_core::Refused;
-    /// use admission_http::{RefusalBody, Refusals, Rejection};
-    ///
-    /// let refusals = Refusals::new().body(|cx| RefusalBody::text(format!("{}", cx.status.as_u16())));
-    /// let request = http::Request::get("/").body(())?;
-    /// assert_eq!(refusals.respond(&request, Rejection::Refused(Refused::Key)).body(), "429");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn body<F>(mut self, shape: F) -> Self
-    where
-        F: Fn(&RefusalContext<'_>) -> RefusalBody + Send + Sync + 'static,
-    {
-        self.shape = Some(Arc::new(shape));
-        self.whole = None;
-        self
-    }
-
-    /// Replaces the whole response (status and headers too), for protocols that answer
-    /// refusals in their own shape, such as gRPC's trailers-only responses. The closure
-    /// sees the same context as a body closure. A refusal has one shape: this replaces a
-    /// [`body`](Self::body) set before, and a `body` set after replaces this.
-    ///
-    /// ```
-    /// use admission_core::Refused;
-    /// use admission_http::{Refusals, Rejection};
-    ///
-    /// let refusals = Refusals::new().response(|cx| {
-    ///     let mut response = http::Response::new(bytes::Bytes::new());
-    ///     response.headers_mut().insert("x-refused", cx.rejection.to_string().parse().unwrap());
-    ///     response
-    /// });
-    /// let request = http::Request::get("/").body(())?;
-    /// let response = refusals.respond(&request, Rejection::Refused(Refused::Count));
-    /// assert_eq!(response.status(), 200);
-    /// assert_eq!(response.headers()["x-refused"], "count limit reached");
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn response<F>(mut self, whole: F) -> Self
-    where
-        F: Fn(&RefusalContext<'_>) -> Response<Bytes> + Send + Sync + 'static,
-    {
-        self.whole = Some(Arc::new(whole));
-        self.shape = None;
-        self
-    }
-
-    /// The source of the error a metered request body fails with when it is refused
-    /// while it streams ([`BodyRefused::source`](std::error::Error::source)): a
-    /// protocol's own error for the refusal, for frameworks that answer a body error
-    /// from its source chain. tonic does: given a `tonic::Status` here, a handler that
-    /// propagates the body error answers with that status. (`admission-grpc` sets this.)
-    ///
-    /// ```
-    /// use admission_core::Refused;
-    /// use admission_http::Refusals;
-    ///
-    /// let refusals = Refusals::new().body_error(|cx| format!("busy: {}", cx.refused).into());
-    /// assert!(refusals.has_body_error());
-    /// ```
-    ///
-    /// [`BodyRefused::source`]: crate::BodyRefused
-    pub fn body_error<F>(mut self, error: F) -> Self
-    where
-        F: Fn(&BodyRefusalContext) -> BoxError + Send + Sync + 'static,
-    {
-        self.error = Some(Arc::new(error));
-        self
-    }
-
-    /// How much of a refused request's unread body a server drains (reads and drops)
-    /// before answering, so that an HTTP/1.1 connection can carry the client's next
-    /// request: bodies up to `max_bytes` that arrive `within` the time given (default
-    /// 64 KiB within 1 s; `max_bytes` 0 drains none). A refusal whose body is not drained
-    /// says `connection: close` on HTTP/1.x. (`admission-tower` does the draining.)
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use admission_http::Refusals;
-    ///
-    /// let refusals = Refusals::new().drain_refused(16 << 10, Duration::from_millis(200));
-    /// let limits = refusals.drain_limits();
-    /// assert_eq!((limits.max_bytes, limits.within), (16 << 10, Duration::from_millis(200)));
-    /// ```
-    pub fn drain_refused(mut self, max_bytes: u64, within: Duration) -> Self {
-        self.drain = DrainRefused { max_bytes, within };
-        self
-    }
-
-    /// The limits of [`drain_refused`](Self::drain_refused): bytes, and time.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use admission_http::Refusals;
-    ///
-    /// let limits = Refusals::new().drain_limits();
-    /// assert_eq!((limits.max_bytes, limits.within), (64 << 10, Duration::from_secs(1)));
-    /// ```
-    pub fn drain_limits(&self) -> DrainRefused {
-        self.drain
-    }
-
-    /// Whether a [`body_error`](Self::body_error) closure is set.
-    ///
-    /// ```
-    /// use admission_http::Refusals;
-    ///
-    /// assert!(!Refusals::new().has_body_error());
-    /// ```
-    pub fn has_body_error(&self) -> bool {
-        self.error.is_some()
-    }
-
-    pub(crate) fn body_error_fn(&self) -> Option<BodyError> {
-        self.error.as_ref().map(|shape| BodyError {
-            shape: shape.clone(),
-            retry_delay: self.retry_delay,
-            retry_jitter: self.retry_jitter,
-        })
-    }
-
-    /// The refusal for `request`'s head and `rejection`.
-    ///
-    /// A gRPC call (`content-type: application/grpc`, with or without a `+codec`; not
-    /// gRPC-Web) is answered as gRPC defines an error without a message: a trailers-only
-    /// response, HTTP 200 with the status in its headers and no body, whatever body shape
-    /// is set (a gRPC client would fail to decode any other body, and report `INTERNAL`).
-    /// A retryable refusal is `UNAVAILABLE`, the code gRPC clients' retry policies retry,
-    /// with the delay in `grpc-retry-pushback-ms`; a request too large is
-    /// `RESOURCE_EXHAUSTED`, which they do not; a malformed `Content-Length` is
-    /// `INVALID_ARGUMENT`. For `RESOURCE_EXHAUSTED` with `RetryInfo` (the code and detail
-    /// the OpenTelemetry exporters retry), use the `admission-grpc` crate's refusals, a
-    /// [`response`](Self::response) of their own.
-    ///
-    /// ```
-    /// use admission_core::Refused;
-    /// use admission_http::{Refusals, Rejection};
-    ///
-    /// let request = http::Request::get("/").body(())?;
-    /// let response = Refusals::new().respond(&request, Rejection::Refused(Refused::Bytes));
-    /// assert_eq!(response.status(), 503);
-    ///
-    /// let call = http::Request::post("/pkg.Service/Method")
-    ///     .header("content-type", "application/grpc")
-    ///     .body(())?;
-    /// let response = Refusals::new().respond(&call, Rejection::Refused(Refused::Count));
-    /// assert_eq!(response.status(), 200);
-    /// assert_eq!(response.headers()["grpc-status"], "14"); // UNAVAILABLE
-    /// assert_eq!(response.headers()["grpc-retry-pushback-ms"], "1000");
-    /// assert!(response.body().is_empty());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn respond<B>(&self, request: &http::Request<B>, rejection: Rejection) -> Response<Bytes> {
-        self.respond_to(
-            request.method(),
-            request.uri(),
-            request.headers(),
-            rejection,
-        )
-    }
-
-    /// The refusal for a request given by its parts.
-    ///
-    /// ```
-    /// use admission_core::Refused;
-    /// use admission_http::{Refusals, Rejection};
-    ///
-    /// let (parts, _) = http::Request::post("/upload").body(())?.into_parts();
-    /// let response = Refusals::new().respond_to(
-    ///     &parts.method, &parts.uri, &parts.headers, Rejection::Refused(Refused::TooLarge));
-    /// assert_eq!(response.status(), 413);
-    /// assert!(response.headers().get("retry-after").is_none());
-    /// # Ok::<(), Box<dyn std::error::Error>>(())
-    /// ```
-    pub fn respond_to(
-        &self,
-        method: &Method,
-        uri: &Uri,
-        headers: &HeaderMap,
-        rejection: Rejection,
-    ) -> Response<Bytes> {
-        let status = rejection.status();
-        let retry_delay = rejection
-            .is_retryable()
-            .then(|| jittered(self.retry_delay, self.retry_jitter));
-        let retry_after = retry_delay.map(whole_seconds);
-        let cx = RefusalContext {
-            method,
-            uri,
-            headers,
-            rejection,
-            status,
-            retry_after,
-            retry_delay,
-        };
-        if let Some(whole) = &self.whole {
-            return whole(&cx);
+    pub fn with_source(refused: Refused, source: BoxError) -> Self {
+        Self {
+            refused,
+            source: Some(source),
         }
-        if is_grpc(headers) {
-            return grpc_trailers_only(&cx);
-        }
-        let body = match &self.shape {
-            Some(shape) => shape(&cx),
-            None => default_body(&cx),
-        };
-        let mut response = Response::new(body.bytes);
-        *response.status_mut() = status;
-        let headers = response.headers_mut();
-        headers.insert(CONTENT_TYPE, body.content_type);
-        if let Some(secs) = retry_after {
-            headers.insert(RETRY_AFTER, HeaderValue::from(secs));
-        }
-        response
+    }
+
+    /// What the ledger said.
+    ///
+    /// ```
+    /// use admission_core::Refused;
+    /// use admission_http::BodyRefused;
+    ///
+    /// assert_eq!(BodyRefused::new(Refused::Bytes).refused(), Refused::Bytes);
+    /// ```
+    pub fn refused(&self) -> Refused {
+        self.refused
     }
 }
 
-/// A delay rounded up to whole seconds, as `Retry-After` carries it.
-fn whole_seconds(delay: Duration) -> u64 {
-    let secs = delay.as_secs();
-    if delay.subsec_nanos() > 0 {
-        secs.saturating_add(1)
-    } else {
-        secs
-    }
-}
-
-fn default_body(cx: &RefusalContext<'_>) -> RefusalBody {
-    let text = match cx.rejection {
-        // One client over its share: the server is not overloaded.
-        Rejection::Refused(refused @ Refused::Key) => {
-            format!("too many requests from this client: {refused}\n")
-        }
-        Rejection::Refused(refused) if refused.is_retryable() => {
-            format!("overloaded: {refused}\n")
-        }
-        rejection => format!("{rejection}\n"),
-    };
-    RefusalBody::text(text)
-}
-impl fmt::Debug for Refusals {
+impl fmt::Display for BodyRefused {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Refusals")
-            .field("retry_delay", &self.retry_delay)
-            .field("retry_jitter", &self.retry_jitter)
-            .field("custom_body", &self.shape.is_some())
-            .field("custom_response", &self.whole.is_some())
-            .field("body_error", &self.error.is_some())
-            .field("drain_refused", &self.drain)
-            .finish()
+        write!(f, "request body refused: {}", self.refused)
+    }
+}
+
+impl std::error::Error for BodyRefused {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|source| source as &(dyn std::error::Error + 'static))
     }
 }

@@ -3,7 +3,7 @@
 use admission_core::ByteLedger;
 use http::{HeaderMap, Request};
 
-use crate::{MeteredBody, Rejection, RequestCharge, content_length};
+use crate::{MeteredBody, Refusal, RequestCharge, content_length};
 
 /// Charges requests' bodies against a [`ByteLedger`].
 ///
@@ -20,7 +20,7 @@ use crate::{MeteredBody, Rejection, RequestCharge, content_length};
 ///
 /// ```
 /// use admission_core::{ByteLedger, Refused};
-/// use admission_http::{Rejection, RequestMeter};
+/// use admission_http::{Refusal, RequestMeter};
 ///
 /// let ledger = ByteLedger::new(1 << 20)?;
 /// ledger.set_max_charge(64 << 10)?;
@@ -37,8 +37,8 @@ use crate::{MeteredBody, Rejection, RequestCharge, content_length};
 /// let huge = http::Request::post("/upload")
 ///     .header("content-length", "1000000")
 ///     .body("...")?;
-/// let rejection = meter.charge(huge.headers()).unwrap_err();
-/// assert_eq!(rejection, Rejection::Refused(Refused::TooLarge));
+/// let refusal = meter.charge(huge.headers()).unwrap_err();
+/// assert_eq!(refusal, Refusal::Refused(Refused::TooLarge));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone)]
@@ -80,7 +80,7 @@ impl RequestMeter {
     ///
     /// # Errors
     ///
-    /// The [`Rejection`]: a malformed `Content-Length`, or the ledger's refusal. Nothing
+    /// The [`Refusal`]: a malformed `Content-Length`, or the ledger's refusal. Nothing
     /// is charged then, and the body has not been touched.
     ///
     /// ```
@@ -93,7 +93,7 @@ impl RequestMeter {
     /// assert_eq!((charge.charged(), meter.ledger().in_flight()), (40, 40));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn charge(&self, headers: &HeaderMap) -> Result<RequestCharge, Rejection> {
+    pub fn charge(&self, headers: &HeaderMap) -> Result<RequestCharge, Refusal> {
         let declared = content_length(headers)?.unwrap_or(0);
         Ok(RequestCharge::new(self.ledger.try_charge(declared)?))
     }
@@ -116,7 +116,7 @@ impl RequestMeter {
     /// assert_eq!(*admitted.request.body().get_ref(), "hello");
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn admit<B>(&self, request: Request<B>) -> Result<MeteredRequest<B>, Rejection> {
+    pub fn admit<B>(&self, request: Request<B>) -> Result<MeteredRequest<B>, Refusal> {
         let charge = self.charge(request.headers())?;
         let request = request.map(|body| MeteredBody::new(body, charge.clone()));
         Ok(MeteredRequest { request, charge })

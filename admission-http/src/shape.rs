@@ -9,9 +9,9 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 
 use admission_core::Refused;
 
-use crate::{BoxError, Rejection, jittered};
+use crate::{BoxError, Refusal, jittered};
 
-/// What a refusal's body closure sees: the request's head and the rejection.
+/// What a refusal's body closure sees: the request's head and the refusal.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct RefusalContext<'a> {
@@ -22,13 +22,13 @@ pub struct RefusalContext<'a> {
     /// The request's headers.
     pub headers: &'a HeaderMap,
     /// Why the request is refused.
-    pub rejection: Rejection,
+    pub refusal: Refusal,
     /// The status the response will carry.
     pub status: StatusCode,
     /// The `Retry-After` the response will carry, in seconds, if any.
     pub retry_after: Option<u64>,
     /// This refusal's retry delay, exactly (for protocols that carry milliseconds),
-    /// when the rejection is retryable: the configured one, plus its jitter if any.
+    /// when the refusal is retryable: the configured one, plus its jitter if any.
     pub retry_delay: Option<Duration>,
 }
 

@@ -5,7 +5,7 @@ mod support;
 use std::task::Poll;
 
 use admission_core::{ByteLedger, Refused};
-use admission_http::{BodyRefused, PermitBody, Refusals, Rejection, RequestMeter};
+use admission_http::{BodyRefused, PermitBody, Refusal, Refusals, RequestMeter};
 use http::{Request, StatusCode};
 use support::{Hint, Script, Step, Unread, data, poll};
 
@@ -43,9 +43,9 @@ fn a_declared_length_is_charged_before_the_body_is_read_and_held_until_the_respo
 fn a_request_above_the_maximum_is_refused_with_413_without_reading_its_body() {
     let (ledger, meter) = meter(1000, 500);
     let request = post(Some("501"), Unread);
-    let rejection = meter.charge(request.headers()).unwrap_err();
-    assert_eq!(rejection, Rejection::Refused(Refused::TooLarge));
-    let response = Refusals::new().respond(&request, rejection);
+    let refusal = meter.charge(request.headers()).unwrap_err();
+    assert_eq!(refusal, Refusal::Refused(Refused::TooLarge));
+    let response = Refusals::new().respond(&request, refusal);
     assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
     assert!(response.headers().get("retry-after").is_none());
     assert_eq!(ledger.in_flight(), 0);
@@ -56,9 +56,9 @@ fn a_declared_length_over_the_remaining_budget_is_refused_with_503() {
     let (ledger, meter) = meter(1000, 0);
     let _held = ledger.try_charge(800).unwrap();
     let request = post(Some("300"), Unread);
-    let rejection = meter.charge(request.headers()).unwrap_err();
-    assert_eq!(rejection, Rejection::Refused(Refused::Bytes));
-    let response = Refusals::new().respond(&request, rejection);
+    let refusal = meter.charge(request.headers()).unwrap_err();
+    assert_eq!(refusal, Refusal::Refused(Refused::Bytes));
+    let response = Refusals::new().respond(&request, refusal);
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(response.headers()["retry-after"], "1");
     assert_eq!(ledger.in_flight(), 800);
@@ -167,9 +167,9 @@ fn a_malformed_content_length_is_answered_400_never_a_panic() {
             .header("content-length", bad)
             .body(Unread)
             .unwrap();
-        let rejection = meter.charge(request.headers()).unwrap_err();
-        assert_eq!(rejection, Rejection::InvalidContentLength, "{bad:?}");
-        let response = Refusals::new().respond(&request, rejection);
+        let refusal = meter.charge(request.headers()).unwrap_err();
+        assert_eq!(refusal, Refusal::InvalidContentLength, "{bad:?}");
+        let response = Refusals::new().respond(&request, refusal);
         assert_eq!(response.status(), StatusCode::BAD_REQUEST);
     }
     let two = Request::post("/")
@@ -177,10 +177,7 @@ fn a_malformed_content_length_is_answered_400_never_a_panic() {
         .header("content-length", "6")
         .body(Unread)
         .unwrap();
-    assert_eq!(
-        meter.admit(two).unwrap_err(),
-        Rejection::InvalidContentLength
-    );
+    assert_eq!(meter.admit(two).unwrap_err(), Refusal::InvalidContentLength);
     assert_eq!(ledger.in_flight(), 0);
 }
 
@@ -233,15 +230,15 @@ fn the_default_refusal_body_says_overloaded_only_for_retryable_refusals() {
     let refusals = Refusals::new();
     let body = |r| refusals.respond(&request, r).into_body();
     assert_eq!(
-        body(Rejection::Refused(Refused::Bytes)),
+        body(Refusal::Refused(Refused::Bytes)),
         "overloaded: byte budget exhausted\n"
     );
     assert_eq!(
-        body(Rejection::Refused(Refused::TooLarge)),
+        body(Refusal::Refused(Refused::TooLarge)),
         "request too large\n"
     );
     assert_eq!(
-        body(Rejection::InvalidContentLength),
+        body(Refusal::InvalidContentLength),
         "invalid content-length\n"
     );
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use admission_core::{ByteLedger, Refused};
 use admission_http::{
-    BodyRefused, MeteredBody, PermitBody, RefusalBody, Refusals, Rejection, RequestCharge,
+    BodyRefused, MeteredBody, PermitBody, Refusal, RefusalBody, Refusals, RequestCharge,
 };
 use bytes::Bytes;
 use http::StatusCode;
@@ -28,7 +28,7 @@ fn retry_after_is_the_delay_rounded_up_to_whole_seconds() {
     }
     let response = Refusals::new()
         .retry_after(Duration::from_secs(7))
-        .respond(&request(), Rejection::Refused(Refused::Count));
+        .respond(&request(), Refusal::Refused(Refused::Count));
     assert_eq!(response.headers()["retry-after"], "7");
 }
 
@@ -36,17 +36,17 @@ fn retry_after_is_the_delay_rounded_up_to_whole_seconds() {
 fn a_body_closure_shapes_the_body_and_a_response_closure_the_whole_answer() {
     let shaped =
         Refusals::new().body(|cx| RefusalBody::json(format!("{{\"path\":\"{}\"}}", cx.uri.path())));
-    let response = shaped.respond(&request(), Rejection::Refused(Refused::Key));
+    let response = shaped.respond(&request(), Refusal::Refused(Refused::Key));
     assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(response.headers()["content-type"], "application/json");
     assert_eq!(response.body(), r#"{"path":"/api/items"}"#);
 
     let whole = shaped.response(|cx| {
-        let mut response = http::Response::new(Bytes::from(cx.rejection.to_string()));
+        let mut response = http::Response::new(Bytes::from(cx.refusal.to_string()));
         *response.status_mut() = StatusCode::IM_A_TEAPOT;
         response
     });
-    let response = whole.respond(&request(), Rejection::Refused(Refused::Bytes));
+    let response = whole.respond(&request(), Refusal::Refused(Refused::Bytes));
     assert_eq!(response.status(), StatusCode::IM_A_TEAPOT);
     assert_eq!(response.body(), "byte budget exhausted");
     assert_eq!(RefusalBody::text("busy").bytes(), "busy");
@@ -104,7 +104,7 @@ fn jitter_spreads_retry_delays_within_its_range() {
     for _ in 0..500 {
         let response = refusals.respond(
             &request,
-            admission_http::Rejection::Refused(admission_core::Refused::Count),
+            admission_http::Refusal::Refused(admission_core::Refused::Count),
         );
         let secs: u64 = response.headers()["retry-after"]
             .to_str()
@@ -176,30 +176,30 @@ fn a_grpc_call_is_refused_trailers_only_with_the_code_its_retry_policy_reads() {
         .retry_after(Duration::from_millis(1500))
         .body(|_| RefusalBody::json("{}"));
     let cases = [
-        (Rejection::Refused(Refused::Count), "14", Some("1500")),
-        (Rejection::Refused(Refused::Key), "14", Some("1500")),
-        (Rejection::Refused(Refused::TooLarge), "8", None),
-        (Rejection::InvalidContentLength, "3", None),
+        (Refusal::Refused(Refused::Count), "14", Some("1500")),
+        (Refusal::Refused(Refused::Key), "14", Some("1500")),
+        (Refusal::Refused(Refused::TooLarge), "8", None),
+        (Refusal::InvalidContentLength, "3", None),
     ];
-    for (rejection, code, pushback) in cases {
-        let response = refusals.respond(&call("application/grpc"), rejection);
-        assert_eq!(response.status(), StatusCode::OK, "{rejection}");
+    for (refusal, code, pushback) in cases {
+        let response = refusals.respond(&call("application/grpc"), refusal);
+        assert_eq!(response.status(), StatusCode::OK, "{refusal}");
         let headers = response.headers();
         assert_eq!(headers["content-type"], "application/grpc");
-        assert_eq!(headers["grpc-status"], code, "{rejection}");
+        assert_eq!(headers["grpc-status"], code, "{refusal}");
         assert_eq!(
             headers["grpc-message"],
-            format!("admission refused: {rejection}").as_str()
+            format!("admission refused: {refusal}").as_str()
         );
         assert_eq!(
             headers
                 .get("grpc-retry-pushback-ms")
                 .map(|v| v.to_str().unwrap()),
             pushback,
-            "{rejection}"
+            "{refusal}"
         );
         assert_eq!(headers.contains_key("retry-after"), pushback.is_some());
-        assert!(response.body().is_empty(), "{rejection}");
+        assert!(response.body().is_empty(), "{refusal}");
     }
 }
 
@@ -207,7 +207,7 @@ fn a_grpc_call_is_refused_trailers_only_with_the_code_its_retry_policy_reads() {
 fn grpc_is_told_by_its_content_type_and_grpc_web_is_not_grpc() {
     let refused = |content_type| {
         Refusals::new()
-            .respond(&call(content_type), Rejection::Refused(Refused::Count))
+            .respond(&call(content_type), Refusal::Refused(Refused::Count))
             .status()
     };
     for grpc in [
@@ -226,7 +226,7 @@ fn grpc_is_told_by_its_content_type_and_grpc_web_is_not_grpc() {
     }
     assert_eq!(
         Refusals::new()
-            .respond(&request(), Rejection::Refused(Refused::Count))
+            .respond(&request(), Refusal::Refused(Refused::Count))
             .status(),
         StatusCode::SERVICE_UNAVAILABLE
     );
@@ -239,10 +239,7 @@ fn a_response_closure_answers_grpc_calls_too() {
         *response.status_mut() = cx.status;
         response
     });
-    let response = refusals.respond(
-        &call("application/grpc"),
-        Rejection::Refused(Refused::Count),
-    );
+    let response = refusals.respond(&call("application/grpc"), Refusal::Refused(Refused::Count));
     assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(response.body(), "mine");
 }
@@ -253,7 +250,7 @@ fn a_response_closure_answers_grpc_calls_too() {
 fn the_default_body_names_the_cause_of_each_refusal() {
     let request = http::Request::get("/").body(()).unwrap();
     let body = |refused| {
-        let response = Refusals::new().respond(&request, Rejection::Refused(refused));
+        let response = Refusals::new().respond(&request, Refusal::Refused(refused));
         (
             response.status(),
             String::from_utf8(response.body().to_vec()).unwrap(),
@@ -283,7 +280,7 @@ fn the_default_body_names_the_cause_of_each_refusal() {
 fn every_refusal_maps_to_one_grpc_code() {
     use admission_http::{INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE, grpc_code};
     for overload in [UNAVAILABLE, RESOURCE_EXHAUSTED] {
-        let code = |refused| grpc_code(Rejection::Refused(refused), overload);
+        let code = |refused| grpc_code(Refusal::Refused(refused), overload);
         assert_eq!(code(Refused::Closed), UNAVAILABLE);
         for retryable in [Refused::Count, Refused::Class, Refused::Bytes, Refused::Key] {
             assert_eq!(code(retryable), overload, "{retryable:?}");
@@ -291,7 +288,7 @@ fn every_refusal_maps_to_one_grpc_code() {
         assert_eq!(code(Refused::TooLarge), RESOURCE_EXHAUSTED);
         assert_eq!(code(Refused::TooSlow), RESOURCE_EXHAUSTED);
         assert_eq!(
-            grpc_code(Rejection::InvalidContentLength, overload),
+            grpc_code(Refusal::InvalidContentLength, overload),
             INVALID_ARGUMENT
         );
     }
@@ -299,28 +296,28 @@ fn every_refusal_maps_to_one_grpc_code() {
         .header("content-type", "application/grpc")
         .body(())
         .unwrap();
-    let grpc_status = |rejection| {
-        Refusals::new().respond(&call, rejection).headers()["grpc-status"]
+    let grpc_status = |refusal| {
+        Refusals::new().respond(&call, refusal).headers()["grpc-status"]
             .to_str()
             .unwrap()
             .to_owned()
     };
-    assert_eq!(grpc_status(Rejection::Refused(Refused::Closed)), "14");
-    assert_eq!(grpc_status(Rejection::Refused(Refused::TooLarge)), "8");
-    assert_eq!(grpc_status(Rejection::InvalidContentLength), "3");
+    assert_eq!(grpc_status(Refusal::Refused(Refused::Closed)), "14");
+    assert_eq!(grpc_status(Refusal::Refused(Refused::TooLarge)), "8");
+    assert_eq!(grpc_status(Refusal::InvalidContentLength), "3");
 }
 
-/// How much of a refused body is drained: 64 KiB within 1 s unless set.
+/// How much of a refused body is discarded: 64 KiB within 1 s unless set.
 #[test]
-fn drain_limits_are_the_default_or_what_was_set() {
-    let limits = Refusals::new().drain_limits();
+fn discard_limits_are_the_default_or_what_was_set() {
+    let limits = Refusals::new().discard_limits();
     assert_eq!(
         (limits.max_bytes, limits.within),
         (64 << 10, Duration::from_secs(1))
     );
     let limits = Refusals::new()
-        .drain_refused(1024, Duration::from_millis(200))
-        .drain_limits();
+        .discard(1024, Duration::from_millis(200))
+        .discard_limits();
     assert_eq!(
         (limits.max_bytes, limits.within),
         (1024, Duration::from_millis(200))

@@ -74,7 +74,7 @@
 
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![doc(html_root_url = "https://docs.rs/admission-redis/0.1")]
+#![doc(html_root_url = "https://docs.rs/admission-redis/0.2")]
 
 mod config;
 mod fleet;

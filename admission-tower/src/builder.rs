@@ -35,7 +35,7 @@ pub use crate::limits::{NewGate, SharedGate};
 ///     .per_key(PerKey::new(16, key::header(http::HeaderName::from_static("x-tenant")))) // 429
 ///     .bypass(|req| matches!(req.uri.path(), "/" | "/health"))
 ///     .refusals(Refusals::new().retry_after(Duration::from_secs(2)))
-///     .on_refusal(|event| eprintln!("shed {} {}", event.request.uri, event.rejection))
+///     .on_refusal(|event| eprintln!("shed {} {}", event.request.uri, event.refusal))
 ///     .build()?;
 /// assert_eq!(layer.gate().keyed().unwrap().cap(), 16);
 /// # Ok::<(), admission_tower::BuildError>(())
@@ -210,7 +210,7 @@ impl<G> AdmissionBuilder<G> {
 
     /// The shape of refusals, as one value: `Retry-After` and its jitter, the body (or
     /// the whole response, as gRPC's trailers-only refusal), the error a refused request
-    /// body fails with, and how much of a refused body is drained to keep an HTTP/1.1
+    /// body fails with, and how much of a refused body is discarded to keep an HTTP/1.1
     /// connection. See [`Refusals`]; `admission-grpc` makes gRPC's.
     ///
     /// ```

@@ -1,6 +1,6 @@
 //! What happens to the unread body of a refused HTTP/1.x request: discarded (read to its
 //! end and dropped), or the connection closed. (Not the graceful drain of a layer, which
-//! is `AdmissionLayer::drain`; the public setting keeps its name, `drain_refused`.)
+//! is `AdmissionLayer::drain`.)
 //!
 //! HTTP/1.x carries one request after another on a connection, so a body the server
 //! does not read stands between the refusal and the next request. A server that answers
@@ -18,13 +18,12 @@
 //! refusal says `connection: close` and the server closes the connection after it.
 //! HTTP/2 streams are independent, but a stream answered while its client is still
 //! sending is reset, and some clients (curl's nghttp2) then report a stream error in place
-//! of the answer. So a small body is drained there too; any other is answered at once,
+//! of the answer. So a small body is discarded there too; any other is answered at once,
 //! and no connection header is ever sent (HTTP/2 forbids it).
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::Buf;
 use http::header::{CONNECTION, EXPECT};
@@ -33,35 +32,7 @@ use http::{HeaderValue, Response, Version};
 use http_body::Body;
 use pin_project_lite::pin_project;
 
-/// How much of a refused HTTP/1.x request's body is drained, and for how long.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct DiscardLimits {
-    /// Bodies up to this many bytes are drained; 0 drains none.
-    pub(crate) max_bytes: u64,
-    /// How long a drain may wait for the body to arrive.
-    // Read only by the timer, which the `tokio` feature brings.
-    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
-    pub(crate) within: Duration,
-}
-
-impl Default for DiscardLimits {
-    fn default() -> Self {
-        Self {
-            max_bytes: 64 * 1024,
-            within: Duration::from_secs(1),
-        }
-    }
-}
-
-impl From<&admission_http::Refusals> for DiscardLimits {
-    fn from(refusals: &admission_http::Refusals) -> Self {
-        let limits = refusals.drain_limits();
-        Self {
-            max_bytes: limits.max_bytes,
-            within: limits.within,
-        }
-    }
-}
+pub(crate) use admission_http::DiscardLimits;
 
 /// What to do with a refused request's body.
 pub(crate) enum Plan {
@@ -73,36 +44,34 @@ pub(crate) enum Plan {
     Close,
 }
 
-impl DiscardLimits {
-    /// The plan for a refused request with this head and body. `closing`: the layer is
-    /// closed (draining for shutdown), so over HTTP/1.x every refusal closes its
-    /// connection, sending keep-alive clients elsewhere.
-    pub(crate) fn plan<B: Body>(
-        &self,
-        parts: &Parts,
-        body: &B,
-        declared: Option<u64>,
-        closing: bool,
-    ) -> Plan {
-        let http1 = is_http1(parts.version);
-        if closing && http1 {
-            return Plan::Close;
-        }
-        if body.is_end_stream() {
-            return Plan::Answer;
-        }
-        let expects_continue = parts
-            .headers
-            .get(EXPECT)
-            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
-        let small = declared.is_none_or(|length| length <= self.max_bytes);
-        let drain = self.max_bytes != 0 && !expects_continue && small && cfg!(feature = "tokio");
-        match (drain, http1) {
-            (true, _) => Plan::Discard,
-            (false, true) => Plan::Close,
-            // HTTP/2: the stream is reset after the answer; nothing to close.
-            (false, false) => Plan::Answer,
-        }
+/// The plan for a refused request with this head and body, under `limits`. `closing`:
+/// the layer is closed (draining for shutdown), so over HTTP/1.x every refusal closes
+/// its connection, sending keep-alive clients elsewhere.
+pub(crate) fn plan<B: Body>(
+    limits: &DiscardLimits,
+    parts: &Parts,
+    body: &B,
+    declared: Option<u64>,
+    closing: bool,
+) -> Plan {
+    let http1 = is_http1(parts.version);
+    if closing && http1 {
+        return Plan::Close;
+    }
+    if body.is_end_stream() {
+        return Plan::Answer;
+    }
+    let expects_continue = parts
+        .headers
+        .get(EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    let small = declared.is_none_or(|length| length <= limits.max_bytes);
+    let discard = limits.max_bytes != 0 && !expects_continue && small && cfg!(feature = "tokio");
+    match (discard, http1) {
+        (true, _) => Plan::Discard,
+        (false, true) => Plan::Close,
+        // HTTP/2: the stream is reset after the answer; nothing to close.
+        (false, false) => Plan::Answer,
     }
 }
 
@@ -120,7 +89,7 @@ pub(crate) fn is_http1(version: Version) -> bool {
 
 pin_project! {
     /// Reads a refused request's body to its end and drops it, within the limits.
-    #[project = DrainProj]
+    #[project = DiscardProj]
     pub(crate) struct Discard<B> {
         #[pin]
         body: B,
@@ -130,10 +99,10 @@ pin_project! {
     }
 }
 
-/// The timer that bounds a drain's wait, started at its first wait.
+/// The timer that bounds a discard's wait, started at its first wait.
 #[cfg(feature = "tokio")]
 type Deadline = Pin<Box<tokio::time::Sleep>>;
-/// Without a timer a drain never waits, so it never has a deadline.
+/// Without a timer a discard never waits, so it never has a deadline.
 #[cfg(not(feature = "tokio"))]
 type Deadline = std::convert::Infallible;
 
@@ -172,7 +141,7 @@ impl<B: Body> Future for Discard<B> {
     }
 }
 
-impl<B> DrainProj<'_, B> {
+impl<B> DiscardProj<'_, B> {
     /// The body is not at hand: wait for it until the deadline, which starts now.
     /// Without a timer (no `tokio` feature, or outside a tokio runtime), never wait.
     fn wait(&mut self, cx: &mut Context<'_>) -> Poll<bool> {

@@ -16,11 +16,11 @@ use crate::permit::AdmissionPermit;
 pin_project! {
     /// The response future of [`Admission`](crate::Admission): the inner future with the
     /// request's permits, which it hands to the response body; or a refusal, ready once
-    /// the refused request's small body (HTTP/1.x) has been drained.
+    /// the refused request's small body (HTTP/1.x) has been discarded.
     ///
     /// Dropping it before it resolves releases the permits.
     ///
-    /// `B` is the request's body type: a refusal may hold the body to drain it.
+    /// `B` is the request's body type: a refusal may hold the body to discard it.
     ///
     /// # Panics
     ///
@@ -46,18 +46,18 @@ pin_project! {
 }
 
 enum Cold<F> {
-    Refused(Refusal),
+    Refused(Answer),
     /// Waiting for a count slot: what the request becomes once admitted or refused.
     Waiting(Pin<Box<dyn Future<Output = ResponseFuture<F>> + Send>>),
 }
 
-/// A refusal, sent once `drain` (if any) has read the request's body.
-struct Refusal {
+/// A refusal, sent once `discard` (if any) has read the request's body.
+struct Answer {
     response: Option<Response<Bytes>>,
-    /// The refused body being drained (its type erased: the future's type names only
+    /// The refused body being discarded (its type erased: the future's type names only
     /// the inner future).
-    drain: Option<Pin<Box<dyn Future<Output = bool> + Send>>>,
-    /// The request came over HTTP/1.x: an undrained body closes the connection.
+    discard: Option<Pin<Box<dyn Future<Output = bool> + Send>>>,
+    /// The request came over HTTP/1.x: a body not discarded closes the connection.
     http1: bool,
 }
 
@@ -103,9 +103,9 @@ impl<F> ResponseFuture<F> {
     fn answered(response: Option<Response<Bytes>>) -> Self {
         Self {
             state: State::Cold {
-                cold: Box::new(Cold::Refused(Refusal {
+                cold: Box::new(Cold::Refused(Answer {
                     response,
-                    drain: None,
+                    discard: None,
                     http1: false,
                 })),
             },
@@ -113,10 +113,10 @@ impl<F> ResponseFuture<F> {
         }
     }
 
-    /// A refusal, sent once `drain` (if any) has read the request's body.
+    /// A refusal, sent once `discard` (if any) has read the request's body.
     pub(crate) fn refused<B>(
         response: Response<Bytes>,
-        drain: Option<Discard<B>>,
+        discard: Option<Discard<B>>,
         http1: bool,
     ) -> Self
     where
@@ -124,10 +124,11 @@ impl<F> ResponseFuture<F> {
     {
         Self {
             state: State::Cold {
-                cold: Box::new(Cold::Refused(Refusal {
+                cold: Box::new(Cold::Refused(Answer {
                     response: Some(response),
-                    drain: drain
-                        .map(|drain| Box::pin(drain) as Pin<Box<dyn Future<Output = bool> + Send>>),
+                    discard: discard.map(|discard| {
+                        Box::pin(discard) as Pin<Box<dyn Future<Output = bool> + Send>>
+                    }),
                     http1,
                 })),
             },
@@ -205,26 +206,26 @@ where
                 }
             },
             StateProj::Cold { cold } => {
-                let Cold::Refused(Refusal {
+                let Cold::Refused(Answer {
                     response,
-                    drain,
+                    discard,
                     http1,
                 }) = &mut **cold
                 else {
                     unreachable!("a waiting future became what it waited for")
                 };
                 let mut close = false;
-                if let Some(pending) = drain {
+                if let Some(pending) = discard {
                     match pending.as_mut().poll(cx) {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(read_all) => close = !read_all,
                     }
-                    *drain = None;
+                    *discard = None;
                 }
                 let mut response = response
                     .take()
                     .expect("ResponseFuture polled after it completed");
-                // A body not drained in time: on HTTP/1.x the connection goes with it.
+                // A body not discarded in time: on HTTP/1.x the connection goes with it.
                 if close && *http1 {
                     discard::close(&mut response);
                 }

@@ -36,11 +36,11 @@
 //!    server stream, a download) counts for as long as it streams.
 //!
 //! Over HTTP/1.1, a refused request's unread body stands between the refusal and the
-//! connection's next request. Small bodies (64 KiB within 1 s by default) are drained
+//! connection's next request. Small bodies (64 KiB within 1 s by default) are discarded (read and dropped)
 //! before the refusal is sent and the connection stays open; any other refusal of a
 //! request with an unread body says `connection: close`, so a pooled client does not send
 //! its next request on a connection that is about to close
-//! ([`Refusals::drain_refused`](crate::Refusals::drain_refused)). Over HTTP/2 small bodies are drained too (a
+//! ([`Refusals::discard`](crate::Refusals::discard)). Over HTTP/2 small bodies are discarded too (a
 //! stream answered early is reset, which curl reports in place of the refusal), and no
 //! refusal carries a connection header.
 //!

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use admission_core::{Priority, Refused};
-use admission_http::Rejection;
+use admission_http::Refusal;
 use bytes::Bytes;
 use http::request::Parts;
 use http::{Request, Response};
@@ -41,19 +41,19 @@ impl LateRefusal {
     /// Tells the hook, the snapshot and the metrics of a refusal the layer did not answer.
     #[cold]
     pub(crate) fn report(&self, refused: Refused) {
-        let rejection = Rejection::Refused(refused);
-        self.shared.refused(&self.head, rejection, self.priority);
+        let refusal = Refusal::Refused(refused);
+        self.shared.refused(&self.head, refusal, self.priority);
     }
 
     /// The refusal, in place of the handler's answer to a body it could not read.
     #[cold]
     pub(crate) fn respond(self, refused: Refused) -> Response<Bytes> {
-        let (head, rejection) = (&self.head, Rejection::Refused(refused));
-        self.shared.refused(head, rejection, self.priority);
+        let (head, refusal) = (&self.head, Refusal::Refused(refused));
+        self.shared.refused(head, refusal, self.priority);
         let mut response =
             self.shared
                 .refusals
-                .respond_to(&head.method, &head.uri, &head.headers, rejection);
+                .respond_to(&head.method, &head.uri, &head.headers, refusal);
         // The rest of the body is unread: on HTTP/1.x this is the connection's last.
         if discard::is_http1(head.version) {
             discard::close(&mut response);

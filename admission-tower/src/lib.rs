@@ -108,7 +108,7 @@
 #![cfg_attr(feature = "tracing", doc = include_str!("observe/tracing.md"))]
 #![forbid(unsafe_code)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![doc(html_root_url = "https://docs.rs/admission-tower/0.1")]
+#![doc(html_root_url = "https://docs.rs/admission-tower/0.2")]
 
 mod adaptive_limit;
 mod body;
@@ -166,7 +166,7 @@ pub use wait::Wait;
 // What the layer takes and gives, from the crates beneath: one dependency for a server.
 pub use admission_core::{Classes, Drain, Gate, GateSnapshot, Key, Priority, Refused, adaptive};
 pub use admission_http::{
-    BodyRefused, MeteredBody, MinDataRate, RefusalBody, RefusalContext, Refusals, Rejection, class,
+    BodyRefused, MeteredBody, MinDataRate, Refusal, RefusalBody, RefusalContext, Refusals, class,
     key,
 };
 

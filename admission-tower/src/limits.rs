@@ -4,7 +4,6 @@ use std::sync::atomic::AtomicU64;
 
 use admission_core::{Classes, Gate, Priority};
 
-use crate::discard::DiscardLimits;
 use crate::observe::Observer;
 use crate::shared::Shared;
 use crate::{AdmissionBuilder, AdmissionLayer, BuildError, MemoryShare, PerKey, Retries};
@@ -287,7 +286,7 @@ impl AdmissionBuilder<Gate> {
             memory_limit.map(|limit| limit.bytes()),
         );
         Ok(AdmissionLayer::from_shared(Shared {
-            discard: DiscardLimits::from(&self.settings.refusals),
+            discard: self.settings.refusals.discard_limits(),
             keys,
             bypass: self.settings.bypass,
             classes: self.settings.classes,

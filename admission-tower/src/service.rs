@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use admission_core::{Gate, Priority, Refused};
-use admission_http::{MeteredBody, Rejection, RequestCharge, content_length};
+use admission_http::{MeteredBody, Refusal, RequestCharge, content_length};
 use bytes::Bytes;
 use http::request::Parts;
 use http::{Request, Response};
@@ -216,12 +216,12 @@ where
                 }
                 Err(refused) => {
                     let (parts, body) = request.into_parts();
-                    let rejection = Rejection::Refused(refused);
+                    let refusal = Refusal::Refused(refused);
                     #[cfg(feature = "tokio")]
-                    if self.waits(rejection, None) {
+                    if self.waits(refusal, None) {
                         return self.wait_for_slot(parts, body, None, None);
                     }
-                    self.refuse(parts, body, rejection, None)
+                    self.refuse(parts, body, refusal, None)
                 }
             };
         }
@@ -266,7 +266,7 @@ impl<S> Admission<S> {
     #[inline]
     fn decide<ReqBody, ResBody>(
         &mut self,
-        admitted: Result<(admission_core::GatePermit, u64), Rejection>,
+        admitted: Result<(admission_core::GatePermit, u64), Refusal>,
         parts: Parts,
         body: ReqBody,
         priority: Option<Priority>,
@@ -285,17 +285,17 @@ impl<S> Admission<S> {
                 self.start(parts, body, None, permit, declared, priority, rate)
             }
             #[cfg(feature = "tokio")]
-            Err(rejection) if self.waits(rejection, priority) => {
+            Err(refusal) if self.waits(refusal, priority) => {
                 // A key whose lease is full would be refused where the wait starts.
                 if may_grow && self.shared.lease_full(&parts) {
                     return self.grow_lease(parts, body, priority, rate);
                 }
                 self.wait_for_slot(parts, body, priority, rate)
             }
-            Err(Rejection::Refused(Refused::Key)) if may_grow && self.shared.leased() => {
+            Err(Refusal::Refused(Refused::Key)) if may_grow && self.shared.leased() => {
                 self.grow_lease(parts, body, priority, rate)
             }
-            Err(rejection) => self.refuse(parts, body, rejection, priority),
+            Err(refusal) => self.refuse(parts, body, refusal, priority),
         }
     }
 
@@ -374,14 +374,14 @@ impl<S> Admission<S> {
         &mut self,
         parts: Parts,
         body: ReqBody,
-        rejection: Rejection,
+        refusal: Refusal,
         priority: Option<Priority>,
     ) -> ResponseFuture<S::Future>
     where
         S: Service<Request<MeteredBody<ReqBody>>>,
         ReqBody: Body + Send + 'static,
     {
-        self.refuse_after(parts, body, rejection, priority, std::time::Duration::ZERO)
+        self.refuse_after(parts, body, refusal, priority, std::time::Duration::ZERO)
     }
 
     /// [`refuse`](Self::refuse), after the request waited `waited` for a count slot.
@@ -391,7 +391,7 @@ impl<S> Admission<S> {
         &mut self,
         parts: Parts,
         body: ReqBody,
-        rejection: Rejection,
+        refusal: Refusal,
         priority: Option<Priority>,
         waited: std::time::Duration,
     ) -> ResponseFuture<S::Future>
@@ -400,7 +400,7 @@ impl<S> Admission<S> {
         ReqBody: Body + Send + 'static,
     {
         let shared = &*self.shared;
-        shared.refused_after(&parts, rejection, priority, waited);
+        shared.refused_after(&parts, refusal, priority, waited);
         if shared.dry_run {
             let request = Request::from_parts(parts, MeteredBody::unmetered(body));
             return ResponseFuture::unguarded(self.inner.call(request));
@@ -408,10 +408,10 @@ impl<S> Admission<S> {
         let mut response =
             shared
                 .refusals
-                .respond_to(&parts.method, &parts.uri, &parts.headers, rejection);
+                .respond_to(&parts.method, &parts.uri, &parts.headers, refusal);
         let declared = content_length(&parts.headers).ok().flatten();
-        let closed = rejection == Rejection::Refused(Refused::Closed);
-        let drain = match shared.discard.plan(&parts, &body, declared, closed) {
+        let closed = refusal == Refusal::Refused(Refused::Closed);
+        let discard = match discard::plan(&shared.discard, &parts, &body, declared, closed) {
             Plan::Answer => None,
             Plan::Discard => Some(Discard::new(body, shared.discard)),
             Plan::Close => {
@@ -419,7 +419,7 @@ impl<S> Admission<S> {
                 None
             }
         };
-        ResponseFuture::refused(response, drain, discard::is_http1(parts.version))
+        ResponseFuture::refused(response, discard, discard::is_http1(parts.version))
     }
 }
 

@@ -6,7 +6,7 @@ use admission_core::adaptive::AdaptiveSnapshot;
 use admission_core::memory::MemoryLimit;
 use admission_core::{AdaptiveLimit, Claim, Classes, Gate, GatePermit, GateSnapshot, Priority};
 use admission_core::{Key, Refused};
-use admission_http::{MinDataRate, Refusals, Rejection, content_length};
+use admission_http::{MinDataRate, Refusal, Refusals, content_length};
 use http::request::Parts;
 
 use crate::discard::DiscardLimits;
@@ -25,7 +25,7 @@ pub struct RefusalEvent<'a> {
     /// The request's method, URI, headers and extensions.
     pub request: &'a Parts,
     /// Why it was refused.
-    pub rejection: Rejection,
+    pub refusal: Refusal,
     /// The request's priority class, on a layer with classes
     /// ([`AdmissionBuilder::priority`](crate::AdmissionBuilder::priority)).
     pub priority: Option<Priority>,
@@ -159,7 +159,7 @@ pub(crate) struct WaitCounts {
 #[cfg(feature = "tokio")]
 pub(crate) enum WaitEnd {
     /// Refused: by a dimension, or out of time (`Refused::Count`).
-    Refused(Rejection),
+    Refused(Refusal),
     /// Its body failed while it waited: the client is gone.
     Gone,
 }
@@ -211,7 +211,7 @@ impl Shared {
         priority: Option<Priority>,
         rate: Option<MinDataRate>,
         key: Option<&'k Key>,
-    ) -> Result<(Claim<'k, Key>, u64), Rejection> {
+    ) -> Result<(Claim<'k, Key>, u64), Refusal> {
         let declared = match self.gate.bytes() {
             Some(_) => content_length(&parts.headers)?.unwrap_or(0),
             None => 0,
@@ -243,7 +243,7 @@ impl Shared {
         parts: &Parts,
         priority: Option<Priority>,
         rate: Option<MinDataRate>,
-    ) -> Result<(GatePermit, u64), Rejection> {
+    ) -> Result<(GatePermit, u64), Refusal> {
         let key = self.key_of(parts);
         let (claim, declared) = self.claim_of(parts, priority, rate, key.as_ref())?;
         // A retry never waits, so its refusal is counted here.
@@ -301,7 +301,7 @@ impl Shared {
             match timer.as_mut().poll(cx) {
                 Poll::Ready(()) => {
                     self.waits.timed_out.fetch_add(1, Ordering::Relaxed);
-                    Poll::Ready(Err(WaitEnd::Refused(Rejection::Refused(Refused::Count))))
+                    Poll::Ready(Err(WaitEnd::Refused(Refusal::Refused(Refused::Count))))
                 }
                 Poll::Pending => Poll::Pending,
             }
@@ -328,8 +328,8 @@ impl Shared {
     }
 
     #[cold]
-    pub(crate) fn refused(&self, parts: &Parts, rejection: Rejection, priority: Option<Priority>) {
-        self.refused_after(parts, rejection, priority, std::time::Duration::ZERO);
+    pub(crate) fn refused(&self, parts: &Parts, refusal: Refusal, priority: Option<Priority>) {
+        self.refused_after(parts, refusal, priority, std::time::Duration::ZERO);
     }
 
     /// [`refused`](Self::refused), after waiting `waited` for a count slot.
@@ -337,14 +337,14 @@ impl Shared {
     pub(crate) fn refused_after(
         &self,
         parts: &Parts,
-        rejection: Rejection,
+        refusal: Refusal,
         priority: Option<Priority>,
         waited: std::time::Duration,
     ) {
         if self.dry_run {
             self.would_shed.fetch_add(1, Ordering::Relaxed);
         }
-        if rejection == Rejection::Refused(Refused::TooSlow) {
+        if refusal == Refusal::Refused(Refused::TooSlow) {
             self.too_slow.fetch_add(1, Ordering::Relaxed);
         }
         let retry = priority.is_some_and(Priority::is_retry);
@@ -355,11 +355,11 @@ impl Shared {
             .zip(self.classes())
             .and_then(|(priority, classes)| classes.name(priority));
         self.observer
-            .refused(&self.gate, rejection, priority, class, retry, self.dry_run);
+            .refused(&self.gate, refusal, priority, class, retry, self.dry_run);
         if let Some(hook) = &self.hook {
             hook(&RefusalEvent {
                 request: parts,
-                rejection,
+                refusal,
                 priority,
                 class,
                 retry,

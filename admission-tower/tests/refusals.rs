@@ -1,5 +1,5 @@
 //! Every refusal exactly right on the wire: mid-stream refusals through axum's
-//! extractors, HTTP/1.1 keep-alive across refusals with a pooled client, draining within
+//! extractors, HTTP/1.1 keep-alive across refusals with a pooled client, discarding refused bodies within
 //! its bounds, and the connection header only where it belongs.
 
 mod support;
@@ -222,7 +222,7 @@ async fn a_pooled_client_alternating_refused_and_admitted_uploads_sees_no_transp
         150,
         "refused bodies unread by the app"
     );
-    // Drained refusals leave the connection open: the pool reused it.
+    // Refusals whose bodies were discarded leave the connection open: the pool reused it.
     let connections = accepted.load(Ordering::SeqCst);
     assert!(
         connections <= 3,
@@ -235,14 +235,14 @@ async fn a_pooled_client_alternating_refused_and_admitted_uploads_sees_no_transp
 }
 
 #[tokio::test]
-async fn a_refused_body_that_trickles_is_answered_after_the_drain_bound_with_connection_close() {
+async fn a_refused_body_that_trickles_is_answered_after_the_discard_bound_with_connection_close() {
     let layer = AdmissionLayer::builder()
         .per_key(PerKey::new(1, |req| {
             req.headers
                 .get("x-client")
                 .map(|v| Key::from_bytes(v.as_bytes()))
         }))
-        .refusals(Refusals::new().drain_refused(64 << 10, Duration::from_millis(200)))
+        .refusals(Refusals::new().discard(64 << 10, Duration::from_millis(200)))
         .build()
         .unwrap();
     let seen = Arc::new(Seen::default());
@@ -323,7 +323,7 @@ fn request(version: Version, body: usize, headers: &[(&str, &str)]) -> Request<F
 async fn the_connection_header_is_sent_only_on_http1_and_only_when_the_body_stays_unread() {
     let layer = AdmissionLayer::builder()
         .count(1)
-        .refusals(Refusals::new().drain_refused(1024, Duration::from_secs(1)))
+        .refusals(Refusals::new().discard(1024, Duration::from_secs(1)))
         .build()
         .unwrap();
     let service = layer.layer(ok_service());
@@ -342,7 +342,7 @@ async fn the_connection_header_is_sent_only_on_http1_and_only_when_the_body_stay
     let cases: [Case; 6] = [
         // No body: nothing unread.
         (Version::HTTP_11, 0, &[], None),
-        // A small body is drained: the connection stays open.
+        // A small body is discarded: the connection stays open.
         (Version::HTTP_11, 1024, &[], None),
         (Version::HTTP_10, 512, &[], None),
         // Above the drain bound, or not sent yet: closed, and said so.
@@ -426,10 +426,10 @@ impl http_body::Body for NeverArrives {
 }
 
 #[tokio::test]
-async fn a_refused_body_above_the_drain_bound_is_answered_at_once_not_waited_for() {
+async fn a_refused_body_above_the_discard_bound_is_answered_at_once_not_waited_for() {
     let layer = AdmissionLayer::builder()
         .count(1)
-        .refusals(Refusals::new().drain_refused(1024, Duration::from_secs(30)))
+        .refusals(Refusals::new().discard(1024, Duration::from_secs(30)))
         .build()
         .unwrap();
     let service = layer.layer(tower::service_fn(

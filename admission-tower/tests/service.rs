@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
 use admission_tower::{
-    AdmissionLayer, Key, MeteredBody, PerKey, RefusalBody, Refusals, Refused, Rejection,
+    AdmissionLayer, Key, MeteredBody, PerKey, Refusal, RefusalBody, Refusals, Refused,
 };
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -151,7 +151,7 @@ async fn dry_run_admits_what_it_would_shed_and_reports_it() {
         .on_refusal(move |event| {
             log.lock().unwrap().push((
                 event.request.uri.path().to_owned(),
-                event.rejection,
+                event.refusal,
                 event.dry_run,
             ))
         })
@@ -170,7 +170,7 @@ async fn dry_run_admits_what_it_would_shed_and_reports_it() {
     assert_eq!(layer.snapshot().would_shed, 1);
     assert_eq!(
         *events.lock().unwrap(),
-        vec![("/b".to_owned(), Rejection::Refused(Refused::Count), true)]
+        vec![("/b".to_owned(), Refusal::Refused(Refused::Count), true)]
     );
     drop((held, over));
     assert_eq!(layer.gate().count().in_flight(), 0);

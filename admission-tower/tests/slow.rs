@@ -402,9 +402,7 @@ async fn a_body_cut_after_the_handler_answered_is_still_reported() {
     let layer = AdmissionLayer::builder()
         .bytes(BUDGET)
         .on_refusal(move |event| {
-            if event.rejection
-                == admission_http::Rejection::Refused(admission_core::Refused::TooSlow)
-            {
+            if event.refusal == admission_http::Refusal::Refused(admission_core::Refused::TooSlow) {
                 hook.fetch_add(1, Ordering::SeqCst);
             }
         })

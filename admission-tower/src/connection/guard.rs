@@ -37,11 +37,8 @@ where
         loop {
             let (io, addr) = self.listener.accept().await;
             // Over a cap the connection is closed at once: shed, never queue.
-            let (head, address) = (
-                self.connections.limits().head_within,
-                ClientAddress::ip(&addr),
-            );
-            if let Some(io) = self.connections.admit_from(io, address, head) {
+            let address = ClientAddress::ip(&addr);
+            if let Some(io) = self.connections.admit_from(io, address, true) {
                 return (io, addr);
             }
         }

@@ -2,7 +2,6 @@
 //! places under the connection caps.
 
 use std::fmt;
-use std::future::Future as _;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
@@ -10,10 +9,10 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use admission_core::{CountPermit, KeyedPermit};
-use admission_http::MinDataRate;
+use admission_http::{Alarm, MinDataRate};
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
 /// A connection's places: under the cap on open connections and under its address's.
 pub(super) type Places = (CountPermit, Option<KeyedPermit<IpAddr>>);
@@ -36,7 +35,7 @@ pin_project! {
         // in progress has waited.
         patience: Duration,
         since: Option<Instant>,
-        alarm: Option<Pin<Box<Sleep>>>,
+        alarm: Alarm,
     }
 }
 
@@ -54,7 +53,7 @@ impl<I> GuardedIo<I> {
             send_rate,
             patience: send_rate.map_or(Duration::ZERO, |rate| rate.grace()),
             since: None,
-            alarm: None,
+            alarm: Alarm::new(),
         }
     }
 
@@ -81,23 +80,6 @@ fn timed_out(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, what.to_owned())
 }
 
-/// Wakes the task at `at`; `Ready` once it has passed.
-pub(crate) fn poll_alarm(
-    alarm: &mut Option<Pin<Box<Sleep>>>,
-    cx: &mut Context<'_>,
-    at: Instant,
-) -> Poll<()> {
-    match alarm {
-        Some(sleep) if sleep.deadline() == at => {}
-        Some(sleep) => sleep.as_mut().reset(at),
-        None => *alarm = Some(Box::pin(tokio::time::sleep_until(at))),
-    }
-    match alarm {
-        Some(sleep) => sleep.as_mut().poll(cx),
-        None => Poll::Pending,
-    }
-}
-
 impl<I: AsyncRead> AsyncRead for GuardedIo<I> {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -110,7 +92,7 @@ impl<I: AsyncRead> AsyncRead for GuardedIo<I> {
         if let Some(deadline) = *this.first_byte {
             match &read {
                 Poll::Ready(Ok(())) if buf.filled().len() > before => *this.first_byte = None,
-                Poll::Pending if poll_alarm(this.alarm, cx, deadline).is_ready() => {
+                Poll::Pending if this.alarm.poll_at(cx, deadline.into_std()).is_ready() => {
                     return Poll::Ready(Err(timed_out("no request within the first-byte bound")));
                 }
                 _ => {}
@@ -153,7 +135,7 @@ impl<I: AsyncWrite> AsyncWrite for GuardedIo<I> {
                 // A grace period past what the clock can count to is no deadline.
                 let deadline =
                     since.checked_add(this.patience.saturating_add(Duration::from_millis(1)));
-                if deadline.is_some_and(|at| poll_alarm(this.alarm, cx, at).is_ready()) {
+                if deadline.is_some_and(|at| this.alarm.poll_at(cx, at.into_std()).is_ready()) {
                     return Poll::Ready(Err(timed_out(
                         "the client does not read at the minimum rate",
                     )));

@@ -1,7 +1,6 @@
 //! `Connections`: the ledgers of the connections open under a layer's limits.
 
 use std::net::IpAddr;
-use std::time::Duration;
 
 use admission_core::{CountLedger, KeyedLedger};
 use tokio::time::Instant;
@@ -85,22 +84,25 @@ impl Connections {
     /// assert_eq!(connections.open(), 1);
     /// ```
     pub fn admit<I>(&self, io: I) -> Option<GuardedIo<I>> {
-        self.admit_from(io, None, self.limits.head_within)
+        self.admit_from(io, None, true)
     }
 
-    /// Guards `io`, accepted from `address`, under both caps; with a first-byte bound.
+    /// Guards `io`, accepted from `address`, under both caps; its first byte timed by the
+    /// head bound if `first_byte` (a listener's only view of a head).
     pub(crate) fn admit_from<I>(
         &self,
         io: I,
         address: Option<IpAddr>,
-        first_byte: Option<Duration>,
+        first_byte: bool,
     ) -> Option<GuardedIo<I>> {
         let per_address = match (&self.per_address, address) {
             (Some(ledger), Some(address)) => Some(ledger.try_acquire(&address).ok()?),
             _ => None,
         };
         let permit = self.open.try_acquire().ok()?;
-        let first_byte = first_byte.map(|within| Instant::now() + within);
+        let first_byte = first_byte
+            .then(|| self.limits.head_due(Instant::now()))
+            .flatten();
         Some(GuardedIo::new(
             io,
             (permit, per_address),

@@ -164,6 +164,13 @@ impl ConnectionLimits {
         self.head_within
     }
 
+    /// When a head begun at `from` must be complete: the head bound's one reading, for
+    /// the listener guard (the first byte, from the accept), `serve`'s handshake and each
+    /// connection's heads.
+    pub(crate) fn head_due<T: std::ops::Add<Duration, Output = T>>(&self, from: T) -> Option<T> {
+        self.head_within.map(|within| from + within)
+    }
+
     /// How long a connection may stay open with no request in flight (and, on HTTP/1.1,
     /// no byte of a next request) before it is closed gracefully. `None`: for ever.
     /// Keep it above your clients' pool idle time (90 s for most) so that they close

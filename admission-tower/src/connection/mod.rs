@@ -20,7 +20,5 @@ pub use address::ClientAddress;
 pub use guard::Guarded;
 #[cfg(feature = "tokio")]
 pub use io::GuardedIo;
-#[cfg(feature = "serve")]
-pub(crate) use io::poll_alarm;
 #[cfg(feature = "tokio")]
 pub use ledgers::Connections;

@@ -3,7 +3,7 @@
 use std::time::Instant;
 
 use admission_core::{Classes, Gate, Priority};
-use admission_http::Rejection;
+use admission_http::Refusal;
 use metrics::{Counter, Gauge, Histogram, Label, Unit};
 
 use super::Timer;
@@ -21,8 +21,8 @@ const DIMENSIONS: [&str; 9] = [
     "invalid_content_length",
 ];
 
-fn dimension_index(rejection: Rejection) -> usize {
-    let name = super::dimension(rejection);
+fn dimension_index(refusal: Refusal) -> usize {
+    let name = super::dimension(refusal);
     DIMENSIONS
         .iter()
         .position(|d| *d == name)
@@ -252,14 +252,14 @@ impl LayerMetrics {
         self.waited.record(waited.as_secs_f64());
     }
 
-    pub(super) fn refused(&self, rejection: Rejection, priority: Option<Priority>, retry: bool) {
+    pub(super) fn refused(&self, refusal: Refusal, priority: Option<Priority>, retry: bool) {
         if retry {
             self.refused_retries.increment(1);
         }
         let class = priority.map_or(0, Priority::index);
         let counter = self
             .refused
-            .get(dimension_index(rejection))
+            .get(dimension_index(refusal))
             .and_then(|by_class| by_class.get(class));
         if let Some(counter) = counter {
             counter.increment(1);
@@ -309,11 +309,11 @@ fn every_refusal_has_a_dimension_label() {
         Refused::Key,
         Refused::KeyTable,
     ] {
-        let index = dimension_index(Rejection::Refused(refused));
+        let index = dimension_index(Refusal::Refused(refused));
         assert_eq!(DIMENSIONS[index], refused.dimension());
     }
     assert_eq!(
-        DIMENSIONS[dimension_index(Rejection::InvalidContentLength)],
+        DIMENSIONS[dimension_index(Refusal::InvalidContentLength)],
         "invalid_content_length"
     );
 }

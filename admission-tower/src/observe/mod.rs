@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use admission_core::{Gate, Priority};
-use admission_http::Rejection;
+use admission_http::Refusal;
 
 /// The layer's reporting: built once, shared by every clone of the layer.
 #[derive(Default)]
@@ -114,7 +114,7 @@ impl Observer {
     pub(crate) fn refused(
         &self,
         gate: &Gate,
-        rejection: Rejection,
+        refusal: Refusal,
         priority: Option<Priority>,
         class: Option<&str>,
         retry: bool,
@@ -122,11 +122,11 @@ impl Observer {
     ) {
         #[cfg(feature = "metrics")]
         if let Some(metrics) = &self.metrics {
-            metrics.refused(rejection, priority, retry);
+            metrics.refused(refusal, priority, retry);
         }
         #[cfg(feature = "tracing")]
         self.pressure
-            .refused(&self.name, gate, rejection, class, dry_run);
+            .refused(&self.name, gate, refusal, class, dry_run);
     }
 
     /// Sets the layer's gauges from its ledgers.
@@ -138,11 +138,11 @@ impl Observer {
     }
 }
 
-/// The dimension label of a rejection.
+/// The dimension label of a refusal.
 #[cfg(any(feature = "metrics", feature = "tracing"))]
-fn dimension(rejection: Rejection) -> &'static str {
-    match rejection {
-        Rejection::Refused(refused) => refused.dimension(),
+fn dimension(refusal: Refusal) -> &'static str {
+    match refusal {
+        Refusal::Refused(refused) => refused.dimension(),
         _ => "invalid_content_length",
     }
 }

@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use admission_core::{Gate, Refused};
-use admission_http::Rejection;
+use admission_http::Refusal;
 
 /// Whether a saturation warning has been given for the count and byte ledgers since
 /// each was last well below its limit (half of it): the hysteresis that keeps a ledger
@@ -44,22 +44,22 @@ impl Pressure {
         &self,
         name: &str,
         gate: &Gate,
-        rejection: Rejection,
+        refusal: Refusal,
         class: Option<&str>,
         dry_run: bool,
     ) {
         tracing::debug!(
             name = name,
-            dimension = super::dimension(rejection),
-            status = rejection.status().as_u16(),
+            dimension = super::dimension(refusal),
+            status = refusal.status().as_u16(),
             class,
             dry_run,
             "admission refused a request"
         );
         // The swap in each guard is the hysteresis: only the refusal that finds no
         // warning pending gives one.
-        match rejection {
-            Rejection::Refused(Refused::Count)
+        match refusal {
+            Refusal::Refused(Refused::Count)
                 if !self.count_warned.swap(true, Ordering::Relaxed) =>
             {
                 let count = gate.count();
@@ -71,7 +71,7 @@ impl Pressure {
                      again once in flight has fallen to half the limit)"
                 );
             }
-            Rejection::Refused(Refused::Bytes)
+            Refusal::Refused(Refused::Bytes)
                 if !self.bytes_warned.swap(true, Ordering::Relaxed) =>
             {
                 if let Some(bytes) = gate.bytes() {

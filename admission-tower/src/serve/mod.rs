@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use admission_http::Alarm;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body::Body;
@@ -23,16 +24,18 @@ use tower_service::Service;
 
 use crate::{AdmissionLayer, ClientAddress, ConnectionLimits};
 
-mod conn;
+mod drive;
 mod listener;
 mod stream;
 mod tracked;
+mod tracker;
 
-use conn::{Stage, Tracker, Watched};
+use drive::Stage;
 pub use listener::{Handshake, Listener, Plain};
 use stream::StreamExecutor;
 pub(crate) use stream::in_stream;
 use tracked::Tracked;
+use tracker::{Tracker, Watched};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Signal = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -207,7 +210,7 @@ where
                 let Some((io, address)) = accepted else { break };
                 let accepted_at = Instant::now();
                 // Over a cap, the connection is closed before anything is read from it.
-                let Some(io) = connections.admit_from(io, address.ip(), None) else {
+                let Some(io) = connections.admit_from(io, address.ip(), false) else {
                     continue;
                 };
                 let tracker = Arc::new(Tracker::new(accepted_at));
@@ -220,7 +223,7 @@ where
                 let (builder, handshake, mut watching) =
                     (builder.clone(), handshake.clone(), watching.clone());
                 tokio::spawn(async move {
-                    let head = limits.head_within.map(|within| accepted_at + within);
+                    let head = limits.head_due(accepted_at);
                     let Some(io) = within(handshake.handshake(io), head, &mut watching).await
                     else {
                         return;
@@ -229,7 +232,7 @@ where
                     let connection = builder
                         .serve_connection_with_upgrades(io, TowerToHyperService::new(service))
                         .into_owned();
-                    conn::drive(
+                    drive::drive(
                         connection,
                         |c| c.graceful_shutdown(),
                         tracker,
@@ -331,14 +334,14 @@ where
     F: Future<Output = std::io::Result<T>>,
 {
     let mut handshake = pin!(handshake);
-    let mut timer = head.map(|at| Box::pin(tokio::time::sleep_until(at)));
+    let mut timer = Alarm::new();
     let mut changed = pin!(stage.changed());
     poll_fn(|cx| {
         if let Poll::Ready(result) = handshake.as_mut().poll(cx) {
             return Poll::Ready(result.ok());
         }
-        if let Some(timer) = timer.as_mut() {
-            if timer.as_mut().poll(cx).is_ready() {
+        if let Some(at) = head {
+            if timer.poll_at(cx, at.into_std()).is_ready() {
                 return Poll::Ready(None);
             }
         }

@@ -28,9 +28,9 @@ use std::time::Duration;
 use admission_http::MinDataRate;
 use bytes::Bytes;
 use pin_project_lite::pin_project;
-use tokio::time::{Instant, Sleep};
+use tokio::time::Instant;
 
-use crate::connection::poll_alarm;
+use admission_http::Alarm;
 
 /// The largest piece of a response handed to hyper at once: h2's default frame size.
 const MAX_PIECE: usize = 16 * 1024;
@@ -193,7 +193,7 @@ where
         tokio::spawn(Timed {
             future,
             due: None,
-            alarm: None,
+            alarm: Alarm::new(),
         });
     }
 }
@@ -205,7 +205,7 @@ pin_project! {
         future: F,
         // When its body must next be asked for a frame, between polls.
         due: Option<Instant>,
-        alarm: Option<Pin<Box<Sleep>>>,
+        alarm: Alarm,
     }
 }
 
@@ -223,7 +223,7 @@ impl<F: Future> Future for Timed<F> {
         match *this.due {
             // Past it: the stream ends here, and its future (hyper's stream, the
             // response body and its permits) is dropped with this task.
-            Some(at) if poll_alarm(this.alarm, cx, at).is_ready() => Poll::Ready(()),
+            Some(at) if this.alarm.poll_at(cx, at.into_std()).is_ready() => Poll::Ready(()),
             _ => Poll::Pending,
         }
     }
@@ -236,7 +236,7 @@ mod tests {
     use std::task::{Context, Poll};
     use std::time::Duration;
 
-    use admission_http::MinDataRate;
+    use admission_http::{Alarm, MinDataRate};
     use bytes::Bytes;
     use tokio::time::Instant;
 
@@ -305,7 +305,7 @@ mod tests {
                 Poll::<()>::Pending
             }),
             due: None,
-            alarm: None,
+            alarm: Alarm::new(),
         });
         assert!(futures_poll(timed.as_mut()).is_pending());
         assert_eq!(due.try_recv(), Ok(true), "in the stream");

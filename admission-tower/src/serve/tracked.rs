@@ -15,8 +15,8 @@ use pin_project_lite::pin_project;
 use tokio::time::Instant;
 use tower_service::Service;
 
-use super::conn::Tracker;
 use super::stream::{self, Pace};
+use super::tracker::Tracker;
 
 /// A request in flight on its connection, from its complete head until its response
 /// body ends or is dropped.

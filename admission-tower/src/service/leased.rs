@@ -39,8 +39,8 @@ impl<S> Admission<S> {
         let key = self.shared.key_of(&parts);
         let (Some(leases), Some(key)) = (leases, key) else {
             // Refused by a key, so both are there; refused as it was if not.
-            let rejection = admission_http::Rejection::Refused(admission_core::Refused::Key);
-            return self.refuse(parts, body, rejection, priority);
+            let refusal = admission_http::Refusal::Refused(admission_core::Refused::Key);
+            return self.refuse(parts, body, refusal, priority);
         };
         let grow = leases.grow(&key);
         let inner = self.inner.clone();

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use admission_core::{Priority, Refused};
-use admission_http::{MeteredBody, ReadAhead, Rejection};
+use admission_http::{MeteredBody, ReadAhead, Refusal};
 use http::request::Parts;
 use http::{Request, Response};
 use http_body::Body;
@@ -15,14 +15,12 @@ use crate::shared::{Shared, WaitEnd};
 use crate::wait::READ_AHEAD;
 
 impl<S> Admission<S> {
-    /// Whether a request refused with `rejection` waits for a slot instead: the count (or
+    /// Whether a request refused with `refusal` waits for a slot instead: the count (or
     /// its class's share of it) was full and the layer has a wait (never in a dry run,
     /// which refuses no one).
-    pub(super) fn waits(&self, rejection: Rejection, priority: Option<Priority>) -> bool {
-        matches!(
-            rejection,
-            Rejection::Refused(Refused::Count | Refused::Class)
-        ) && self.shared.wait.is_some()
+    pub(super) fn waits(&self, refusal: Refusal, priority: Option<Priority>) -> bool {
+        matches!(refusal, Refusal::Refused(Refused::Count | Refused::Class))
+            && self.shared.wait.is_some()
             && !self.shared.dry_run
             && !priority.is_some_and(Priority::is_retry)
     }
@@ -59,7 +57,7 @@ impl<S> Admission<S> {
                 .waits
                 .deadline
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return self.refuse(parts, body, Rejection::Refused(Refused::Count), priority);
+            return self.refuse(parts, body, Refusal::Refused(Refused::Count), priority);
         };
         let inner = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, inner);
@@ -91,8 +89,8 @@ impl<S> Admission<S> {
                     shared.waited(waited);
                     admission.start(parts, body, Some(read), permit, declared, priority, rate)
                 }
-                Err(WaitEnd::Refused(rejection)) => {
-                    admission.refuse_after(parts, body, rejection, priority, waited)
+                Err(WaitEnd::Refused(refusal)) => {
+                    admission.refuse_after(parts, body, refusal, priority, waited)
                 }
                 Err(WaitEnd::Gone) => ResponseFuture::gone(),
             }
