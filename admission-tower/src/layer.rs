@@ -13,7 +13,6 @@ use tower_layer::Layer;
 #[cfg(feature = "tokio")]
 use crate::Connections;
 use crate::builder::{NewGate, SharedGate};
-use crate::discard::DiscardLimits;
 use crate::observe::Observer;
 use crate::shared::Shared;
 use crate::{Admission, AdmissionBuilder, AdmissionSnapshot, ConnectionLimits, SlowClients};
@@ -109,12 +108,12 @@ impl AdmissionLayer {
             refusals: Refusals::new(),
             hook: None,
             dry_run: false,
-            discard: DiscardLimits::default(),
             observer: Observer::default(),
             would_shed: AtomicU64::new(0),
             adaptive: None,
             sample_at: None,
             slow: SlowClients::off(),
+            #[cfg(not(feature = "tokio"))]
             connection_limits: ConnectionLimits::off(),
             too_slow: AtomicU64::new(0),
             #[cfg(feature = "tokio")]
@@ -338,6 +337,9 @@ impl AdmissionLayer {
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn connection_limits(&self) -> ConnectionLimits {
+        #[cfg(feature = "tokio")]
+        return *self.shared.connections.limits();
+        #[cfg(not(feature = "tokio"))]
         self.shared.connection_limits
     }
 

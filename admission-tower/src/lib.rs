@@ -127,6 +127,7 @@ mod needs_feature;
 mod observe;
 mod per_key;
 mod permit;
+mod readings;
 mod retry;
 #[cfg(feature = "serve")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
@@ -155,9 +156,9 @@ pub use layer::AdmissionLayer;
 pub use layer::GuardedListener;
 pub use memory::MemoryShare;
 pub use per_key::{Leases, PerKey, Unkeyed};
+pub use readings::{AdmissionSnapshot, RefusalEvent, WaitSnapshot};
 pub use retry::Retries;
 pub use service::Admission;
-pub use shared::{AdmissionSnapshot, RefusalEvent, WaitSnapshot};
 pub use slow::SlowClients;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]

@@ -286,7 +286,6 @@ impl AdmissionBuilder<Gate> {
             memory_limit.map(|limit| limit.bytes()),
         );
         Ok(AdmissionLayer::from_shared(Shared {
-            discard: self.settings.refusals.discard_limits(),
             keys,
             bypass: self.settings.bypass,
             classes: self.settings.classes,
@@ -298,6 +297,7 @@ impl AdmissionBuilder<Gate> {
             would_shed: AtomicU64::new(0),
             sample_at,
             slow: self.settings.slow,
+            #[cfg(not(feature = "tokio"))]
             connection_limits: self.settings.connections,
             too_slow: AtomicU64::new(0),
             #[cfg(feature = "tokio")]

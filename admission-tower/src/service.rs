@@ -411,9 +411,15 @@ impl<S> Admission<S> {
                 .respond_to(&parts.method, &parts.uri, &parts.headers, refusal);
         let declared = content_length(&parts.headers).ok().flatten();
         let closed = refusal == Refusal::Refused(Refused::Closed);
-        let discard = match discard::plan(&shared.discard, &parts, &body, declared, closed) {
+        let discard = match discard::plan(
+            &shared.refusals.discard_limits(),
+            &parts,
+            &body,
+            declared,
+            closed,
+        ) {
             Plan::Answer => None,
-            Plan::Discard => Some(Discard::new(body, shared.discard)),
+            Plan::Discard => Some(Discard::new(body, shared.refusals.discard_limits())),
             Plan::Close => {
                 discard::close(&mut response);
                 None

@@ -2,97 +2,20 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use admission_core::adaptive::AdaptiveSnapshot;
 use admission_core::memory::MemoryLimit;
-use admission_core::{AdaptiveLimit, Claim, Classes, Gate, GatePermit, GateSnapshot, Priority};
+use admission_core::{AdaptiveLimit, Claim, Classes, Gate, GatePermit, Priority};
 use admission_core::{Key, Refused};
 use admission_http::{MinDataRate, Refusal, Refusals, content_length};
 use http::request::Parts;
 
-use crate::discard::DiscardLimits;
 use crate::observe::Observer;
 use crate::per_key::KeyPolicy;
+use crate::readings::{AdmissionSnapshot, RefusalEvent, WaitSnapshot};
 use crate::{SampleAt, SlowClients};
 
 pub(crate) type BypassFn = Box<dyn Fn(&Parts) -> bool + Send + Sync>;
 pub(crate) type ClassifyFn = Box<dyn Fn(&Parts, &Classes) -> Priority + Send + Sync>;
 pub(crate) type HookFn = Box<dyn Fn(&RefusalEvent<'_>) + Send + Sync>;
-
-/// What the refusal hook sees: the refused request's head and why it was refused.
-#[derive(Debug)]
-#[non_exhaustive]
-pub struct RefusalEvent<'a> {
-    /// The request's method, URI, headers and extensions.
-    pub request: &'a Parts,
-    /// Why it was refused.
-    pub refusal: Refusal,
-    /// The request's priority class, on a layer with classes
-    /// ([`AdmissionBuilder::priority`](crate::AdmissionBuilder::priority)).
-    pub priority: Option<Priority>,
-    /// The name of that class in the layer's table.
-    pub class: Option<&'a str>,
-    /// The request said it is a retry, on a layer that sheds retries first
-    /// ([`AdmissionBuilder::retries`](crate::AdmissionBuilder::retries)).
-    pub retry: bool,
-    /// True in dry-run mode: the request is admitted all the same.
-    pub dry_run: bool,
-    /// How long it waited for a count slot before it was refused (zero if it did not
-    /// wait: see [`Wait`](crate::Wait)).
-    pub waited: std::time::Duration,
-}
-
-/// A reading of the layer: its gate's ledgers, and what the layer itself counts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct AdmissionSnapshot {
-    /// Every configured ledger: in flight, limit, high-water mark, refusals.
-    pub gate: GateSnapshot,
-    /// Requests refused in dry-run mode and admitted anyway.
-    pub would_shed: u64,
-    /// Request bodies cut for arriving slower than the minimum rate
-    /// ([`SlowClients`]).
-    pub too_slow: u64,
-    /// With an adaptive limit: the limit it has set (also `gate.count.capacity`), whether
-    /// an operator fixed it, and its last window.
-    pub adaptive: Option<AdaptiveSnapshot>,
-    /// The wait for a count slot ([`Wait`](crate::Wait)): how many wait now, and what
-    /// came of those that waited.
-    pub wait: WaitSnapshot,
-    /// Requests let go because their client went away while they waited for a slot or
-    /// while their handler ran (their body failed: a hang-up, a reset, or what is not a
-    /// body): never handed to the handler, or its future dropped, and their permits
-    /// released. (A client that goes while its response streams is not counted here: its
-    /// body's end releases the permits as any end does.)
-    pub gone: u64,
-    /// The memory limit the byte budget was sized from, with a
-    /// [`MemoryShare`](crate::MemoryShare): its bytes and what sets it.
-    pub memory: Option<MemoryLimit>,
-}
-
-/// What came of the requests that found the count full, on a layer with a
-/// [`Wait`](crate::Wait) (all zero without one).
-///
-/// With a wait, each such request is counted once, where its wait ended: admitted
-/// (`admitted`), refused when it ran out (`timed_out`) or at once for its client's
-/// deadline (`deadline`), or gone with its client ([`AdmissionSnapshot::gone`]). The
-/// count ledger's own refusal counter (`gate.count.refused`) counts only what it
-/// refused without a wait: a full queue (`max_waiting`), or a closed layer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub struct WaitSnapshot {
-    /// Requests waiting for a slot now.
-    pub waiting: u64,
-    /// Requests admitted after waiting.
-    pub admitted: u64,
-    /// Their waits added up, in microseconds.
-    pub waited_micros: u64,
-    /// Requests refused when their wait ran out: `max_wait`, their client's deadline, or,
-    /// in a standing queue, the target once a newer request came.
-    pub timed_out: u64,
-    /// Requests refused at once because their client's deadline left no time to wait
-    /// and answer.
-    pub deadline: u64,
-}
 
 /// The configuration every clone of the layer and its services shares.
 pub(crate) struct Shared {
@@ -105,7 +28,6 @@ pub(crate) struct Shared {
     pub(crate) refusals: Refusals,
     pub(crate) hook: Option<HookFn>,
     pub(crate) dry_run: bool,
-    pub(crate) discard: DiscardLimits,
     pub(crate) observer: Observer,
     pub(crate) would_shed: AtomicU64,
     /// The adaptive limit driving the count, if any.
@@ -113,6 +35,8 @@ pub(crate) struct Shared {
     /// Where requests are sampled for it (`None` without one).
     pub(crate) sample_at: Option<SampleAt>,
     pub(crate) slow: SlowClients,
+    /// The connection bounds, where there are no `Connections` to hold them.
+    #[cfg(not(feature = "tokio"))]
     pub(crate) connection_limits: crate::ConnectionLimits,
     /// Request bodies cut for arriving slower than the minimum rate.
     pub(crate) too_slow: AtomicU64,
