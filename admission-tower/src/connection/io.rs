@@ -5,6 +5,7 @@ use std::fmt;
 use std::io;
 use std::net::IpAddr;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -36,8 +37,13 @@ pin_project! {
         patience: Duration,
         since: Option<Instant>,
         alarm: Alarm,
+        // Told of every read that brought bytes (`serve`: a next request head begins).
+        on_read: Option<OnRead>,
     }
 }
+
+/// What a connection's reads tell (see [`GuardedIo::watch_reads`]).
+pub(crate) type OnRead = Arc<dyn Fn() + Send + Sync>;
 
 impl<I> GuardedIo<I> {
     pub(super) fn new(
@@ -54,7 +60,14 @@ impl<I> GuardedIo<I> {
             patience: send_rate.map_or(Duration::ZERO, |rate| rate.grace()),
             since: None,
             alarm: Alarm::new(),
+            on_read: None,
         }
+    }
+
+    /// Calls `on_read` after every read that brings bytes.
+    #[cfg_attr(not(feature = "serve"), allow(dead_code))]
+    pub(crate) fn watch_reads(&mut self, on_read: OnRead) {
+        self.on_read = Some(on_read);
     }
 
     /// The connection.
@@ -89,13 +102,14 @@ impl<I: AsyncRead> AsyncRead for GuardedIo<I> {
         let this = self.project();
         let before = buf.filled().len();
         let read = this.io.poll_read(cx, buf);
-        if let Some(deadline) = *this.first_byte {
-            match &read {
-                Poll::Ready(Ok(())) if buf.filled().len() > before => *this.first_byte = None,
-                Poll::Pending if this.alarm.poll_at(cx, deadline.into_std()).is_ready() => {
-                    return Poll::Ready(Err(timed_out("no request within the first-byte bound")));
-                }
-                _ => {}
+        if buf.filled().len() > before {
+            *this.first_byte = None;
+            if let Some(on_read) = this.on_read {
+                on_read();
+            }
+        } else if let (Some(deadline), Poll::Pending) = (*this.first_byte, &read) {
+            if this.alarm.poll_at(cx, deadline.into_std()).is_ready() {
+                return Poll::Ready(Err(timed_out("no request within the first-byte bound")));
             }
         }
         read

@@ -35,7 +35,7 @@ pub use listener::{Handshake, Listener, Plain};
 use stream::StreamExecutor;
 pub(crate) use stream::in_stream;
 use tracked::Tracked;
-use tracker::{Tracker, Watched};
+use tracker::Tracker;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Signal = Pin<Box<dyn Future<Output = ()> + Send>>;
@@ -210,10 +210,13 @@ where
                 let Some((io, address)) = accepted else { break };
                 let accepted_at = Instant::now();
                 // Over a cap, the connection is closed before anything is read from it.
-                let Some(io) = connections.admit_from(io, address.ip(), false) else {
+                let Some(mut io) = connections.admit_from(io, address.ip(), false) else {
                     continue;
                 };
                 let tracker = Arc::new(Tracker::new(accepted_at));
+                // Its reads tell the tracker when a next request head begins.
+                let reads = tracker.clone();
+                io.watch_reads(Arc::new(move || reads.read()));
                 let service = Tracked::new(
                     service.clone(),
                     tracker.clone(),
@@ -228,7 +231,7 @@ where
                     else {
                         return;
                     };
-                    let io = TokioIo::new(Watched::new(io, tracker.clone()));
+                    let io = TokioIo::new(io);
                     let connection = builder
                         .serve_connection_with_upgrades(io, TowerToHyperService::new(service))
                         .into_owned();

@@ -3,15 +3,11 @@
 //! (`begin`), a request ends (`end`), bytes are read (`read`, which between HTTP/1.1
 //! requests starts a head); `deadline` reads the state.
 
-use std::io;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::sync::{Mutex, MutexGuard};
+use std::task::{Context, Waker};
 
 use http::Version;
-use pin_project_lite::pin_project;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
 use crate::ConnectionLimits;
@@ -93,7 +89,7 @@ impl Tracker {
     }
 
     /// Bytes were read.
-    fn read(&self) {
+    pub(super) fn read(&self) {
         if self.between.swap(false, Ordering::Relaxed) {
             let mut track = self.lock();
             if track.in_flight == 0 && !track.head {
@@ -127,67 +123,6 @@ impl Tracker {
         } else {
             idle
         }
-    }
-}
-
-pin_project! {
-    /// A connection whose reads tell its tracker that a next head has begun.
-    pub(super) struct Watched<I> {
-        #[pin]
-        io: I,
-        tracker: Arc<Tracker>,
-    }
-}
-
-impl<I> Watched<I> {
-    pub(super) fn new(io: I, tracker: Arc<Tracker>) -> Self {
-        Self { io, tracker }
-    }
-}
-
-impl<I: AsyncRead> AsyncRead for Watched<I> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.project();
-        let before = buf.filled().len();
-        let read = this.io.poll_read(cx, buf);
-        if buf.filled().len() > before {
-            this.tracker.read();
-        }
-        read
-    }
-}
-
-impl<I: AsyncWrite> AsyncWrite for Watched<I> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        data: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        self.project().io.poll_write(cx, data)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.project().io.poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.project().io.poll_shutdown(cx)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        self.project().io.poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
     }
 }
 

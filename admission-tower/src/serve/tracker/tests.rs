@@ -1,5 +1,6 @@
 //! One test per transition of a connection's tracker: what `deadline` reads after each.
 
+use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::task::Wake;
 use std::time::Duration;
