@@ -31,7 +31,19 @@ pub(super) struct First {
     /// The windows the unconfirmed estimate was read from, merged.
     unconfirmed: Window,
     /// Rounds in a row read as queued.
-    pub(super) queued_rounds: u32,
+    queued_rounds: u32,
+}
+
+impl First {
+    /// Counts the rounds in a row an unconfirmed estimate read queued.
+    pub(super) fn note_queued(&mut self, queued: bool) {
+        self.queued_rounds = if queued { self.queued_rounds + 1 } else { 0 };
+    }
+
+    /// Whether two rounds in a row read queued: the first probe is due.
+    pub(super) fn queued_twice(&self) -> bool {
+        self.queued_rounds >= 2
+    }
 }
 
 impl Gradient {

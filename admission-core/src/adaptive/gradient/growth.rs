@@ -12,9 +12,9 @@ const BACK: f64 = 0.5;
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Growth {
     /// Rounds in a row that found no queue and grew the limit while the work filled it.
-    pub(super) streak: u32,
+    streak: u32,
     /// Rounds since the limit last grew by a sure step.
-    pub(super) since_sure: u32,
+    since_sure: u32,
 }
 
 impl Default for Growth {
@@ -23,6 +23,54 @@ impl Default for Growth {
             streak: 0,
             since_sure: u32::MAX,
         }
+    }
+}
+
+/// Rounds a scheduled probe waits after the limit last grew by a sure step: a probe as
+/// the limit lands, after capacity came back, would cut it again within the same second.
+const SETTLE: u32 = 10;
+
+impl Growth {
+    /// The limit stops growing: a cut, an overload, a probe, or a limit the work did not
+    /// fill. The next round with no queue starts again at √limit.
+    pub(super) fn stop(&mut self) {
+        self.streak = 0;
+    }
+
+    /// Whether the limit is growing: a round with no queue since it last stopped.
+    pub(super) fn growing(&self) -> bool {
+        self.streak > 0
+    }
+
+    /// Whether a step up is sure: a second round in a row with no queue.
+    pub(super) fn sure(&self) -> bool {
+        self.streak >= 2
+    }
+
+    /// The limit took a step: a sure one up (`sure_growth`) starts the settling over.
+    pub(super) fn stepped(&mut self, sure_growth: bool) {
+        self.since_sure = if sure_growth {
+            0
+        } else {
+            self.since_sure.saturating_add(1)
+        };
+    }
+
+    /// Whether the limit has settled since it last grew by a sure step (`Settle`).
+    pub(super) fn settled(&self) -> bool {
+        self.since_sure >= SETTLE
+    }
+
+    /// Sets the counts, for a test of another mechanism.
+    #[cfg(all(test, not(admission_loom)))]
+    pub(super) fn set(&mut self, streak: u32, since_sure: u32) {
+        (self.streak, self.since_sure) = (streak, since_sure);
+    }
+
+    /// Rounds since the last sure step up, for a test.
+    #[cfg(all(test, not(admission_loom)))]
+    pub(super) fn since_sure(&self) -> u32 {
+        self.since_sure
     }
 }
 
@@ -36,11 +84,11 @@ impl Gradient {
         let limit = round.limit;
         let back = self.on(Mechanism::CapacityBack)
             && law.latency <= law.noload * (1.0 + law.noise)
-            && self.probes.from.is_some_and(|from| limit < BACK * from);
-        if self.stale.rising >= 2 || back {
+            && self.probes.from().is_some_and(|from| limit < BACK * from);
+        if self.stale.rising_twice() || back {
             self.growth.streak = self.growth.streak.max(1);
         }
-        if law.latency > law.knee && self.stale.rising < 2 {
+        if law.latency > law.knee && !self.stale.rising_twice() {
             // Within the noise of the knee: the law's step alone.
             if law.queued {
                 self.growth.streak = 0;

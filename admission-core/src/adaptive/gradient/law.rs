@@ -22,9 +22,6 @@ const CLEAR_SAMPLES: u64 = 100;
 const GRADIENT_FLOOR: f64 = 0.5;
 /// The overloaded share's noise: three standard errors of the share the last probe saw.
 const OVERLOAD_SIGMAS: f64 = 3.0;
-/// Rounds a scheduled probe waits after the limit last grew by a sure step: a probe as
-/// the limit lands, after capacity came back, would cut it again within the same second.
-const SETTLE: u32 = 10;
 /// An early probe (a fall in throughput, a faster round) waits this many rounds after
 /// the last.
 const EARLY_AFTER: u32 = 4;
@@ -120,8 +117,8 @@ impl Gradient {
     pub(super) fn decide(&mut self, window: &Window, mean: f64, noload: f64) -> u64 {
         let round = self.read(window, mean);
         let latency = self.read_latency(window, noload, mean);
-        let quick = self.read_quick(&round, &window.spread);
-        let rose = self.read_rise(&round, noload, latency);
+        let quick = self.note_quick(&round, &window.spread);
+        let rose = self.note_rise(&round, noload, latency);
         let target = self.target(&round, window, noload, latency);
         // (A round that reads a quicker service holds the limit: at the stale estimate
         // the queue it grew into would be read as none.)
@@ -131,11 +128,11 @@ impl Gradient {
             target
         };
         self.step_toward(target, &round, noload, latency);
-        self.probes.since += 1;
-        let fell = self.read_fall(&round, latency, rose);
+        self.probes.count_round();
+        let fell = self.note_fall(&round, latency, rose);
         let faster = self.on(Mechanism::FasterProbe)
             && latency < (1.0 - margin(round.noise).max(FASTER)) * noload
-            || self.stale.quick_rounds >= 2;
+            || self.stale.quick_twice();
         self.probe_if_due(&round, noload, latency, fell, faster)
             .unwrap_or(self.limit as u64)
     }
@@ -143,11 +140,11 @@ impl Gradient {
     /// The round's target: backed off on overload, else the law's, held or grown.
     fn target(&mut self, round: &Round, window: &Window, noload: f64, latency: f64) -> f64 {
         let overloaded = window.overloaded as f64 / round.samples();
-        let baseline = self.probes.baseline;
+        let baseline = self.probes.baseline();
         if overloaded
             > baseline + self.threshold + OVERLOAD_SIGMAS * (baseline / round.samples()).sqrt()
         {
-            self.growth.streak = 0;
+            self.growth.stop();
             return round.limit * self.backoff;
         }
         let knee = noload * (1.0 + self.tolerance);
@@ -172,19 +169,15 @@ impl Gradient {
             queued: queued && !wider,
             wider,
         };
-        self.first.queued_rounds = if law.queued {
-            self.first.queued_rounds + 1
-        } else {
-            0
-        };
+        self.first.note_queued(law.queued);
         self.confirm_first(round, window, noload, latency, law.queued, wider);
         if law.target < round.limit {
-            self.growth.streak = 0;
+            self.growth.stop();
             self.cut(round, &law)
         } else if !round.binds {
             // Growing a limit the work did not reach would only raise a number nothing
             // tests (and be far too high when the load comes).
-            self.growth.streak = 0;
+            self.growth.stop();
             round.limit
         } else {
             self.grow(round, &law)
@@ -208,7 +201,7 @@ impl Gradient {
         let limit = round.limit;
         let within_noise = (target / limit - 1.0).abs() <= 3.0 * round.noise;
         let sure = if target >= limit {
-            self.growth.streak >= 2
+            self.growth.sure()
         } else {
             beyond_doubt(latency, noload * (1.0 + self.tolerance), round.noise)
         };
@@ -218,11 +211,7 @@ impl Gradient {
             self.smoothing
         };
         self.limit = (limit + step * (target - limit)).max(1.0);
-        self.growth.since_sure = if sure && target > limit {
-            0
-        } else {
-            self.growth.since_sure.saturating_add(1)
-        };
+        self.growth.stepped(sure && target > limit);
         if self.limit as u64 != limit as u64 {
             self.changed();
         }
@@ -239,16 +228,16 @@ impl Gradient {
         fell: bool,
         faster: bool,
     ) -> Option<u64> {
-        let since = self.probes.since;
+        let since = self.probes.since();
         let early = (fell || faster) && since >= EARLY_AFTER;
         let due = if self.confirmed {
             since >= self.probe_every
-                && self.growth.streak == 0
-                && (self.growth.since_sure >= SETTLE || !self.on(Mechanism::Settle))
+                && !self.growth.growing()
+                && (self.growth.settled() || !self.on(Mechanism::Settle))
         } else {
-            self.first.queued_rounds >= 2 || since >= self.probe_every
+            self.first.queued_twice() || since >= self.probe_every
         };
-        let first = !self.confirmed && self.first.queued_rounds >= 2;
+        let first = !self.confirmed && self.first.queued_twice();
         if !((round.saturated && round.binds && (due || early)) || first) {
             return None;
         }
@@ -273,8 +262,8 @@ impl Gradient {
             .then(|| round.throughput * sized.min(latency));
         let before = round.saturated.then_some(round.throughput);
         // (A first probe's limit is the start's, not one the server ran.)
-        self.probes.from = self.confirmed.then_some(round.limit);
-        Some(self.start_probe(from, concurrency, latency, before))
+        let began_at = self.confirmed.then_some(round.limit);
+        Some(self.start_probe(from, concurrency, latency, before, began_at))
     }
 }
 

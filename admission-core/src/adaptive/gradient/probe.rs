@@ -59,24 +59,72 @@ pub(super) struct Probe {
 /// The probes' state.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Probes {
-    pub(super) phase: Phase,
+    phase: Phase,
     /// Rounds since the last probe ended.
-    pub(super) since: u32,
+    since: u32,
     /// In a descent, the last probe's throughput and samples.
     chain: Option<(f64, u64)>,
     /// In a descent, what a probe read as queued (by its spread) answered a second: all
     /// the server can, where it shrank as the probes began.
     shrunk: Option<f64>,
-    /// The latencies at no load, as the last probe read them: their coefficient of
-    /// variation, interquartile range (µs) and mean (seconds).
-    pub(super) quiet: Option<(f64, f64, f64)>,
+    /// The latencies at no load, as the last probe read them.
+    quiet: Option<Quiet>,
     /// The share of overloaded samples the last probe saw: what the service fails with
     /// no queue, which no limit cures.
-    pub(super) baseline: f64,
+    baseline: f64,
     /// The probe's measuring windows, merged (for their median and spread).
-    pub(super) probed: Window,
+    probed: Window,
     /// The limit in force when the last probe began (the estimate confirmed by then).
-    pub(super) from: Option<f64>,
+    from: Option<f64>,
+}
+
+/// The latencies at no load, as a probe read them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct Quiet {
+    /// Their coefficient of variation.
+    pub(super) cv: f64,
+    /// Their interquartile range, in microseconds.
+    pub(super) iqr: f64,
+    /// Their mean, in seconds.
+    pub(super) mean: f64,
+}
+
+impl Probes {
+    /// A round closed outside a probe.
+    pub(super) fn count_round(&mut self) {
+        self.since += 1;
+    }
+
+    /// Rounds since the last probe ended.
+    pub(super) fn since(&self) -> u32 {
+        self.since
+    }
+
+    /// The share of overloaded samples the last probe saw.
+    pub(super) fn baseline(&self) -> f64 {
+        self.baseline
+    }
+
+    /// The limit in force when the last probe began, if the estimate was confirmed then.
+    pub(super) fn from(&self) -> Option<f64> {
+        self.from
+    }
+
+    /// The latencies at no load, as the last probe read them.
+    pub(super) fn quiet(&self) -> Option<Quiet> {
+        self.quiet
+    }
+
+    /// The last probe's measuring windows, merged.
+    pub(super) fn probed(&self) -> &Window {
+        &self.probed
+    }
+
+    /// Sets what the last probe saw, for a test of another mechanism.
+    #[cfg(all(test, not(admission_loom)))]
+    pub(super) fn set_last(&mut self, from: Option<f64>, baseline: f64) {
+        (self.from, self.baseline) = (from, baseline);
+    }
 }
 
 /// Samples gathered over a probe's measuring windows.
@@ -128,20 +176,23 @@ impl Reading {
 
 impl Gradient {
     /// Lowers the limit to a probe's: `share` of `concurrency` (the server's, as the
-    /// round before shows it) or of `limit`, and waits for the queue to drain.
+    /// round before shows it) or of `limit`, and waits for the queue to drain. `began_at`:
+    /// the limit in force, where the estimate is confirmed.
     pub(super) fn start_probe(
         &mut self,
         limit: f64,
         concurrency: Option<f64>,
         latency: f64,
         before: Option<f64>,
+        began_at: Option<f64>,
     ) -> u64 {
         let mut probe = concurrency.unwrap_or(limit).min(limit) * self.probe;
         if self.skewed() {
             probe = probe.max(SKEWED_PROBE_FLOOR * limit);
         }
         let probe = probe.max(1.0) as u64;
-        self.growth.streak = 0;
+        self.growth.stop();
+        self.probes.from = began_at;
         self.probes.phase = Phase::Draining {
             probe: Probe {
                 resume: limit,
@@ -314,7 +365,11 @@ impl Gradient {
         self.probes.quiet = spread
             .bucketed_cv()
             .zip(spread.interquartile())
-            .map(|(cv, iqr)| (cv, iqr, latency));
+            .map(|(cv, iqr)| Quiet {
+                cv,
+                iqr,
+                mean: latency,
+            });
         self.stale.after_probe();
         self.noload = Some(match self.noload {
             Some(n) if latency > (1.0 + margin) * n => latency,
@@ -351,7 +406,7 @@ impl Gradient {
     /// Where either is unmeasured, the throughput alone decides.
     fn spreads_as_a_service(&self, latency: f64, n: f64) -> bool {
         let rounds = self.spread.measured_cv(super::noise::SPREAD_SAMPLES);
-        let service = match (rounds, self.probes.quiet.map(|(cv, ..)| cv)) {
+        let service = match (rounds, self.probes.quiet.map(|quiet| quiet.cv)) {
             (Some(rounds), Some(quiet)) => Some(rounds.max(quiet)),
             (rounds, quiet) => rounds.or(quiet),
         };

@@ -49,12 +49,29 @@ pub(super) struct Stale {
     /// The saturated rounds since, averaged.
     recent: Option<Recent>,
     /// Rounds in a row whose throughput rose beyond its noise, the latency falling.
-    pub(super) rising: u32,
+    rising: u32,
     /// Rounds in a row whose spread reads a service far faster than the estimate.
-    pub(super) quick_rounds: u32,
+    quick_rounds: u32,
 }
 
 impl Stale {
+    /// Whether two rounds in a row read capacity coming back (throughput rising as the
+    /// latency falls).
+    pub(super) fn rising_twice(&self) -> bool {
+        self.rising >= 2
+    }
+
+    /// Whether two rounds in a row read a quicker service.
+    pub(super) fn quick_twice(&self) -> bool {
+        self.quick_rounds >= 2
+    }
+
+    /// Sets the rising rounds, for a test of another mechanism.
+    #[cfg(all(test, not(admission_loom)))]
+    pub(super) fn set_rising(&mut self, rounds: u32) {
+        self.rising = rounds;
+    }
+
     /// A probe measured the estimate: what follows is measured from it.
     pub(super) fn after_probe(&mut self) {
         self.reference = (0, 0.0);
@@ -67,13 +84,13 @@ impl Gradient {
     /// What a spread of latencies says the service takes now, as a share of what it took
     /// at the last probe: their interquartile range over the probe's.
     fn service_share(&self, spread: &Spread) -> Option<f64> {
-        let (_, quiet, _) = self.probes.quiet.filter(|&(_, iqr, _)| iqr > 0.0)?;
-        Some(spread.interquartile()? / quiet)
+        let quiet = self.probes.quiet().filter(|quiet| quiet.iqr > 0.0)?;
+        Some(spread.interquartile()? / quiet.iqr)
     }
 
     /// Whether a saturated round's spread reads a service far quicker than at the last
     /// probe; counts such rounds in a row.
-    pub(super) fn read_quick(&mut self, round: &Round, spread: &Spread) -> bool {
+    pub(super) fn note_quick(&mut self, round: &Round, spread: &Spread) -> bool {
         let quick = self.on(Mechanism::Quicker)
             && round.saturated
             && self
@@ -89,17 +106,17 @@ impl Gradient {
 
     /// Whether a probe (`latency` its mean) begun for a service that quickened queued.
     pub(super) fn quickened(&self, latency: f64) -> bool {
-        self.stale.quick_rounds >= 2
+        self.stale.quick_twice()
             && self
-                .service_share(&self.probes.probed.spread)
-                .zip(self.probes.quiet)
-                .is_some_and(|(share, (.., mean))| latency > QUICKENED_QUEUE * share * mean)
+                .service_share(&self.probes.probed().spread)
+                .zip(self.probes.quiet())
+                .is_some_and(|(share, quiet)| latency > QUICKENED_QUEUE * share * quiet.mean)
     }
 
     /// Capacity came back: the server answers more a second than the rounds before,
     /// beyond how much those vary, and the latency fell with it (Little's law at the
     /// same limit), though not below the estimate. Counts such rounds in a row.
-    pub(super) fn read_rise(&mut self, round: &Round, noload: f64, latency: f64) -> bool {
+    pub(super) fn note_rise(&mut self, round: &Round, noload: f64, latency: f64) -> bool {
         let cv = self.spread.cv();
         let rose = self.stale.recent.is_some_and(|recent| {
             let needed = (THROUGHPUT_SIGMAS * cv / round.samples().sqrt())
@@ -120,7 +137,7 @@ impl Gradient {
     /// times a round's noise: the server runs fewer at once, or each request takes
     /// longer, and only a probe tells which. (A round the work did not fill says nothing
     /// of the server: less demand is not less capacity.)
-    pub(super) fn read_fall(&mut self, round: &Round, latency: f64, rose: bool) -> bool {
+    pub(super) fn note_fall(&mut self, round: &Round, latency: f64, rose: bool) -> bool {
         let (count, seconds) = self.stale.reference;
         if round.saturated {
             self.stale.recent = Some(match self.stale.recent {

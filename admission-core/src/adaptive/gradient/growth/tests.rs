@@ -22,7 +22,7 @@ fn law(latency: f64) -> Law {
 fn under_half_the_last_probes_limit_a_round_with_no_queue_is_capacity_back() {
     let grow = |from: f64| {
         let mut gradient = Gradient::default();
-        gradient.probes.from = Some(from);
+        gradient.probes.set_last(Some(from), 0.0);
         gradient.grow(&round(32.0, 1000, 3200.0, 0.01), &law(1.0))
     };
     // Capacity back: as sure as a second round with no queue, half the limit at once.
@@ -35,7 +35,7 @@ fn under_half_the_last_probes_limit_a_round_with_no_queue_is_capacity_back() {
 fn rising_throughput_two_rounds_running_grows_past_the_knee() {
     let grow = |rising: u32| {
         let mut gradient = Gradient::default();
-        gradient.stale.rising = rising;
+        gradient.stale.set_rising(rising);
         gradient.grow(&round(32.0, 1000, 3200.0, 0.01), &law(1.2))
     };
     // Above the knee (1.2 times the estimate), the law's step alone ...

@@ -19,7 +19,7 @@ fn overload_backs_off_only_beyond_what_the_last_probe_saw_and_its_noise() {
     // those count, with the 1% threshold: up to 8% is the service's own.
     let target = |overloaded: u64| {
         let mut gradient = confirmed();
-        gradient.probes.baseline = 0.04;
+        gradient.probes.set_last(None, 0.04);
         let mut w = window(100, &[(10.0, 400)]);
         w.overloaded = overloaded;
         let idle = Round {
@@ -62,14 +62,13 @@ fn a_cut_within_three_standard_errors_of_the_limit_is_smoothed() {
 #[test]
 fn only_a_sure_growth_restarts_the_settling_count() {
     let mut gradient = confirmed();
-    gradient.growth.streak = 2;
-    gradient.growth.since_sure = 5;
+    gradient.growth.set(2, 5);
     gradient.step_toward(150.0, &round(100.0, 1000, 1000.0, 0.01), 0.010, 0.010);
-    assert_eq!((gradient.limit, gradient.growth.since_sure), (150.0, 0));
+    assert_eq!((gradient.limit, gradient.growth.since_sure()), (150.0, 0));
     // A sure cut is no growth.
-    gradient.growth.since_sure = 5;
+    gradient.growth.set(2, 5);
     gradient.step_toward(30.0, &round(100.0, 1000, 1000.0, 0.01), 0.010, 0.050);
-    assert_eq!((gradient.limit, gradient.growth.since_sure), (30.0, 6));
+    assert_eq!((gradient.limit, gradient.growth.since_sure()), (30.0, 6));
 }
 
 #[test]

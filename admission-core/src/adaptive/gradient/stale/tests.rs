@@ -19,7 +19,7 @@ fn after(spread: f64) -> Gradient {
 
 fn rises(mut gradient: Gradient, samples: u64, throughput: f64) -> bool {
     // The latency fell (20 to 15 ms), not below the estimate (10 ms).
-    gradient.read_rise(&round(100.0, samples, throughput, 0.01), 0.010, 0.015)
+    gradient.note_rise(&round(100.0, samples, throughput, 0.01), 0.010, 0.015)
 }
 
 #[test]
@@ -44,10 +44,10 @@ fn a_rise_counts_only_beyond_the_noise_of_the_rounds_count() {
 #[test]
 fn a_rise_with_the_latency_not_falling_is_not_capacity_back() {
     let mut gradient = after(0.0);
-    assert!(!gradient.read_rise(&round(100.0, 10_000, 1500.0, 0.01), 0.010, 0.020));
+    assert!(!gradient.note_rise(&round(100.0, 10_000, 1500.0, 0.01), 0.010, 0.020));
     assert_eq!(gradient.stale.rising, 0);
-    assert!(gradient.read_rise(&round(100.0, 10_000, 1500.0, 0.01), 0.010, 0.015));
-    assert!(gradient.read_rise(&round(100.0, 10_000, 1500.0, 0.01), 0.010, 0.015));
+    assert!(gradient.note_rise(&round(100.0, 10_000, 1500.0, 0.01), 0.010, 0.015));
+    assert!(gradient.note_rise(&round(100.0, 10_000, 1500.0, 0.01), 0.010, 0.015));
     assert_eq!(gradient.stale.rising, 2);
 }
 
@@ -65,13 +65,13 @@ fn a_fall_counts_only_beyond_the_noise_of_the_rounds_count() {
     let falls = |throughput: f64| {
         let mut gradient = referenced(1000);
         gradient.spread = ServiceSpread::with_cv(2.0);
-        gradient.read_fall(&round(100.0, 100, throughput, 0.2), 0.01, false)
+        gradient.note_fall(&round(100.0, 100, throughput, 0.2), 0.01, false)
     };
     assert!(!falls(600.0));
     assert!(falls(450.0));
     // And by a tenth at least, however many samples.
     let falls = |throughput: f64| {
-        referenced(1000).read_fall(&round(100.0, 1_000_000, throughput, 0.001), 0.01, false)
+        referenced(1000).note_fall(&round(100.0, 1_000_000, throughput, 0.001), 0.01, false)
     };
     assert!(!falls(910.0));
     assert!(falls(890.0));
@@ -80,7 +80,7 @@ fn a_fall_counts_only_beyond_the_noise_of_the_rounds_count() {
 #[test]
 fn a_fall_is_judged_only_against_a_reference_of_enough_samples() {
     let falls =
-        |samples| referenced(samples).read_fall(&round(100.0, 1000, 500.0, 0.03), 0.01, false);
+        |samples| referenced(samples).note_fall(&round(100.0, 1000, 500.0, 0.03), 0.01, false);
     assert!(!falls(REFERENCE_MIN - 1));
     assert!(falls(REFERENCE_MIN));
 }
@@ -89,21 +89,21 @@ fn a_fall_is_judged_only_against_a_reference_of_enough_samples() {
 fn the_reference_gathers_saturated_rounds_up_to_its_cap() {
     let steady = round(100.0, 100, 1000.0, 0.1);
     let mut gradient = referenced(300);
-    gradient.read_fall(&steady, 0.01, false);
+    gradient.note_fall(&steady, 0.01, false);
     assert_eq!(gradient.stale.reference.0, 400);
     // A round the work did not fill says nothing of the server.
     let idle = Round {
         saturated: false,
         ..round(100.0, 100, 1000.0, 0.1)
     };
-    gradient.read_fall(&idle, 0.01, false);
+    gradient.note_fall(&idle, 0.01, false);
     assert_eq!(gradient.stale.reference.0, 400);
     // Once it holds its cap, it holds still (a slow drift then shows as a fall).
     let mut gradient = referenced(REFERENCE_MAX - 1);
-    gradient.read_fall(&steady, 0.01, false);
+    gradient.note_fall(&steady, 0.01, false);
     assert_eq!(gradient.stale.reference.0, REFERENCE_MAX + 99);
     let mut gradient = referenced(REFERENCE_MAX);
-    gradient.read_fall(&steady, 0.01, false);
+    gradient.note_fall(&steady, 0.01, false);
     assert_eq!(gradient.stale.reference.0, REFERENCE_MAX);
 }
 
@@ -115,7 +115,7 @@ fn the_recent_spread_follows_how_much_the_rounds_vary() {
     let mut gradient = Gradient::default();
     for i in 0..100 {
         let throughput = if i % 2 == 0 { 1200.0 } else { 800.0 };
-        gradient.read_fall(&round(100.0, 100, throughput, 0.1), 0.01, false);
+        gradient.note_fall(&round(100.0, 100, throughput, 0.1), 0.01, false);
     }
     let recent = gradient.stale.recent.unwrap();
     assert!((0.04..0.08).contains(&recent.spread), "{}", recent.spread);
@@ -126,7 +126,7 @@ fn the_recent_spread_follows_how_much_the_rounds_vary() {
     );
     // Steady rounds: it decays toward none.
     for _ in 0..100 {
-        gradient.read_fall(&round(100.0, 100, 1000.0, 0.1), 0.01, false);
+        gradient.note_fall(&round(100.0, 100, 1000.0, 0.1), 0.01, false);
     }
     let recent = gradient.stale.recent.unwrap();
     assert!((0.0..0.001).contains(&recent.spread), "{}", recent.spread);
