@@ -38,17 +38,25 @@ fn a_rise_in_throughput_at_the_same_limit_grows_the_limit_like_a_round_with_no_q
 /// queue is as sure as a second one: half the limit at once.
 #[test]
 fn capacity_that_comes_back_under_half_the_last_probe_s_limit_is_climbed_at_once() {
-    let mut gradient = Gradient::default();
-    let limit = run(&mut gradient, 64, 64, 300);
-    let mut limit = run(&mut gradient, limit, 16, 100);
-    assert!((16..=26).contains(&limit), "{limit} for 16");
-    let mut path = vec![limit];
-    for _ in 0..2 {
-        limit = gradient.update(&saturated(limit, 64));
-        path.push(limit);
-    }
-    // Without: 22, 25, 38.
-    assert!(limit >= 48, "three quarters of 64 in two rounds: {path:?}");
+    let climb = |mut gradient: Gradient| {
+        let limit = run(&mut gradient, 64, 64, 300);
+        let mut limit = run(&mut gradient, limit, 16, 100);
+        assert!((16..=26).contains(&limit), "{limit} for 16");
+        let mut path = vec![limit];
+        for _ in 0..2 {
+            limit = gradient.update(&saturated(limit, 64));
+            path.push(limit);
+        }
+        path
+    };
+    let path = climb(Gradient::default());
+    assert!(
+        path[2] >= 48,
+        "three quarters of 64 in two rounds: {path:?}"
+    );
+    // The mechanism is what does it: without, √ of the limit a round, damped.
+    let without = climb(Gradient::default().without(Mechanism::CapacityBack));
+    assert!(without[2] < 48, "without CapacityBack: {without:?}");
 
     // A round within the knee but with a queue beyond the noise (8% over the no-load
     // latency, a round's noise 7%) is no such sign: √ of the limit, damped.
@@ -158,8 +166,8 @@ fn a_service_that_quickens_is_probed_rather_than_ramped_into_a_queue() {
     // Past two probes at 20 ms, the service quickens: in a round half at each, then with
     // the limit in force at `from` (the gradient's own, or one handed to it). The
     // estimate after, the limit's mean over the last two seconds, and its most.
-    let quicken = |from: Option<u64>| {
-        let (mut gradient, mut seed) = (Gradient::default(), 11);
+    let quicken_with = |mut gradient: Gradient, from: Option<u64>| {
+        let mut seed = 11;
         let mut limit = to_second_probe(&mut gradient, 72, &mut seed, true, |limit| {
             (64, 0.020, wait(limit, 0.020))
         });
@@ -181,6 +189,7 @@ fn a_service_that_quickens_is_probed_rather_than_ramped_into_a_queue() {
         let (most, least) = (limits.iter().max().copied(), limits.iter().min().copied());
         (after, last, most.unwrap(), least.unwrap())
     };
+    let quicken = |from| quicken_with(Gradient::default(), from);
     // Its own limit: the round that reads the faster service holds it (a ramp would
     // queue as long as the service), and the probe finds the service.
     let (after, last, most, least) = quicken(None);
@@ -204,4 +213,54 @@ fn a_service_that_quickens_is_probed_rather_than_ramped_into_a_queue() {
         last < 96.0,
         "from 128, the limit held a queue: {last} for 64"
     );
+    // The mechanism is what does it from there: without, the estimate stays stale and
+    // the limit holds a queue.
+    let (after, last, ..) =
+        quicken_with(Gradient::default().without(Mechanism::Quicker), Some(128));
+    assert!(
+        after >= 0.013 || last >= 96.0,
+        "without Quicker: the estimate {after} s, the limit {last}"
+    );
+}
+
+/// Capacity comes back and the limit climbs to it by sure steps; a probe is due on
+/// schedule as it lands. Taken then, the probe cuts the limit it just reached below the
+/// server, within the same second, and the climb starts over: the limit lands, then
+/// holds, for ten rounds before a scheduled probe may come.
+#[test]
+fn a_scheduled_probe_waits_for_a_limit_that_climbed_back_to_settle() {
+    let climb = |gradient: Gradient| {
+        let mut gradient = gradient.probe_every(4);
+        let limit = run(&mut gradient, 64, 64, 300);
+        let mut limit = run(&mut gradient, limit, 16, 100);
+        let mut path = Vec::new();
+        for _ in 0..40 {
+            limit = gradient.update(&saturated(limit, 64));
+            path.push((limit, gradient.probing().is_some()));
+        }
+        path
+    };
+    // Rounds from the one that lands the climb (the last limit rise) to the first probe.
+    let held = |path: &[(u64, bool)]| {
+        let probe = path
+            .iter()
+            .position(|&(_, probing)| probing)
+            .expect("a probe");
+        let landed = path[..probe]
+            .windows(2)
+            .rposition(|w| w[1].0 > w[0].0 + w[0].0 / 4)
+            .expect("a climb")
+            + 1;
+        (path[landed].0, probe - landed)
+    };
+    let path = climb(Gradient::default());
+    let (landed, rounds) = held(&path);
+    assert!(landed >= 64, "climbed back to {landed}: {path:?}");
+    assert!(
+        rounds >= 10,
+        "probed {rounds} rounds after landing: {path:?}"
+    );
+    let without = climb(Gradient::default().without(Mechanism::Settle));
+    let (_, rounds) = held(&without);
+    assert!(rounds < 10, "without Settle: {rounds} rounds: {without:?}");
 }
