@@ -16,10 +16,8 @@ use super::{Algorithm, Window};
 /// It learns of a queue only when the queue makes work fail. A limit that is too high
 /// (started high, or left high after the server lost capacity) is never lowered while
 /// nothing errors: the server queues inside, every request waits, and the limit keeps
-/// growing while the work fills it. In `admission-bench`'s simulator (clients that wait
-/// 100 service times, so nothing fails), its p99 latency is up to 3.9x the best static
-/// limit's, and after capacity halves its limit goes on climbing (124 to 174 for a server
-/// of 32). Pair it with
+/// growing while the work fills it (`admission-bench`'s simulator shows it, with clients
+/// that wait long enough that nothing fails, in its README). Pair it with
 /// [`overload_latency`](super::AdaptiveBuilder::overload_latency) (a fraction of the
 /// clients' deadline: a success slower than that counts as an overload), so that "too
 /// slow" is a failure too, or with clients that give up early (reported as

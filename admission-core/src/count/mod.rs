@@ -96,16 +96,15 @@ const HELD: u64 = QUEUE - 1;
 /// Acquiring is one compare-exchange on the ledger's word, releasing one more (which
 /// fails while acquisitions wait, so that the release hands its slot on): no lock, no
 /// allocation, and no reference-count traffic, because the ledger's admission word is
-/// also its allocation's reference count (a permit is one pointer). Counted by
-/// callgrind on x86_64 (`admission-bench`'s report), acquire + release of an owned
-/// permit is 35 instructions, against 16 for a bare compare-exchange loop on a padded
-/// atomic with a subtracting release (the floor) and 141 for
-/// `tokio::sync::Semaphore::try_acquire_owned` and its release.
+/// also its allocation's reference count (a permit is one pointer). What that costs
+/// against `tokio::sync::Semaphore::try_acquire_owned` and against a bare
+/// compare-exchange loop (the floor), in instructions and on the wall clock, is in
+/// `admission-bench`'s README, measured in the run CI checks.
 ///
 /// The trade-off: a compare-exchange loop retries when another thread changed the word
 /// between its load and its exchange, where an optimistic add-then-roll-back never
-/// retries. In the same run the optimistic add was 5% faster uncontended and about 10%
-/// faster with two threads on one ledger, but near the limit it makes the word overshoot
+/// retries. The optimistic add measures a little faster (the bench's `count` group has
+/// both), but near the limit it makes the word overshoot
 /// for a moment, so a concurrent acquirer can be refused although the limit was never
 /// reached (a spurious 503), and snapshots can read more than the capacity. A spurious
 /// refusal under load is exactly when it hurts, so this ledger retries.

@@ -75,6 +75,12 @@ impl Growth {
 }
 
 impl Gradient {
+    /// Whether a scheduled probe may come: the limit has settled since it last grew by
+    /// a sure step (`Settle`).
+    pub(super) fn settled(&self) -> bool {
+        self.growth.settled() || !self.on(Mechanism::Settle)
+    }
+
     /// The target of a round with no queue that the work filled: the law's, or (where
     /// the latency is at most the knee, or capacity is coming back) a step that grows
     /// round after round. The larger steps only where the round held the limit full, as

@@ -2,8 +2,8 @@
 //! estimate, backed off on overload, held or grown; the step toward it; and whether a
 //! probe is due.
 
-use super::noise::{self, beyond_doubt, margin, queued};
-use super::{Gradient, Mechanism, seconds};
+use super::noise::{self, beyond_doubt, queued};
+use super::{Gradient, seconds};
 use crate::adaptive::Window;
 
 /// A cut waits for the work to fill the limit: its most in flight at 90% of it ...
@@ -25,11 +25,6 @@ const OVERLOAD_SIGMAS: f64 = 3.0;
 /// An early probe (a fall in throughput, a faster round) waits this many rounds after
 /// the last.
 const EARLY_AFTER: u32 = 4;
-/// A faster round is faster than `n` beyond its noise and by at least a tenth.
-const FASTER: f64 = 0.1;
-/// A fall with the latency within half again of `n` may be a service slowing little by
-/// little: its probe is sized from the geometric mean of the two.
-const DRIFT: f64 = 1.5;
 
 /// A round, as read once it closes.
 pub(super) struct Round {
@@ -130,9 +125,7 @@ impl Gradient {
         self.step_toward(target, &round, noload, latency);
         self.probes.count_round();
         let fell = self.note_fall(&round, latency, rose);
-        let faster = self.on(Mechanism::FasterProbe)
-            && latency < (1.0 - margin(round.noise).max(FASTER)) * noload
-            || self.stale.quick_twice();
+        let faster = self.reads_faster(&round, noload, latency) || self.stale.quick_twice();
         self.probe_if_due(&round, noload, latency, fell, faster)
             .unwrap_or(self.limit as u64)
     }
@@ -231,9 +224,7 @@ impl Gradient {
         let since = self.probes.since();
         let early = (fell || faster) && since >= EARLY_AFTER;
         let due = if self.confirmed {
-            since >= self.probe_every
-                && !self.growth.growing()
-                && (self.growth.settled() || !self.on(Mechanism::Settle))
+            since >= self.probe_every && !self.growth.growing() && self.settled()
         } else {
             self.first.queued_twice() || since >= self.probe_every
         };
@@ -250,12 +241,7 @@ impl Gradient {
             round.limit.min(self.limit)
         }
         .min(round.max_in_flight.max(1) as f64);
-        let sized = if self.on(Mechanism::DriftSizing) && fell && !due && latency <= DRIFT * noload
-        {
-            (noload * latency).sqrt()
-        } else {
-            noload
-        };
+        let sized = self.sizing_latency(fell && !due, noload, latency);
         // An unconfirmed estimate may read low: the first probe is sized from the limit.
         let concurrency = self
             .confirmed

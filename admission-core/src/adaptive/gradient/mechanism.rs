@@ -1,4 +1,10 @@
 //! The mechanisms by name, each of which can be turned off to measure what it earns.
+//!
+//! Each is switched only in its own file, which keeps its state: `probe.rs` (`Descent`,
+//! `ProbeQueueSpread`, `DriftSizing`), `growth.rs` (`Ramp`, `CapacityBack`'s climb,
+//! `Settle`), `stale.rs` (`FallProbe`, `FasterProbe`, `Quicker`, and the rise
+//! `CapacityBack` reads), `skew.rs` (`Skew`) and `first.rs` (`FirstAverage`,
+//! `FirstWider`). The law (`law.rs`) asks them and checks no switch itself.
 
 /// One of [`Gradient`](super::Gradient)'s mechanisms, by name: turned off with
 /// `Gradient::without`, for measuring what each earns (`admission-bench`'s ablation

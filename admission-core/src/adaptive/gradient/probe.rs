@@ -32,6 +32,9 @@ const SKEWED_PROBE_FLOOR: f64 = 0.75;
 const FILLED: f64 = 0.9;
 /// A probe that needs checking is followed by another this many rounds on.
 const SOON: u32 = 10;
+/// A fall with the latency within half again of `n` may be a service slowing little by
+/// little: its probe is sized from the geometric mean of the two.
+const DRIFT: f64 = 1.5;
 
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub(super) enum Phase {
@@ -204,6 +207,18 @@ impl Gradient {
         };
         self.changed();
         probe
+    }
+
+    /// The latency a probe sizes the server's concurrency from: the estimate's, or, for
+    /// a probe set off by a fall (`fell_early`) with the latency near the estimate
+    /// (`DriftSizing`), the geometric mean of the two (a service slowing little by
+    /// little).
+    pub(super) fn sizing_latency(&self, fell_early: bool, noload: f64, latency: f64) -> f64 {
+        if self.on(Mechanism::DriftSizing) && fell_early && latency <= DRIFT * noload {
+            (noload * latency).sqrt()
+        } else {
+            noload
+        }
     }
 
     /// Advances a probe by one window; `None` outside a probe.

@@ -29,6 +29,8 @@ const RISE_SPREAD: f64 = 1.5;
 /// drift shows as a fall).
 const REFERENCE_MIN: u64 = 200;
 const REFERENCE_MAX: u64 = 1000;
+/// A faster round is faster than `n` beyond its noise and by at least a tenth.
+const FASTER: f64 = 0.1;
 
 /// The recent saturated rounds, averaged.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -116,6 +118,13 @@ impl Gradient {
     /// Capacity came back: the server answers more a second than the rounds before,
     /// beyond how much those vary, and the latency fell with it (Little's law at the
     /// same limit), though not below the estimate. Counts such rounds in a row.
+    /// Whether a round reads faster than the estimate beyond its noise (`FasterProbe`):
+    /// a probe comes early.
+    pub(super) fn reads_faster(&self, round: &Round, noload: f64, latency: f64) -> bool {
+        self.on(Mechanism::FasterProbe)
+            && latency < (1.0 - margin(round.noise).max(FASTER)) * noload
+    }
+
     pub(super) fn note_rise(&mut self, round: &Round, noload: f64, latency: f64) -> bool {
         let cv = self.spread.cv();
         let rose = self.stale.recent.is_some_and(|recent| {
