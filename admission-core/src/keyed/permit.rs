@@ -31,7 +31,7 @@ pub(super) fn usable<T>(table: &HashTable<T>) -> usize {
     buckets - buckets / 8
 }
 
-/// One of a key's permits in a [`KeyedLedger`], released when dropped.
+/// One of a key's permits in a [`KeyedLedger`](crate::KeyedLedger), released when dropped.
 ///
 /// `'static` and `Send + Sync` (for `K: Send + Sync`); it may outlive every handle of
 /// its ledger. It holds no copy of the key.

@@ -112,7 +112,7 @@ impl<K, S> KeyedLedger<K, S> {
 
     /// Bounds how many distinct keys may have work in flight, between 1 and
     /// [`MAX_KEYS`](Self::MAX_KEYS); a new key past it is refused with
-    /// [`Refused::KeyTable`]. The keys already in flight count against it.
+    /// [`Refused::KeyTable`](crate::Refused::KeyTable). The keys already in flight count against it.
     ///
     /// While a bound is set, each new key and each key's last release also count it in
     /// one word the ledger shares (a read-modify-write each way); without one, a new key's

@@ -34,7 +34,7 @@ pub enum Outcome {
 ///
 /// Called once per window, under the limit's control lock (never on the admission path),
 /// with the samples of the window that just closed; returns the limit for the next one.
-/// The [`AdaptiveLimit`] clamps the answer into its bounds, so an algorithm should take
+/// The [`AdaptiveLimit`](crate::adaptive::AdaptiveLimit) clamps the answer into its bounds, so an algorithm should take
 /// [`Window::limit`] (what was really in force) as its starting point rather than what
 /// it returned last time: the two differ after clamping, and after an operator hands a
 /// limit fixed by hand back to the controller.
