@@ -111,6 +111,7 @@
 #![doc(html_root_url = "https://docs.rs/admission-tower/0.2")]
 
 mod adaptive_limit;
+mod assemble;
 mod body;
 mod builder;
 mod connection;
