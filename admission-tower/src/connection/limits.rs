@@ -167,6 +167,7 @@ impl ConnectionLimits {
     /// When a head begun at `from` must be complete: the head bound's one reading, for
     /// the listener guard (the first byte, from the accept), `serve`'s handshake and each
     /// connection's heads.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))] // Only the timers read it.
     pub(crate) fn head_due<T: std::ops::Add<Duration, Output = T>>(&self, from: T) -> Option<T> {
         self.head_within.map(|within| from + within)
     }
