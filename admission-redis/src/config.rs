@@ -52,6 +52,8 @@ pub enum FleetError {
     SlowGrant,
     /// The Redis client could not be set up (its URL, say).
     Redis(redis::RedisError),
+    /// The thread that keeps the cap's clock could not be started.
+    Thread(std::io::Error),
 }
 
 impl fmt::Display for FleetError {
@@ -62,6 +64,7 @@ impl fmt::Display for FleetError {
                 f.write_str("the grant timeout must be below a third of the leases' time to live")
             }
             FleetError::Redis(_) => f.write_str("the Redis client could not be set up"),
+            FleetError::Thread(_) => f.write_str("the fleet cap's clock thread could not start"),
         }
     }
 }
@@ -70,6 +73,7 @@ impl std::error::Error for FleetError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             FleetError::Redis(error) => Some(error),
+            FleetError::Thread(error) => Some(error),
             _ => None,
         }
     }
@@ -179,7 +183,7 @@ impl FleetCapBuilder {
         if config.grant_timeout * 3 >= config.ttl {
             return Err(FleetError::SlowGrant);
         }
-        FleetCap::start(self.config, self.client).map_err(FleetError::Redis)
+        FleetCap::start(self.config, self.client)
     }
 }
 

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use admission_core::{Key, KeyState, KeyedLedger};
@@ -15,7 +15,7 @@ use redis::aio::ConnectionManager;
 
 use crate::config::Config;
 use crate::script;
-use crate::state::{Counters, Inner};
+use crate::state::{Counters, Inner, TICKS};
 use crate::upkeep::{nameable, replica_name, upkeep};
 
 /// A cap on each key's requests in flight across every replica that shares a Redis (or
@@ -63,13 +63,14 @@ impl FleetCap {
     /// Starts the cap's upkeep (heartbeats, renewals, returns) on the current tokio
     /// runtime. Nothing is sent to Redis before it is needed: a replica started while
     /// Redis is out of reach starts on its fallback.
-    pub(crate) fn start(config: Config, client: redis::Client) -> Result<Self, redis::RedisError> {
+    pub(crate) fn start(config: Config, client: redis::Client) -> Result<Self, crate::FleetError> {
         let timeout = Some(config.grant_timeout);
         let manager = redis::aio::ConnectionManagerConfig::new()
             .set_connection_timeout(timeout)
             .set_response_timeout(timeout)
             .set_number_of_retries(1);
-        let redis = ConnectionManager::new_lazy_with_config(client, manager)?;
+        let redis = ConnectionManager::new_lazy_with_config(client, manager)
+            .map_err(crate::FleetError::Redis)?;
         let replica = replica_name();
         let inner = Arc::new(Inner {
             replicas: AtomicUsize::new(config.replicas.max(1)),
@@ -81,10 +82,13 @@ impl FleetCap {
             leases: RwLock::new(HashMap::with_hasher(KeyState::new())),
             keyed: OnceLock::new(),
             fallback: AtomicBool::new(false),
+            rejoining: AtomicUsize::new(usize::MAX),
             pending: AtomicUsize::new(0),
+            tick: AtomicU64::new(0),
             counters: Counters::default(),
         });
         tokio::spawn(upkeep(Arc::downgrade(&inner)));
+        spawn_clock(Arc::downgrade(&inner))?;
         Ok(Self { inner })
     }
 
@@ -145,6 +149,28 @@ impl FleetCap {
     }
 }
 
+/// The cap's clock: a thread that moves `tick` every sixth of the TTL until the cap is
+/// dropped.
+fn spawn_clock(inner: std::sync::Weak<Inner>) -> Result<(), crate::FleetError> {
+    let every = match inner.upgrade() {
+        Some(inner) => inner.config.ttl / TICKS as u32,
+        None => return Ok(()),
+    };
+    std::thread::Builder::new()
+        .name("admission-redis clock".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(every);
+                match inner.upgrade() {
+                    Some(inner) => inner.tick.fetch_add(1, Ordering::Relaxed),
+                    None => return,
+                };
+            }
+        })
+        .map(drop)
+        .map_err(crate::FleetError::Thread)
+}
+
 impl Leases for FleetCap {
     #[inline]
     fn cap(&self, key: &Key) -> usize {
@@ -156,6 +182,9 @@ impl Leases for FleetCap {
             .leases
             .read()
             .get(key)
+            // A lease Redis may no longer count (its renewal held up past the TTL) is not
+            // used: the request asks to grow it, which renews it.
+            .filter(|lease| lease.expires > inner.tick.load(Ordering::Relaxed))
             .map_or(0, |lease| lease.granted)
     }
 
@@ -177,5 +206,51 @@ impl fmt::Debug for FleetCap {
             .field("config", &self.inner.config)
             .field("snapshot", &self.snapshot())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use admission_core::Key;
+    use std::sync::atomic::Ordering;
+
+    use admission_tower::Leases;
+
+    use super::FleetCap;
+
+    /// A lease whose renewal was held up past its TTL (the upkeep starved of CPU, say)
+    /// is not used: Redis may have let its slots go to another replica. A request then
+    /// asks to grow it, which renews it.
+    #[tokio::test]
+    async fn a_lease_past_its_ttl_is_not_used() {
+        // Nothing listens there: nothing here calls Redis.
+        let client = redis::Client::open("redis://127.0.0.1:1/").expect("a client");
+        let fleet = FleetCap::builder(client, 12)
+            .ttl(Duration::from_secs(3))
+            .build()
+            .expect("a fleet cap");
+        let key = Key::from("acme");
+        let lock = fleet.inner.lock(key);
+        drop(lock);
+        let set = |expires: u64| {
+            let mut leases = fleet.inner.leases.write();
+            let lease = leases.get_mut(&key).expect("the entry");
+            (lease.granted, lease.expires) = (5, expires);
+        };
+        fleet.inner.tick.store(10, Ordering::Relaxed);
+        set(11);
+        assert_eq!(fleet.cap(&key), 5, "within its TTL");
+        set(10);
+        assert_eq!(fleet.cap(&key), 0, "past its TTL");
+        // The clock moves on its own: a tick every sixth of the TTL.
+        let fast = FleetCap::builder(redis::Client::open("redis://127.0.0.1:1/").unwrap(), 1)
+            .ttl(Duration::from_millis(60))
+            .grant_timeout(Duration::from_millis(5))
+            .build()
+            .expect("a fleet cap");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(fast.inner.tick.load(Ordering::Relaxed) >= 2);
     }
 }

@@ -12,6 +12,9 @@ use redis::aio::ConnectionManager;
 
 use crate::config::Config;
 
+/// Ticks of the cap's clock in a TTL.
+pub(crate) const TICKS: u64 = 6;
+
 /// One fleet cap's state, shared by its handles and its upkeep task.
 pub(crate) struct Inner {
     pub(crate) config: Config,
@@ -28,6 +31,15 @@ pub(crate) struct Inner {
     pub(crate) replicas: AtomicUsize,
     /// Redis could not be reached: every key is held to the fallback's cap.
     pub(crate) fallback: AtomicBool,
+    /// Back from the fallback since the last upkeep round: another replica may still run
+    /// on its fallback share, which Redis does not count, so each lease grows no further
+    /// than the share this replica ran on, until the next round (`usize::MAX`: not
+    /// rejoining).
+    pub(crate) rejoining: AtomicUsize,
+    /// A coarse clock in ticks of a sixth of the TTL, moved by a thread of the cap's own
+    /// (the OS schedules it, not the runtime whose tasks may starve the upkeep): read on
+    /// every request for a lease's expiry, at the cost of an atomic load.
+    pub(crate) tick: AtomicU64,
     /// Grants asked for and not yet answered.
     pub(crate) pending: AtomicUsize,
     pub(crate) counters: Counters,
@@ -51,6 +63,11 @@ pub(crate) struct Lease {
     /// The key's fair share, as Redis last said (the cap while no replica waits): a lease
     /// does not grow past it.
     pub(crate) share: usize,
+    /// The tick of the cap's clock (see `Inner::tick`) from which this lease is not used:
+    /// a tick before Redis lets it go, counted from the start of the call that last set
+    /// it. So an upkeep held up past the TTL (its task starved of the runtime, say) leaves
+    /// no lease in use that Redis may have given to another replica.
+    pub(crate) expires: u64,
 }
 
 #[derive(Default)]

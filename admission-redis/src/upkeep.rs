@@ -10,7 +10,7 @@ use std::time::Duration;
 use admission_core::Key;
 
 use crate::config::Fallback;
-use crate::state::{Inner, Lease};
+use crate::state::{Inner, Lease, TICKS};
 
 impl Inner {
     pub(crate) fn on_fallback(&self) -> bool {
@@ -24,6 +24,13 @@ impl Inner {
             Fallback::Closed => 0,
             Fallback::Local(cap) => cap.min(self.config.cap),
         }
+    }
+
+    /// The grant timeout, in ticks of the cap's clock (rounded up).
+    fn timeout_ticks(&self) -> u64 {
+        let tick = self.config.ttl.as_nanos() / u128::from(TICKS);
+        u64::try_from(self.config.grant_timeout.as_nanos().div_ceil(tick.max(1)))
+            .unwrap_or(u64::MAX)
     }
 
     fn in_flight(&self, key: &Key) -> usize {
@@ -65,21 +72,31 @@ impl Inner {
             // Another request's grant came first, or the fleet holds the rest.
             return;
         }
-        let want = (current.max(in_flight) + self.config.chunk)
+        let mut want = (current.max(in_flight) + self.config.chunk)
             .min(self.config.cap)
             .min(share.max(current));
+        // Back from the fallback: no further than the share this replica ran on there.
+        want = want.min(self.rejoining.load(Ordering::Relaxed).max(current));
         if want <= current {
             return; // this replica holds the whole cap, or its fair share
         }
+        let called = self.tick.load(Ordering::Relaxed);
         if let Some((granted, fair)) = self.set(name, want).await {
             let short = (granted < want).then(tokio::time::Instant::now);
             if short.is_some() {
                 self.counters.short.fetch_add(1, Ordering::Relaxed);
             }
             if let Some(lease) = self.leases.write().get_mut(key) {
-                // A grow never lowers the lease: Redis grants at least what it held.
-                lease.granted = lease.granted.max(granted);
+                // A grow never lowers a lease Redis still held when the script ran (it
+                // grants at least that); one that may have expired is what Redis grants.
+                let held = lease.expires > called + self.timeout_ticks();
+                lease.granted = if held {
+                    lease.granted.max(granted)
+                } else {
+                    granted
+                };
                 lease.in_redis = granted;
+                lease.expires = called + TICKS - 1;
                 lease.short_at = short;
                 lease.share = fair;
             }
@@ -87,7 +104,7 @@ impl Inner {
     }
 
     /// The lock that serializes `key`'s changes in Redis (its entry made if it has none).
-    fn lock(&self, key: Key) -> Arc<tokio::sync::Mutex<()>> {
+    pub(crate) fn lock(&self, key: Key) -> Arc<tokio::sync::Mutex<()>> {
         if let Some(lease) = self.leases.read().get(&key) {
             return lease.lock.clone();
         }
@@ -98,6 +115,7 @@ impl Inner {
             lock: Arc::default(),
             idle_rounds: 0,
             short_at: None,
+            expires: 0,
             share: self.config.cap,
         });
         lease.lock.clone()
@@ -176,6 +194,11 @@ impl Inner {
         else {
             return;
         };
+        if self.fallback.load(Ordering::Relaxed) {
+            // The share this replica ran on, before the count of live replicas (which
+            // leaves out those still on their fallback) moves it.
+            self.rejoining.store(self.fallback_cap(), Ordering::Relaxed);
+        }
         self.replicas.store(live.max(1), Ordering::Relaxed);
         if self.fallback.load(Ordering::Relaxed) {
             // Back: what Redis held for this replica has expired or is about to; each key
@@ -191,6 +214,7 @@ impl Inner {
             self.set_fallback(false);
             return;
         }
+        self.rejoining.store(usize::MAX, Ordering::Relaxed);
         let keys: Vec<Key> = self.leases.read().keys().copied().collect();
         for key in keys {
             self.settle(key, false).await;
@@ -235,6 +259,7 @@ impl Inner {
             kept.max(in_flight)
         };
         let want = want.min(self.config.cap);
+        let called = self.tick.load(Ordering::Relaxed);
         let answer = if in_redis == 0 && want == 0 {
             Some((0, self.config.cap)) // Redis holds nothing of this replica's for the key
         } else {
@@ -248,6 +273,7 @@ impl Inner {
             return;
         };
         lease.in_redis = granted;
+        lease.expires = called + TICKS - 1;
         let target = if idle {
             0
         } else {

@@ -519,3 +519,82 @@ async fn redis_is_asked_a_few_times_not_once_a_request() {
     assert!(asked <= 8, "{asked} calls for {} refusals", refused.refused);
     held.await.unwrap();
 }
+
+/// Redis comes back, and some replicas find it a while before the others do (each asks
+/// at its own upkeep round, and these are half a second apart). Until they do, the
+/// others run on their fallback share, which Redis does not count: a replica back grows
+/// no further than the share it ran on until its next round, so the fleet never runs
+/// more than the cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_back_before_the_others_grows_no_further_than_its_share() {
+    let Some(mut redis) = Redis::start("rejoin") else {
+        return;
+    };
+    const CAP: usize = 12;
+    // Leases of 3 s, renewed every second: the first replica's rounds fall half a second
+    // apart from the other two's.
+    let ttl = Duration::from_secs(3);
+    let running = Arc::new(Running::default());
+    let build = || {
+        FleetCap::builder(redis.client(), CAP)
+            .ttl(ttl)
+            .prefix("rejoin")
+            .build()
+            .expect("a fleet cap")
+    };
+    let first = Replica::start(build(), running.clone(), SERVICE).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let others = [
+        Replica::start(build(), running.clone(), SERVICE).await,
+        Replica::start(build(), running.clone(), SERVICE).await,
+    ];
+    let all = || std::iter::once(&first).chain(others.iter());
+    eventually("three replicas counted", Duration::from_secs(4), || {
+        all().all(|r| r.fleet.snapshot().replicas == 3)
+    })
+    .await;
+    let addrs: Vec<_> = all().map(|r| r.addr).collect();
+    // Under load throughout: Redis stops, every replica falls back, Redis comes back.
+    let loaded = tokio::spawn({
+        let addrs = addrs.clone();
+        async move { load(&addrs, 36, "acme", Duration::from_millis(5000)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    redis.stop();
+    eventually(
+        "every replica on its fallback",
+        Duration::from_secs(2),
+        || all().all(|r| r.fleet.snapshot().fallback),
+    )
+    .await;
+    tokio::time::sleep(SERVICE * 5).await;
+    running.reset();
+    // Watched from before Redis restarts: a moment with a replica back while another
+    // still runs on its fallback.
+    let watch = {
+        let fleets: Vec<FleetCap> = all().map(|r| r.fleet.clone()).collect();
+        tokio::spawn(async move {
+            let mut window = false;
+            let until = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < until {
+                let on: Vec<bool> = fleets.iter().map(|f| f.snapshot().fallback).collect();
+                window |= on.contains(&true) && on.contains(&false);
+                if !on.contains(&true) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            window
+        })
+    };
+    redis.restart();
+    let window = watch.await.unwrap();
+    let tally = loaded.await.unwrap();
+    assert_eq!(tally.failed, 0, "{tally:?}");
+    assert!(window, "the replicas came back all at once");
+    assert!(
+        running.most() <= CAP,
+        "{} in flight as the fleet came back",
+        running.most()
+    );
+}
