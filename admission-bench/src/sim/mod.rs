@@ -70,6 +70,9 @@ pub struct Outcomes {
     pub limit_by_second: Vec<f64>,
     /// Goodput of each second of the run, as `goodput` counts it.
     pub goodput_by_second: Vec<f64>,
+    /// The mean latency of the requests answered in each second, seconds (`NaN` for a
+    /// second with none).
+    pub latency_by_second: Vec<f64>,
 }
 
 /// An admission wait in front of the limit: [`CountLedger::set_max_waiting`] waiters,
@@ -223,6 +226,7 @@ fn run_inner(
     let mut latencies = Vec::new();
     let mut queued = Vec::new();
     let mut answered_by_second = vec![0u64; seconds];
+    let mut latency_by_second = vec![0f64; seconds];
     let mut limit_area = vec![0f64; seconds];
     let (mut last_t, mut last_limit) = (0.0, ledger.capacity() as f64);
     let end = scenario.seconds;
@@ -340,6 +344,7 @@ fn run_inner(
                 if !live(&requests, id, generation) {
                     continue; // given up while in service: its worker moved on then
                 }
+                latency_by_second[t as usize] += t - requests[id].arrived;
                 finish(id, Outcome::Success, &mut requests);
                 answered_by_second[t as usize] += 1;
                 busy -= 1;
@@ -424,6 +429,12 @@ fn run_inner(
         limit_by_second: limit_area,
         goodput_by_second: (0..seconds)
             .map(|s| answered_by_second[s] as f64 / possible[s].max(1.0))
+            .collect(),
+        latency_by_second: (0..seconds)
+            .map(|s| match answered_by_second[s] {
+                0 => f64::NAN,
+                answered => latency_by_second[s] / answered as f64,
+            })
             .collect(),
     }
 }

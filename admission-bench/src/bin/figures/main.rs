@@ -1,0 +1,85 @@
+//! Draws the figures of the README and the bench README as SVG, from runs it makes
+//! itself, and checks that each figure's data has the shape its claim needs.
+//!
+//! `cargo run --release -p admission-bench --bin figures` writes `docs/figures/`;
+//! `-- --short` (CI) runs fewer seeds, writes to `target/figures/` and checks the same
+//! claims. Both exit non-zero if a claim fails. A progress line goes to stderr.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+mod adaptive;
+mod load;
+mod plot;
+mod real;
+
+/// How much a run does.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// Every figure from six seeds, written to `docs/figures/`.
+    Full,
+    /// Two seeds, written to `target/figures/`: CI's check.
+    Short,
+}
+
+impl Mode {
+    fn seeds(self) -> u64 {
+        match self {
+            Mode::Full => 6,
+            Mode::Short => 2,
+        }
+    }
+}
+
+/// Says on stderr which figure runs and how far along it is.
+pub(crate) fn progress(figure: &str, done: usize, total: usize) {
+    eprintln!("figures: {figure}: run {done} of {total}");
+}
+
+fn main() -> ExitCode {
+    let started = Instant::now();
+    let mode = if std::env::args().any(|a| a == "--short") {
+        Mode::Short
+    } else {
+        Mode::Full
+    };
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = match mode {
+        Mode::Full => root.join("docs/figures"),
+        Mode::Short => root.join("target/figures"),
+    };
+    if let Err(err) = std::fs::create_dir_all(&out) {
+        eprintln!("figures: cannot make {}: {err}", out.display());
+        return ExitCode::FAILURE;
+    }
+    let mut checks = Vec::new();
+    match adaptive::figure(mode, &out) {
+        Ok(figure) => checks.extend(adaptive::check(&figure)),
+        Err(err) => checks.push(Err(format!("adaptive limit: {err}"))),
+    }
+    match load::figure(mode, &out) {
+        Ok(figure) => checks.extend(load::check(&figure)),
+        Err(err) => checks.push(Err(format!("offered load: {err}"))),
+    }
+    println!(
+        "figures in {} ({:.0} s)",
+        out.display(),
+        started.elapsed().as_secs_f64()
+    );
+    let mut failed = false;
+    for check in checks {
+        match check {
+            Ok(line) => println!("  MET    {line}"),
+            Err(line) => {
+                println!("  FAILED {line}");
+                failed = true;
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
