@@ -162,48 +162,31 @@ pub(crate) fn figure(mode: Mode, out: &Path) -> Result<Figure, Box<dyn Error>> {
             .collect()
     };
     let first: Vec<&(u64, &str, Outcomes)> = runs.iter().filter(|r| r.0 == seeds[0]).collect();
-    let colors = [BLUE, ORANGE];
     let mut limits = vec![Line {
         name: "the server's concurrency (workers)".into(),
         points: capacity,
         color: GREY,
         reference: true,
     }];
-    let mut goodput = Vec::new();
-    let mut latency = Vec::new();
-    for ((_, name, outcomes), color) in first.iter().map(|r| (r.0, r.1, &r.2)).zip(colors) {
-        latency.push(Line {
-            name: (*name).to_owned(),
-            points: by_second(&outcomes.latency_by_second, 1e3),
+    let (mut goodput, mut latency) = (Vec::new(), Vec::new());
+    let adaptive = first.iter().map(|r| ((*r.1).to_owned(), &r.2, false));
+    let fixed = statics
+        .iter()
+        .map(|(limit, outcomes)| (format!("static limit {limit}"), outcomes, true));
+    for ((name, outcomes, reference), color) in
+        adaptive.chain(fixed).zip([BLUE, ORANGE, GREEN, RED])
+    {
+        let line = |values: &[f64], scale| Line {
+            name: name.clone(),
+            points: by_second(values, scale),
             color,
-            reference: false,
-        });
-        limits.push(Line {
-            name: (*name).to_owned(),
-            points: by_second(&outcomes.limit_by_second, 1.0),
-            color,
-            reference: false,
-        });
-        goodput.push(Line {
-            name: (*name).to_owned(),
-            points: by_second(&outcomes.goodput_by_second, 100.0),
-            color,
-            reference: false,
-        });
-    }
-    for ((limit, outcomes), color) in statics.iter().zip([GREEN, RED]) {
-        latency.push(Line {
-            name: format!("static limit {limit}"),
-            points: by_second(&outcomes.latency_by_second, 1e3),
-            color,
-            reference: true,
-        });
-        goodput.push(Line {
-            name: format!("static limit {limit}"),
-            points: by_second(&outcomes.goodput_by_second, 100.0),
-            color,
-            reference: true,
-        });
+            reference,
+        };
+        if !reference {
+            limits.push(line(&outcomes.limit_by_second, 1.0));
+        }
+        goodput.push(line(&outcomes.goodput_by_second, 100.0));
+        latency.push(line(&outcomes.latency_by_second, 1e3));
     }
     plot::panels(
         &out.join("adaptive-limit-simulated.svg"),
