@@ -37,43 +37,52 @@ pub(crate) struct Figure {
 }
 
 pub(crate) fn figure(mode: Mode, out: &Path) -> Result<Figure, Box<dyn Error>> {
+    let capacity = alone(real::capacity())?;
+    let (warmup, measured) = seconds(mode);
+    let total = Server::ALL.len() * (loads(mode).len() + 1);
+    let mut done = 0;
+    let mut by_load: BTreeMap<&'static str, Vec<(f64, Run)>> = BTreeMap::new();
+    for server in Server::ALL {
+        for &load in loads(mode) {
+            done += 1;
+            progress("offered load (real server)", done, total);
+            let schedule = Schedule::even(load * capacity);
+            let run = alone(real::run(server, schedule, warmup, measured))?;
+            by_load.entry(server.name()).or_default().push((load, run));
+        }
+    }
+    let mut bursts = Vec::new();
+    for server in Server::ALL {
+        done += 1;
+        progress("offered load (real server)", done, total);
+        // 100 at once every 50 ms: twice the capacity of 10 workers at 10 ms.
+        let schedule = Schedule {
+            every: Duration::from_millis(50),
+            count: 100,
+        };
+        bursts.push((
+            server,
+            alone(real::run(server, schedule, warmup, measured))?,
+        ));
+    }
+    let figure = Figure {
+        capacity,
+        by_load,
+        bursts,
+    };
+    draw(&figure, out)?;
+    Ok(figure)
+}
+
+/// Runs `run` on a runtime of its own, dropped after it with whatever it left behind (an
+/// unlimited server's backlog), so that no run shares the machine with the one before.
+fn alone<T>(run: impl Future<Output = T>) -> Result<T, Box<dyn Error>> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    runtime.block_on(async {
-        let capacity = real::capacity().await;
-        let (warmup, measured) = seconds(mode);
-        let total = Server::ALL.len() * (loads(mode).len() + 1);
-        let mut done = 0;
-        let mut by_load: BTreeMap<&'static str, Vec<(f64, Run)>> = BTreeMap::new();
-        for server in Server::ALL {
-            for &load in loads(mode) {
-                done += 1;
-                progress("offered load (real server)", done, total);
-                let run =
-                    real::run(server, Schedule::even(load * capacity), warmup, measured).await;
-                by_load.entry(server.name()).or_default().push((load, run));
-            }
-        }
-        let mut bursts = Vec::new();
-        for server in Server::ALL {
-            done += 1;
-            progress("offered load (real server)", done, total);
-            // 100 at once every 50 ms: twice the capacity of 10 workers at 10 ms.
-            let schedule = Schedule {
-                every: Duration::from_millis(50),
-                count: 100,
-            };
-            bursts.push((server, real::run(server, schedule, warmup, measured).await));
-        }
-        let figure = Figure {
-            capacity,
-            by_load,
-            bursts,
-        };
-        draw(&figure, out)?;
-        Ok(figure)
-    })
+    let out = runtime.block_on(run);
+    runtime.shutdown_background();
+    Ok(out)
 }
 
 fn draw(figure: &Figure, out: &Path) -> Result<(), Box<dyn Error>> {
