@@ -14,8 +14,8 @@ use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use super::h2::{
-    GOAWAY, INITIAL_WINDOW_SIZE, PING, RST_STREAM, frame, frames, get_on, parse, preface,
-    preface_with,
+    DATA, END_STREAM, GOAWAY, HEADERS, INITIAL_WINDOW_SIZE, PING, RST_STREAM, frame, frames,
+    get_on, parse, preface, preface_with,
 };
 use super::{CONNECTIONS_PER_ADDRESS, loopback};
 
@@ -44,6 +44,9 @@ pub(crate) struct Seen {
     /// Zero-window streams reset, and the longest any was held before its reset.
     resets: u64,
     longest_hold: Duration,
+    /// Zero-window streams still open when the attacks stopped, held longer than the
+    /// server should let them be.
+    held_past_reset: usize,
     /// Rapid-reset connections the server ended (`GOAWAY`), of those made.
     floods_ended: u64,
     floods: u64,
@@ -59,10 +62,10 @@ impl Seen {
         if self.ran >= RESET_WITHIN && self.resets == 0 {
             return Some("no zero-window stream was reset".to_owned());
         }
-        if self.longest_hold > RESET_WITHIN {
+        if self.held_past_reset > 0 || self.longest_hold > RESET_WITHIN {
             return Some(format!(
-                "a zero-window stream held {:?} (> {RESET_WITHIN:?})",
-                self.longest_hold
+                "{} zero-window streams held past {RESET_WITHIN:?} at the end, the longest reset one {:?}",
+                self.held_past_reset, self.longest_hold
             ));
         }
         if self.floods == 0 || self.floods_ended < self.floods {
@@ -79,6 +82,14 @@ impl Seen {
         }
         None
     }
+
+    /// Zero-window streams still open at the end, held longer than the server should let
+    /// them be (`RESET_WITHIN`). Admission-bench's `figures` reads it; the example prints
+    /// it and checks it through `wrong`.
+    #[allow(dead_code)]
+    pub(crate) fn held_past_reset(&self) -> usize {
+        self.held_past_reset
+    }
 }
 
 impl fmt::Display for Seen {
@@ -91,9 +102,11 @@ impl fmt::Display for Seen {
         )?;
         writeln!(
             f,
-            "  zero-window h2 readers ({ZERO_WINDOW_ADDRESSES} addresses x {ZERO_WINDOW_CONNECTIONS} connections x {STREAMS} streams): {} streams reset, none held longer than {:.1} s",
+            "  zero-window h2 readers ({ZERO_WINDOW_ADDRESSES} addresses x {ZERO_WINDOW_CONNECTIONS} connections x {STREAMS} streams): {} streams reset, the longest after {:.1} s; {} still open past {} s at the end",
             self.resets,
-            self.longest_hold.as_secs_f64()
+            self.longest_hold.as_secs_f64(),
+            self.held_past_reset,
+            RESET_WITHIN.as_secs(),
         )?;
         writeln!(
             f,
@@ -233,7 +246,11 @@ async fn zero_window(
     loop {
         let n = tokio::select! {
             n = stream.read(&mut buf) => n,
-            () = stopped(&mut stop) => return,
+            () = stopped(&mut stop) => {
+                let held = opened.values().filter(|since| since.elapsed() > RESET_WITHIN);
+                seen.lock().expect("not poisoned").held_past_reset += held.count();
+                return;
+            }
         };
         match n {
             Ok(0) | Err(_) => return,
@@ -245,8 +262,11 @@ async fn zero_window(
             if kind == PING && flags == 0 {
                 answer.extend(frame(PING, 1, 0, payload));
             }
-            if kind == RST_STREAM {
-                if let Some(since) = opened.remove(&id) {
+            // A stream reset, or ended (a refusal with no body): another takes its place.
+            let ended = matches!(kind, HEADERS | DATA) && flags & END_STREAM != 0;
+            if kind == RST_STREAM || ended {
+                let since = opened.remove(&id);
+                if let (Some(since), RST_STREAM) = (since, kind) {
                     let mut seen = seen.lock().expect("not poisoned");
                     seen.resets += 1;
                     seen.longest_hold = seen.longest_hold.max(since.elapsed());

@@ -19,41 +19,24 @@
 //!
 //! It prints the legitimate clients' goodput and p99 for both runs and the process's
 //! peak heap (server and clients: one process), and exits non-zero if the attacked
-//! goodput falls below 95% of the quiet one, if p99 rises past 1.5x, or if the heap
-//! under attack passes the quiet peak by more than the docs' bound for what the attacks
-//! may hold (see `HEAP_BOUND`).
+//! goodput falls below 95% of the quiet one, if p99 rises past 1.5x, if the heap under
+//! attack passes the quiet peak by more than the docs' bound for what the attacks may
+//! hold (see `HEAP_BOUND`), or if the server missed a connection bound.
+//!
+//! `-- --axum-serve` runs the same layer and app under `axum::serve` instead, which has
+//! no connection bounds: it prints the same table and checks only the legitimate
+//! clients' goodput and latency and the count limit.
 
-mod attack;
-mod load;
+mod suite;
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
-use admission_tower::{AdmissionLayer, ConnectionLimits, PerKey, key};
-use axum::Router;
-use axum::body::Body;
-use axum::routing::get;
-use bytes::Bytes;
-use tokio::net::TcpListener;
+use suite::{CONNECTIONS_PER_ADDRESS, COUNT, LOAD, PER_ADDRESS, Server, WORK, attack};
 
-// The tests' h2 frames by hand, and their heap counter, shared.
-#[path = "../../tests/support/h2.rs"]
-mod h2;
+// The tests' heap counter, shared.
 #[path = "../../tests/support/heap.rs"]
 #[allow(dead_code)]
 mod heap;
-
-/// Requests in flight, and per client address.
-const COUNT: usize = 128;
-const PER_ADDRESS: usize = 4;
-/// Connections per client address (as in the server setup).
-const CONNECTIONS_PER_ADDRESS: usize = 50;
-/// What a request's handler takes.
-const WORK: Duration = Duration::from_millis(40);
-/// The share of the measured capacity the legitimate clients offer.
-const LOAD: f64 = 0.8;
-/// Legitimate client addresses: 127.0.1.1 and on.
-const CLIENTS: u8 = 64;
 
 /// The heap the attacks may add over the quiet run's peak: what the docs bound, for the
 /// attacks this run makes. Each zero-window stream h2 holds at most 96 KiB of (its send
@@ -65,44 +48,6 @@ const HEAP_BOUND: usize =
     attack::ZERO_WINDOW_STREAMS * (96 + 64) * 1024 + attack::ATTACK_CONNECTIONS * CONNECTION_BYTES;
 const CONNECTION_BYTES: usize = 64 * 1024;
 
-/// A loopback address of the given group: 127.0.`group`.`host`.
-fn loopback(group: u8, host: u8) -> IpAddr {
-    IpAddr::V4(Ipv4Addr::new(127, 0, group, host))
-}
-
-async fn serve() -> (AdmissionLayer, SocketAddr) {
-    let by_address = key::peer_ip(|addr: &SocketAddr| addr.ip());
-    let layer = AdmissionLayer::builder()
-        .count(COUNT)
-        .per_key(PerKey::new(PER_ADDRESS, by_address))
-        .connection_limits(
-            ConnectionLimits::default().with_max_per_address(Some(CONNECTIONS_PER_ADDRESS)),
-        )
-        .build()
-        .expect("valid limits");
-    let app = Router::new()
-        .route(
-            "/work",
-            get(|| async {
-                tokio::time::sleep(WORK).await;
-                "done"
-            }),
-        )
-        .route(
-            "/download",
-            get(|| async {
-                let chunks =
-                    (0..256).map(|_| Ok::<_, std::io::Error>(Bytes::from(vec![7; 64 << 10])));
-                Body::from_stream(tokio_stream::iter(chunks))
-            }),
-        )
-        .layer(layer.clone());
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
-    let addr = listener.local_addr().expect("an address");
-    tokio::spawn(layer.serve(listener, app).into_future());
-    (layer, addr)
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> std::process::ExitCode {
     let short = std::env::args().any(|arg| arg == "--short");
@@ -112,33 +57,39 @@ async fn main() -> std::process::ExitCode {
     } else {
         Duration::from_secs(15)
     };
-    let (layer, addr) = serve().await;
-    println!("admission attack run: server on http://{addr}");
+    let server = if std::env::args().any(|arg| arg == "--axum-serve") {
+        Server::AxumServe
+    } else {
+        Server::Serve
+    };
+    println!("admission attack run: {}", server.name());
     println!(
-        "limits: {COUNT} in flight, {PER_ADDRESS} per client address, {CONNECTIONS_PER_ADDRESS} connections per address, the default connection bounds (send rate 240 B/s after 5 s)"
+        "limits: {COUNT} in flight, {PER_ADDRESS} per client address{}",
+        match server {
+            Server::Serve => format!(
+                ", {CONNECTIONS_PER_ADDRESS} connections per address, the default connection bounds (send rate 240 B/s after 5 s)"
+            ),
+            Server::AxumServe => ", no connection bounds".to_owned(),
+        }
     );
-    let clients = std::sync::Arc::new(load::Clients::new(addr, CLIENTS));
-    let capacity = clients.capacity(COUNT, Duration::from_secs(2)).await;
-    let rate = capacity * LOAD;
+    let compared = suite::compare(server, run, heap::peak).await;
+    let suite::Compared {
+        addr,
+        capacity,
+        quiet,
+        attacked,
+        quiet_heap,
+        attacked_heap,
+        seen,
+        over_count,
+    } = compared;
     println!(
-        "capacity: {capacity:.0} requests/s (closed loop, {COUNT} at once, {} ms each); offered: {rate:.0}/s ({:.0}%) for {} s a run\n",
+        "server on http://{addr}; capacity: {capacity:.0} requests/s (closed loop, {COUNT} at once, {} ms each); offered: {:.0}/s ({:.0}%) for {} s a run\n",
         WORK.as_millis(),
+        capacity * LOAD,
         LOAD * 100.0,
         run.as_secs()
     );
-
-    heap::peak();
-    let quiet = clients.offer(rate, run).await;
-    let quiet_heap = heap::peak();
-    eprintln!("quiet run done");
-
-    let attacks = attack::Attacks::start(addr);
-    // The attacks take hold before the measured load comes.
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let attacked = clients.offer(rate, run).await;
-    let attacked_heap = heap::peak();
-    let seen = attacks.stop().await;
-    eprintln!("attacked run done");
 
     println!("{:<28} {:>12} {:>12}", "", "quiet", "attacked");
     println!(
@@ -192,7 +143,7 @@ async fn main() -> std::process::ExitCode {
     if p99 > 1.5 {
         broken.push(format!("attacked p99 {p99:.2}x quiet (> 1.5x)"));
     }
-    if added > HEAP_BOUND {
+    if added > HEAP_BOUND && server == Server::Serve {
         broken.push(format!(
             "the attacks added {added} bytes of heap (> {HEAP_BOUND})"
         ));
@@ -203,14 +154,19 @@ async fn main() -> std::process::ExitCode {
             attacked.failed
         ));
     }
-    if let Some(wrong) = seen.wrong() {
+    if let (Some(wrong), Server::Serve) = (seen.wrong(), server) {
         broken.push(wrong);
     }
-    if layer.snapshot().gate.count.in_flight > COUNT as u64 {
+    if over_count {
         broken.push("more in flight than the count limit".to_owned());
     }
     if broken.is_empty() {
-        println!("every attack held; legitimate traffic kept its goodput and latency.");
+        match (server, seen.wrong()) {
+            (Server::AxumServe, Some(unbounded)) => println!(
+                "legitimate traffic kept its goodput and latency; what axum::serve left unbounded: {unbounded}"
+            ),
+            _ => println!("every attack held; legitimate traffic kept its goodput and latency."),
+        }
         std::process::ExitCode::SUCCESS
     } else {
         for b in broken {

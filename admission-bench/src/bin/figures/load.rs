@@ -10,7 +10,7 @@ use plotters::chart::SeriesLabelPosition;
 
 use crate::plot::{self, Bars, Line, Panel};
 use crate::real::{self, Run, Schedule, Server};
-use crate::{Mode, progress};
+use crate::{Mode, alone, progress};
 
 /// Offered load, as multiples of the measured capacity.
 fn loads(mode: Mode) -> &'static [f64] {
@@ -72,17 +72,6 @@ pub(crate) fn figure(mode: Mode, out: &Path) -> Result<Figure, Box<dyn Error>> {
     };
     draw(&figure, out)?;
     Ok(figure)
-}
-
-/// Runs `run` on a runtime of its own, dropped after it with whatever it left behind (an
-/// unlimited server's backlog), so that no run shares the machine with the one before.
-fn alone<T>(run: impl Future<Output = T>) -> Result<T, Box<dyn Error>> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let out = runtime.block_on(run);
-    runtime.shutdown_background();
-    Ok(out)
 }
 
 fn draw(figure: &Figure, out: &Path) -> Result<(), Box<dyn Error>> {

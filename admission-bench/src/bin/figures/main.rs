@@ -3,13 +3,15 @@
 //!
 //! `cargo run --release -p admission-bench --bin figures` writes `docs/figures/`;
 //! `-- --short` (CI) runs fewer seeds, writes to `target/figures/` and checks the same
-//! claims. Both exit non-zero if a claim fails. A progress line goes to stderr.
+//! claims; `-- --only adaptive|load|attacks` draws one group. Both exit non-zero if a claim fails. A progress line goes to stderr.
 
+use std::error::Error;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
 mod adaptive;
+mod attacks;
 mod load;
 mod plot;
 mod real;
@@ -37,6 +39,17 @@ pub(crate) fn progress(figure: &str, done: usize, total: usize) {
     eprintln!("figures: {figure}: run {done} of {total}");
 }
 
+/// Runs `run` on a runtime of its own, dropped after it with whatever it left behind (an
+/// unlimited server's backlog), so that no run shares the machine with the one before.
+pub(crate) fn alone<T>(run: impl Future<Output = T>) -> Result<T, Box<dyn Error>> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let out = runtime.block_on(run);
+    runtime.shutdown_background();
+    Ok(out)
+}
+
 fn main() -> ExitCode {
     let started = Instant::now();
     let mode = if std::env::args().any(|a| a == "--short") {
@@ -53,14 +66,35 @@ fn main() -> ExitCode {
         eprintln!("figures: cannot make {}: {err}", out.display());
         return ExitCode::FAILURE;
     }
+    // `--only NAME` draws one figure group: adaptive, load or attacks.
+    let args: Vec<String> = std::env::args().collect();
+    let only = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1));
+    let wanted = |name: &str| only.is_none_or(|only| only == name);
     let mut checks = Vec::new();
-    match adaptive::figure(mode, &out) {
-        Ok(figure) => checks.extend(adaptive::check(&figure)),
-        Err(err) => checks.push(Err(format!("adaptive limit: {err}"))),
+    if wanted("adaptive") {
+        match adaptive::figure(mode, &out) {
+            Ok(figure) => checks.extend(adaptive::check(&figure)),
+            Err(err) => checks.push(Err(format!("adaptive limit: {err}"))),
+        }
     }
-    match load::figure(mode, &out) {
-        Ok(figure) => checks.extend(load::check(&figure)),
-        Err(err) => checks.push(Err(format!("offered load: {err}"))),
+    if wanted("load") {
+        match load::figure(mode, &out) {
+            Ok(figure) => checks.extend(load::check(&figure)),
+            Err(err) => checks.push(Err(format!("offered load: {err}"))),
+        }
+    }
+    if wanted("attacks") {
+        match attacks::figure(mode, &out) {
+            Ok(figure) => checks.extend(attacks::check(&figure)),
+            Err(err) => checks.push(Err(format!("connection attacks: {err}"))),
+        }
+    }
+    if checks.is_empty() {
+        eprintln!("figures: --only takes adaptive, load or attacks");
+        return ExitCode::FAILURE;
     }
     println!(
         "figures in {} ({:.0} s)",
