@@ -12,7 +12,10 @@ use crate::FleetCap;
 pub enum Fallback {
     /// Each key may hold `cap / N` here, where N is the replicas last counted live (the
     /// builder's [`replicas`](FleetCapBuilder::replicas) until Redis has counted them),
-    /// rounded down: the fleet together stays within the cap. The default.
+    /// rounded down: with Redis out of every replica's reach, the fleet together stays
+    /// within the cap. Where only this replica is cut off, the others may take the whole
+    /// cap once its leases expire, so until the partition heals the fleet may hold the
+    /// cap and this share; [`Closed`](Fallback::Closed) keeps it to the cap. The default.
     #[default]
     Share,
     /// Every request with a key is refused (429) until Redis answers again.

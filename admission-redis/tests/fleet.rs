@@ -328,6 +328,14 @@ async fn a_partition_that_heals_counts_nothing_twice_past_the_ttl() {
         cut.elapsed()
     );
     assert!(others.iter().all(|f| !f.snapshot().fallback));
+    // Meanwhile the fleet holds at most the cap and the cut-off replica's fallback (the
+    // README says so).
+    tokio::time::sleep(SERVICE * 5).await;
+    assert!(
+        running.most() <= CAP + CAP / 3,
+        "{} in flight during the partition",
+        running.most()
+    );
 
     partition.heal();
     eventually("the cut-off replica back", Duration::from_secs(3), || {
