@@ -7,6 +7,7 @@ use admission_core::{Classes, Gate, Priority};
 
 use crate::observe::Observer;
 use crate::shared::Shared;
+use crate::stalls::Pacer;
 use crate::{AdmissionBuilder, AdmissionLayer, BuildError, PerKey, Retries};
 
 impl AdmissionBuilder<Gate> {
@@ -94,6 +95,8 @@ impl AdmissionBuilder<Gate> {
             self.settings.classes.as_ref().map(|(classes, _)| classes),
             memory_limit.map(|limit| limit.bytes()),
         );
+        let pacer = (self.settings.slow.min_response_rate())
+            .map(|rate| std::sync::Arc::new(Pacer::new(rate, observer.stall_report())));
         Ok(AdmissionLayer::from_shared(Shared {
             keys,
             bypass: self.settings.bypass,
@@ -106,6 +109,7 @@ impl AdmissionBuilder<Gate> {
             would_shed: AtomicU64::new(0),
             sample_at,
             slow: self.settings.slow,
+            pacer,
             #[cfg(not(feature = "tokio"))]
             connection_limits: self.settings.connections,
             too_slow: AtomicU64::new(0),

@@ -1,20 +1,45 @@
-//! The response body of [`Admission`](crate::Admission).
+//! The response body of [`Admission`](crate::Admission), and how it keeps the minimum
+//! send rate under any server.
+//!
+//! A response handed to the server waits on its client until the server asks the body
+//! for its next frame: hyper asks only once what it was handed has gone into its buffers,
+//! which it does only as the client takes it (an h2 window with room, a socket that
+//! drains). So the body keeps a [`Pace`]: it hands each frame out in pieces the client
+//! could take at the minimum rate within its patience, and while it waits to be asked it
+//! parks its permits in [`PARKED`] until its patience runs out. Asked in time, it takes
+//! them back; not asked, the sweep releases them, and the body ends in [`Stalled`] when
+//! next polled. Time spent waiting on its own source (the handler's stream) is never the
+//! client's: then the body holds its permits itself.
 
 use std::fmt;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Instant;
 
-use admission_http::PermitBody;
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
+use crate::error::Stalled;
+use crate::patience::Pace;
 use crate::permit::AdmissionPermit;
+use crate::stalls::{Registry, Ticket};
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where response bodies park their permits while they wait on their clients.
+static PARKED: Registry<AdmissionPermit> = Registry::new(AdmissionPermit::stalled);
 
 pin_project! {
     /// The response body of [`Admission`](crate::Admission): the inner body holding the
     /// request's permits until it ends, the inner body of a bypassed request, or a
     /// refusal's small body.
+    ///
+    /// It keeps the layer's minimum send rate
+    /// ([`SlowClients::min_response_rate`](crate::SlowClients::min_response_rate)): a
+    /// response the server is not asked to send on within its allowance (its client
+    /// does not take it) gives its permits back at once, and ends in a [`Stalled`] error
+    /// when next polled. Its errors are boxed: the inner body's, or `Stalled`.
     pub struct ResponseBody<B> {
         #[pin]
         kind: Kind<B>,
@@ -27,34 +52,135 @@ pin_project! {
         // Holding nothing (a bypassed or uncounted request): the body as it is.
         Passed { #[pin] body: B },
         // Holding the request's permits until the body ends.
-        Held { #[pin] body: PermitBody<B, AdmissionPermit> },
+        Held {
+            #[pin]
+            body: B,
+            hold: Hold,
+            // The minimum send rate, when the body keeps it itself: not without a rate,
+            // nor on an h2 stream that `serve` paces.
+            pace: Option<Pace>,
+            // What is left of a data frame handed out in pieces.
+            left: Bytes,
+            // On an h2 stream that `serve` paces, the last frame may still wait on the
+            // client once handed over, and the stream polls the body to its end: the
+            // permits are held until then.
+            until_none: bool,
+        },
         // Empty once sent (and for a refusal without a body).
         Refused { bytes: Bytes },
     }
 }
 
-impl<B> ResponseBody<B> {
+/// What a held body holds: its permits, here, or parked while it waits on its client.
+enum Hold {
+    Here(AdmissionPermit),
+    Parked(Parked),
+    Released,
+}
+
+/// Permits parked in [`PARKED`]; dropped, they are taken out and released.
+struct Parked(Option<Ticket>);
+
+impl Parked {
+    /// Takes the permits back, unless the sweep released them.
+    fn take(&mut self) -> Option<AdmissionPermit> {
+        PARKED.unpark(&self.0.take()?)
+    }
+
+    fn holds(&self) -> bool {
+        self.0.as_ref().is_some_and(|ticket| PARKED.holds(ticket))
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        drop(self.take());
+    }
+}
+
+impl Hold {
+    /// Parks the permits until `due`: the body waits on its client. (Without a due time
+    /// a clock can count to, they stay here.)
+    fn park(&mut self, due: Option<Instant>) {
+        let Some(due) = due else { return };
+        if let Hold::Here(permit) = std::mem::replace(self, Hold::Released) {
+            *self = Hold::Parked(Parked(Some(PARKED.park(permit, due))));
+        }
+    }
+
+    /// Takes the permits back: the body is asked for more. False if the sweep released
+    /// them first.
+    fn unpark(&mut self) -> bool {
+        let Hold::Parked(parked) = self else {
+            return true;
+        };
+        match parked.take() {
+            Some(permit) => {
+                *self = Hold::Here(permit);
+                true
+            }
+            None => {
+                *self = Hold::Released;
+                false
+            }
+        }
+    }
+
+    fn permit(&self) -> Option<&AdmissionPermit> {
+        match self {
+            Hold::Here(permit) => Some(permit),
+            _ => None,
+        }
+    }
+
+    fn holds(&self) -> bool {
+        match self {
+            Hold::Here(_) => true,
+            Hold::Parked(parked) => parked.holds(),
+            Hold::Released => false,
+        }
+    }
+
+    /// The one place a held body lets its permits go before it is dropped: end of stream,
+    /// an error, a frame after which the inner body reports its end, a client gone. (On
+    /// drop, they go with it: parked ones are taken out first.)
+    fn release(&mut self) {
+        *self = Hold::Released;
+    }
+}
+
+impl<B: Body> ResponseBody<B> {
     /// The service's body, holding `permit` (if any) until it ends.
     #[inline]
     pub(crate) fn new(body: B, permit: Option<AdmissionPermit>) -> Self {
         let kind = match permit {
             Some(permit) => {
-                let body = PermitBody::new(body, permit);
-                // Its response is paced on an h2 stream by `serve`: its last frame may
-                // still wait on the client once handed over, and the stream polls it to
-                // its end.
-                let body = if paced() {
-                    body.held_until_none()
-                } else {
-                    body
-                };
-                Kind::Held { body }
+                // On an h2 stream `serve` paces, the stream keeps the rate.
+                let until_none = paced_by_serve();
+                let rate = permit.send_rate().filter(|_| !until_none);
+                let mut hold = Hold::Here(permit);
+                // A body with something to send waits on its client from now: the server
+                // may never ask for it (hyper waits for room in an h2 window first).
+                let pace = rate.filter(|_| !body.is_end_stream()).map(|rate| {
+                    let pace = Pace::new(Some(rate), Instant::now());
+                    hold.park(pace.due());
+                    pace
+                });
+                Kind::Held {
+                    body,
+                    hold,
+                    pace,
+                    left: Bytes::new(),
+                    until_none,
+                }
             }
             None => Kind::Passed { body },
         };
         Self { kind }
     }
+}
 
+impl<B> ResponseBody<B> {
     /// The body of a request that holds nothing.
     #[inline]
     pub(crate) fn passed(body: B) -> Self {
@@ -119,7 +245,7 @@ impl<B> ResponseBody<B> {
     /// # }
     /// ```
     pub fn holds_permit(&self) -> bool {
-        matches!(&self.kind, Kind::Held { body } if !body.is_released())
+        matches!(&self.kind, Kind::Held { hold, .. } if hold.holds())
     }
 }
 
@@ -127,9 +253,10 @@ impl<B> Body for ResponseBody<B>
 where
     B: Body,
     B::Data: From<Bytes>,
+    B::Error: Into<BoxError>,
 {
     type Data = B::Data;
-    type Error = B::Error;
+    type Error = BoxError;
 
     #[inline]
     fn poll_frame(
@@ -137,17 +264,61 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         match self.project().kind.project() {
-            KindProj::Passed { body } => body.poll_frame(cx),
-            KindProj::Held { mut body } => {
+            KindProj::Passed { body } => body.poll_frame(cx).map_err(Into::into),
+            KindProj::Held {
+                mut body,
+                hold,
+                pace,
+                left,
+                until_none,
+            } => {
+                // Asked for more: what it handed out has gone on, if the client took it
+                // in time.
+                let now = pace.is_some().then(Instant::now);
+                if let (Some(paced), Some(now)) = (pace.as_mut(), now) {
+                    if !hold.unpark() {
+                        *pace = None;
+                        return Poll::Ready(Some(Err(Stalled.into())));
+                    }
+                    paced.asked(now);
+                }
                 // What the handler left of the request body is read on, so that a client
                 // who hangs up is seen even while this body has nothing to send: then its
                 // permits go, and the response ends (the server closes the connection).
-                let unread = body.permit().and_then(AdmissionPermit::charge);
+                let unread = hold.permit().and_then(AdmissionPermit::charge);
                 if unread.is_some_and(|charge| charge.poll_unread(cx) == Poll::Ready(false)) {
-                    body.as_mut().release();
+                    hold.release();
                     return Poll::Ready(None);
                 }
-                body.poll_frame(cx)
+                let frame = match (pace.as_mut(), now) {
+                    // The next piece of a frame in hand.
+                    (Some(pace), Some(now)) if !left.is_empty() => {
+                        Frame::data(pace.hand(left, now).into())
+                    }
+                    _ => match body.as_mut().poll_frame(cx) {
+                        // Waiting on its own source: its permits stay here.
+                        Poll::Pending => return Poll::Pending,
+                        Poll::Ready(None) => {
+                            hold.release();
+                            return Poll::Ready(None);
+                        }
+                        Poll::Ready(Some(Err(error))) => {
+                            hold.release();
+                            return Poll::Ready(Some(Err(error.into())));
+                        }
+                        Poll::Ready(Some(Ok(frame))) => match (pace.as_mut(), now) {
+                            (Some(pace), Some(now)) => hand(pace, left, frame, now),
+                            _ => frame,
+                        },
+                    },
+                };
+                if !*until_none && left.is_empty() && body.is_end_stream() {
+                    // Its last frame: a server that knows the length may never ask again.
+                    hold.release();
+                } else if let Some(pace) = pace {
+                    hold.park(pace.due());
+                }
+                Poll::Ready(Some(Ok(frame)))
             }
             KindProj::Refused { bytes } => {
                 let bytes = std::mem::take(bytes);
@@ -160,7 +331,7 @@ where
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             Kind::Passed { body } => body.is_end_stream(),
-            Kind::Held { body } => body.is_end_stream(),
+            Kind::Held { body, left, .. } => left.is_empty() && body.is_end_stream(),
             Kind::Refused { bytes } => bytes.is_empty(),
         }
     }
@@ -169,15 +340,49 @@ where
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             Kind::Passed { body } => body.size_hint(),
-            Kind::Held { body } => body.size_hint(),
+            Kind::Held { body, left, .. } => {
+                // What it holds of a frame is still to come.
+                let (inner, left) = (body.size_hint(), left.len() as u64);
+                let mut hint = SizeHint::new();
+                hint.set_lower(inner.lower().saturating_add(left));
+                if let Some(upper) = inner.upper() {
+                    hint.set_upper(upper.saturating_add(left));
+                }
+                hint
+            }
             Kind::Refused { bytes } => SizeHint::with_exact(bytes.len() as u64),
+        }
+    }
+}
+
+/// Hands `frame` out at `now`: a data frame larger than the client could take in time,
+/// a piece of it (the rest kept in `left`).
+fn hand<D: Buf + From<Bytes>>(
+    pace: &mut Pace,
+    left: &mut Bytes,
+    frame: Frame<D>,
+    now: Instant,
+) -> Frame<D> {
+    match frame.into_data() {
+        Ok(mut data) if data.remaining() > pace.piece() => {
+            *left = data.copy_to_bytes(data.remaining());
+            Frame::data(pace.hand(left, now).into())
+        }
+        Ok(data) => {
+            pace.handed(data.remaining(), now);
+            Frame::data(data)
+        }
+        // Trailers: the client must still take them.
+        Err(trailers) => {
+            pace.handed(0, now);
+            trailers
         }
     }
 }
 
 /// Whether this runs in an h2 stream that `serve` paces (see `serve::stream`).
 #[inline]
-fn paced() -> bool {
+fn paced_by_serve() -> bool {
     #[cfg(feature = "serve")]
     {
         crate::serve::in_stream()

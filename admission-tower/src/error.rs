@@ -231,3 +231,27 @@ impl std::error::Error for BuildError {
         }
     }
 }
+
+/// The error a response body ends in when its client did not take it at the minimum send
+/// rate ([`SlowClients::min_response_rate`](crate::SlowClients::min_response_rate)): the
+/// layer has released its permits, and the server, seeing the error, resets the h2 stream
+/// or closes the HTTP/1.1 connection. Found by downcasting the body's error.
+///
+/// ```
+/// use std::error::Error;
+/// use admission_tower::Stalled;
+///
+/// let error: Box<dyn Error + Send + Sync> = Box::new(Stalled);
+/// assert!(error.is::<Stalled>());
+/// assert_eq!(error.to_string(), "response not taken at the minimum send rate");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stalled;
+
+impl fmt::Display for Stalled {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("response not taken at the minimum send rate")
+    }
+}
+
+impl std::error::Error for Stalled {}

@@ -113,6 +113,7 @@ impl AdmissionLayer {
             adaptive: None,
             sample_at: None,
             slow: SlowClients::off(),
+            pacer: None,
             #[cfg(not(feature = "tokio"))]
             connection_limits: ConnectionLimits::off(),
             too_slow: AtomicU64::new(0),

@@ -126,6 +126,7 @@ mod memory;
 #[cfg(not(all(feature = "axum", feature = "serve")))]
 mod needs_feature;
 mod observe;
+mod patience;
 mod per_key;
 mod permit;
 mod readings;
@@ -136,6 +137,7 @@ pub mod serve;
 mod service;
 mod shared;
 mod slow;
+mod stalls;
 #[cfg(feature = "tokio")]
 mod wait;
 
@@ -149,7 +151,7 @@ pub use connection::Guarded;
 #[cfg(feature = "tokio")]
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use connection::{ClientAddress, Connections, GuardedIo};
-pub use error::{BuildError, Undrained};
+pub use error::{BuildError, Stalled, Undrained};
 pub use future::ResponseFuture;
 pub use layer::AdmissionLayer;
 #[cfg(feature = "axum")]

@@ -13,6 +13,7 @@ use crate::SampleAt;
 use crate::late::LateRefusal;
 use crate::observe::Timer;
 use crate::shared::Shared;
+use crate::stalls::Pacer;
 
 /// What an admitted request holds until its response body ends: its count permit, and
 /// its key's permit, body charge and adaptive sample where the layer has those. Two
@@ -22,6 +23,9 @@ pub(crate) struct AdmissionPermit {
     held: Held,
     /// The hold time's start, with the `metrics` feature (else nothing at all).
     _timer: Timer,
+    /// The layer's minimum send rate for responses, if it keeps one: the response body
+    /// paces itself by it, and the sweep counts a stall in it.
+    pacer: Option<Arc<Pacer>>,
 }
 
 enum Held {
@@ -132,6 +136,28 @@ impl AdmissionPermit {
         Self {
             held,
             _timer: timer,
+            pacer: None,
+        }
+    }
+
+    /// The permit of a response that keeps `pacer`'s minimum send rate.
+    #[inline]
+    pub(crate) fn paced(mut self, pacer: Option<&Arc<Pacer>>) -> Self {
+        self.pacer = pacer.cloned();
+        self
+    }
+
+    /// The minimum send rate of the response this permit is for, if it keeps one.
+    #[inline]
+    pub(crate) fn send_rate(&self) -> Option<admission_http::MinDataRate> {
+        self.pacer.as_deref().map(Pacer::rate)
+    }
+
+    /// Its response was not taken at the minimum send rate (the sweep found it past its
+    /// allowance): counted, and released.
+    pub(crate) fn stalled(self) {
+        if let Some(pacer) = &self.pacer {
+            pacer.stalled();
         }
     }
 

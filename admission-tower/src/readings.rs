@@ -53,6 +53,13 @@ pub struct AdmissionSnapshot {
     /// released. (A client that goes while its response streams is not counted here: its
     /// body's end releases the permits as any end does.)
     pub gone: u64,
+    /// Responses whose permits the layer took back because their client did not take
+    /// them at the minimum send rate ([`SlowClients::min_response_rate`]): their bodies
+    /// then end in an error, and the server resets the h2 stream or closes the HTTP/1.1
+    /// connection.
+    ///
+    /// [`SlowClients::min_response_rate`]: crate::SlowClients::min_response_rate
+    pub stalled: u64,
     /// The memory limit the byte budget was sized from, with a
     /// [`MemoryShare`](crate::MemoryShare): its bytes and what sets it.
     pub memory: Option<MemoryLimit>,

@@ -211,7 +211,8 @@ where
                     let sample = Sample::start(shared.sample_at);
                     ResponseFuture::admitted(
                         self.inner.call(request.map(MeteredBody::unmetered)),
-                        AdmissionPermit::new(count, None, None, None, timer, sample, None),
+                        AdmissionPermit::new(count, None, None, None, timer, sample, None)
+                            .paced(shared.pacer.as_ref()),
                     )
                 }
                 Err(refused) => {
@@ -362,7 +363,8 @@ impl<S> Admission<S> {
         let sample = Sample::start(shared.sample_at);
         let future = self.inner.call(Request::from_parts(parts, body));
         let watch = charge.is_some().then(|| self.shared.clone());
-        let permit = AdmissionPermit::new(count, keyed, charge, late, timer, sample, watch);
+        let permit = AdmissionPermit::new(count, keyed, charge, late, timer, sample, watch)
+            .paced(shared.pacer.as_ref());
         ResponseFuture::admitted(future, permit)
     }
 

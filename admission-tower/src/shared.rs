@@ -35,6 +35,8 @@ pub(crate) struct Shared {
     /// Where requests are sampled for it (`None` without one).
     pub(crate) sample_at: Option<SampleAt>,
     pub(crate) slow: SlowClients,
+    /// The minimum send rate responses keep, if they keep one (`SlowClients`).
+    pub(crate) pacer: Option<std::sync::Arc<crate::stalls::Pacer>>,
     /// The connection bounds, where there are no `Connections` to hold them.
     #[cfg(not(feature = "tokio"))]
     pub(crate) connection_limits: crate::ConnectionLimits,
@@ -311,6 +313,7 @@ impl Shared {
                 deadline: self.waits.deadline.load(Ordering::Relaxed),
             },
             gone: self.gone.load(Ordering::Relaxed),
+            stalled: self.pacer.as_ref().map_or(0, |pacer| pacer.count()),
             memory: self.memory,
         }
     }

@@ -71,27 +71,33 @@ use http::request::Parts;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlowClients {
     body_rate: Option<MinDataRate>,
+    response_rate: Option<MinDataRate>,
 }
 
 impl Default for SlowClients {
     fn default() -> Self {
         Self {
             body_rate: Some(MinDataRate::default()),
+            response_rate: Some(MinDataRate::default()),
         }
     }
 }
 
 impl SlowClients {
-    /// No bound on slow clients: a body may take as long as it likes, holding what it
-    /// was admitted with.
+    /// No bound on slow clients: a request body may take as long as it likes to come,
+    /// and a response as long as it likes to be taken, holding what it was admitted with.
     ///
     /// ```
     /// use admission_tower::SlowClients;
     ///
     /// assert_eq!(SlowClients::off().min_body_rate(), None);
+    /// assert_eq!(SlowClients::off().min_response_rate(), None);
     /// ```
     pub const fn off() -> Self {
-        Self { body_rate: None }
+        Self {
+            body_rate: None,
+            response_rate: None,
+        }
     }
 
     /// Request bodies held to `rate`.
@@ -130,6 +136,51 @@ impl SlowClients {
     /// ```
     pub const fn min_body_rate(&self) -> Option<MinDataRate> {
         self.body_rate
+    }
+
+    /// Responses held to `rate`: one not taken at it gives its permits back.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_http::MinDataRate;
+    /// use admission_tower::SlowClients;
+    ///
+    /// let rate = MinDataRate::new(1_024, Duration::from_secs(10));
+    /// let slow = SlowClients::default().with_min_response_rate(rate);
+    /// assert_eq!(slow.min_response_rate(), Some(rate));
+    /// ```
+    pub const fn with_min_response_rate(mut self, rate: MinDataRate) -> Self {
+        self.response_rate = Some(rate);
+        self
+    }
+
+    /// Responses not timed: one may wait on its client for as long as the client likes,
+    /// holding its permits (under `serve`, its h2 stream is still timed, by
+    /// `ConnectionLimits::min_send_rate`).
+    ///
+    /// ```
+    /// use admission_tower::SlowClients;
+    ///
+    /// let slow = SlowClients::default().without_min_response_rate();
+    /// assert_eq!(slow.min_response_rate(), None);
+    /// assert!(slow.min_body_rate().is_some(), "request bodies are still timed");
+    /// ```
+    pub const fn without_min_response_rate(mut self) -> Self {
+        self.response_rate = None;
+        self
+    }
+
+    /// The minimum rate at which a response must be taken, if responses are timed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_tower::SlowClients;
+    ///
+    /// let rate = SlowClients::default().min_response_rate().unwrap();
+    /// assert_eq!((rate.bytes_per_second(), rate.grace()), (240, Duration::from_secs(5)));
+    /// ```
+    pub const fn min_response_rate(&self) -> Option<MinDataRate> {
+        self.response_rate
     }
 
     /// The rate this request's body is held to: none for a gRPC request.

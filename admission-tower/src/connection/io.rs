@@ -7,13 +7,14 @@ use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use admission_core::{CountPermit, KeyedPermit};
 use admission_http::{Alarm, MinDataRate};
 use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
+
+use crate::patience::Patience;
 
 /// A connection's places: under the cap on open connections and under its address's.
 pub(super) type Places = (CountPermit, Option<KeyedPermit<IpAddr>>);
@@ -29,13 +30,10 @@ pin_project! {
         _places: Places,
         // Until the first byte is read: when the connection must have sent it.
         first_byte: Option<Instant>,
-        send_rate: Option<MinDataRate>,
-        // How much longer writes may wait on the client: a bucket of at most the grace
-        // period, spent while a write waits, earned back at `1 / rate` a byte the client
-        // takes, and full again when a write is taken at once. And since when the write
-        // in progress has waited.
-        patience: Duration,
-        since: Option<Instant>,
+        // How much longer writes may wait on the client: the grace period at most, spent
+        // while a write waits, earned back at `1 / rate` a byte the client takes, and full
+        // again when a write is taken at once.
+        send_rate: Option<Patience>,
         alarm: Alarm,
         // Told of every read that brought bytes (`serve`: a next request head begins).
         on_read: Option<OnRead>,
@@ -56,9 +54,7 @@ impl<I> GuardedIo<I> {
             io,
             _places: places,
             first_byte,
-            send_rate,
-            patience: send_rate.map_or(Duration::ZERO, |rate| rate.grace()),
-            since: None,
+            send_rate: send_rate.map(|rate| Patience::new(rate, 0)),
             alarm: Alarm::new(),
             on_read: None,
         }
@@ -124,32 +120,22 @@ impl<I: AsyncWrite> AsyncWrite for GuardedIo<I> {
     ) -> Poll<io::Result<usize>> {
         let this = self.project();
         let write = this.io.poll_write(cx, data);
-        let Some(rate) = *this.send_rate else {
+        let Some(patience) = this.send_rate else {
             return write;
         };
-        let now = Instant::now();
+        let now = Instant::now().into_std();
         match &write {
-            Poll::Ready(Ok(n)) => {
-                let patience = match this.since.take() {
-                    // A write that waited: the wait spent patience, what the client took
-                    // in it earns some back.
-                    Some(since) => {
-                        let taken = *n as f64 / rate.bytes_per_second() as f64;
-                        this.patience
-                            .saturating_sub(now.saturating_duration_since(since))
-                            + Duration::from_secs_f64(taken)
-                    }
-                    // Taken at once: the socket had room, the client keeps up.
-                    None => rate.grace(),
-                };
-                *this.patience = patience.min(rate.grace());
+            // Taken at once: the socket had room, the client keeps up.
+            Poll::Ready(Ok(_)) if !patience.waiting() => {
+                *patience = Patience::new(patience.rate(), 0);
             }
+            // A write that waited: the wait spent patience, what the client took in it
+            // earns some back.
+            Poll::Ready(Ok(n)) => patience.taken(now, *n),
             Poll::Pending => {
-                let since = *this.since.get_or_insert(now);
+                patience.wait(now);
                 // A grace period past what the clock can count to is no deadline.
-                let deadline =
-                    since.checked_add(this.patience.saturating_add(Duration::from_millis(1)));
-                if deadline.is_some_and(|at| this.alarm.poll_at(cx, at.into_std()).is_ready()) {
+                if (patience.due()).is_some_and(|at| this.alarm.poll_at(cx, at).is_ready()) {
                     return Poll::Ready(Err(timed_out(
                         "the client does not read at the minimum rate",
                     )));

@@ -43,6 +43,8 @@ pub(super) struct LayerMetrics {
     held: Histogram,
     /// Requests let go because their client went away.
     gone: Counter,
+    /// Responses whose permits went because their client did not take them.
+    stalled: Counter,
     /// Refusals of requests that said they were retries.
     refused_retries: Counter,
     /// How long requests admitted after waiting for a slot waited.
@@ -74,6 +76,10 @@ fn describe() {
     describe_counter!(
         "admission_gone_total",
         "Requests let go because their client went away while they waited for a slot or their handler ran."
+    );
+    describe_counter!(
+        "admission_stalled_total",
+        "Responses whose permits the layer took back because their client did not take them at the minimum send rate."
     );
     describe_histogram!(
         "admission_permit_held_seconds",
@@ -201,6 +207,7 @@ impl LayerMetrics {
             refused,
             held: metrics::histogram!("admission_permit_held_seconds", base.clone()),
             gone: metrics::counter!("admission_gone_total", base.clone()),
+            stalled: metrics::counter!("admission_stalled_total", base.clone()),
             refused_retries: metrics::counter!("admission_refused_retries_total", base.clone()),
             waited: metrics::histogram!("admission_wait_seconds", base.clone()),
             waiting: gauge("admission_waiting_requests"),
@@ -246,6 +253,11 @@ impl LayerMetrics {
 
     pub(super) fn gone(&self) {
         self.gone.increment(1);
+    }
+
+    /// Where the layer's stalled responses are counted.
+    pub(super) fn stalled(&self) -> Counter {
+        self.stalled.clone()
     }
 
     pub(super) fn waited(&self, waited: std::time::Duration) {

@@ -109,6 +109,20 @@ impl Observer {
         }
     }
 
+    /// What reports the layer's stalled responses (from the sweep that takes their
+    /// permits back, which holds it apart from the layer).
+    pub(crate) fn stall_report(&self) -> StallReport {
+        StallReport {
+            #[cfg(feature = "metrics")]
+            counter: self
+                .metrics
+                .as_ref()
+                .map(metrics_impl::LayerMetrics::stalled),
+            #[cfg(feature = "tracing")]
+            name: self.name.clone(),
+        }
+    }
+
     /// A request refused (or, in a dry run, that would have been).
     #[allow(unused_variables)]
     pub(crate) fn refused(
@@ -135,6 +149,31 @@ impl Observer {
         if let Some(metrics) = &self.metrics {
             metrics.record_gauges(gate);
         }
+    }
+}
+
+/// Reports a layer's stalled responses: `admission_stalled_total` with `metrics`, a
+/// debug event with `tracing`; nothing without either.
+#[derive(Default)]
+pub(crate) struct StallReport {
+    #[cfg(feature = "metrics")]
+    counter: Option<metrics::Counter>,
+    #[cfg(feature = "tracing")]
+    name: Arc<str>,
+}
+
+impl StallReport {
+    /// A response's permits went because its client did not take it.
+    pub(crate) fn stalled(&self) {
+        #[cfg(feature = "metrics")]
+        if let Some(counter) = &self.counter {
+            counter.increment(1);
+        }
+        #[cfg(feature = "tracing")]
+        tracing::debug!(
+            name = %self.name,
+            "response not taken at the minimum send rate: its permits are released"
+        );
     }
 }
 

@@ -12,11 +12,11 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-use tokio::time::Instant;
 use tower_service::Service;
 
-use super::stream::{self, Pace};
+use super::stream;
 use super::tracker::Tracker;
+use crate::patience::Pace;
 
 /// A request in flight on its connection, from its complete head until its response
 /// body ends or is dropped.
@@ -109,8 +109,15 @@ where
             response.map(|body| {
                 // An h2 stream's response (hyper runs each on a task of its own, which
                 // the stream executor times); HTTP/1.x's is timed at the socket.
-                let pace = stream::in_stream()
-                    .then(|| Pace::new(send_rate, Instant::now(), body.is_end_stream()));
+                let pace = stream::in_stream().then(|| {
+                    let mut pace = Pace::new(send_rate, now());
+                    if body.is_end_stream() {
+                        // Nothing to send: nothing waits on the client.
+                        pace.asked(now());
+                    }
+                    stream::publish(pace.due());
+                    pace
+                });
                 TrackedBody {
                     inner: body,
                     held: Bytes::new(),
@@ -147,21 +154,25 @@ impl<B: Body<Data = Bytes>> Body for TrackedBody<B> {
         let Some(pace) = this.pace.as_mut() else {
             return this.inner.poll_frame(cx);
         };
-        let now = Instant::now();
+        let now = now();
         pace.asked(now);
+        stream::publish(None);
         if this.held.is_empty() {
             match std::task::ready!(this.inner.as_mut().poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(data) => *this.held = data,
                     Err(trailers) => {
                         pace.handed(0, now);
+                        stream::publish(pace.due());
                         return Poll::Ready(Some(Ok(trailers)));
                     }
                 },
                 end => return Poll::Ready(end),
             }
         }
-        Poll::Ready(Some(Ok(Frame::data(pace.hand(this.held, now)))))
+        let piece = pace.hand(this.held, now);
+        stream::publish(pace.due());
+        Poll::Ready(Some(Ok(Frame::data(piece))))
     }
 
     fn is_end_stream(&self) -> bool {
@@ -180,6 +191,11 @@ impl<B: Body<Data = Bytes>> Body for TrackedBody<B> {
     }
 }
 
+/// The clock streams are timed by: tokio's (so a paused test clock holds for them too).
+fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
+}
+
 #[cfg(test)]
 mod paced_tests {
     use std::pin::pin;
@@ -189,9 +205,8 @@ mod paced_tests {
     use bytes::Bytes;
     use http_body::Body;
     use http_body_util::{BodyExt, Full};
-    use tokio::time::Instant;
 
-    use super::{Pace, TrackedBody};
+    use super::{Pace, TrackedBody, now};
 
     /// A response body paced as on an h2 stream, its inner body `bytes` long.
     fn paced(bytes: usize) -> TrackedBody<Full<Bytes>> {
@@ -199,7 +214,7 @@ mod paced_tests {
         TrackedBody {
             inner: Full::new(Bytes::from(vec![7; bytes])),
             held: Bytes::new(),
-            pace: Some(Pace::new(Some(rate), Instant::now(), false)),
+            pace: Some(Pace::new(Some(rate), now())),
             _in_flight: None,
         }
     }
