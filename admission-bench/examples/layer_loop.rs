@@ -11,7 +11,9 @@
 //! `bare`, `ours` (`AdmissionLayer`, count only), `disabled` (`AdmissionLayer` with
 //! every limit disabled), `classes` (`AdmissionLayer`, count with priority classes),
 //! `adaptive` (`AdmissionLayer` with an adaptive count limit, held at 1024: the
-//! sample's cost, clock reads included), `theirs` (`LoadShed` + `ConcurrencyLimit`),
+//! sample's cost, clock reads included), `body` and `body_untimed` (`ours` answering 1 KiB
+//! and polling the body to its end, with the minimum send rate kept and without: its
+//! cost for a response with a body), `theirs` (`LoadShed` + `ConcurrencyLimit`),
 //! `none`; and, without a service, the count
 //! ledger's acquire and release: `count` (plain), `count_class` (with a priority class),
 //! beside tokio's owned permit (`tokio_owned`: `Arc<Semaphore>::try_acquire_owned` and its
@@ -21,7 +23,7 @@
 
 use std::task::{Context, Waker};
 
-use admission_bench::layer::{drive, ok};
+use admission_bench::layer::{drive, drive_to_end, kib, ok};
 use admission_core::adaptive::{AdaptiveLimit, Gradient};
 use admission_core::{Classes, CountLedger, Priority};
 use admission_tower::AdmissionLayer;
@@ -56,6 +58,22 @@ fn main() {
             let mut s = l.layer(tower::service_fn(ok));
             for _ in 0..n {
                 drive::<_, Empty<Bytes>>(&mut s, &mut cx)
+            }
+        }
+        "body" | "body_untimed" => {
+            let slow = admission_tower::SlowClients::default();
+            let slow = match which.as_str() {
+                "body" => slow,
+                _ => slow.without_min_response_rate(),
+            };
+            let l = AdmissionLayer::builder()
+                .count(1024)
+                .slow_clients(slow)
+                .build()
+                .unwrap();
+            let mut s = l.layer(tower::service_fn(kib));
+            for _ in 0..n {
+                drive_to_end::<_, Empty<Bytes>>(&mut s, &mut cx)
             }
         }
         "disabled" => {

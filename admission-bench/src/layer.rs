@@ -9,7 +9,8 @@ use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use http::{Request, Response};
-use http_body_util::Empty;
+use http_body::Body as _;
+use http_body_util::{Empty, Full};
 
 /// One whole call of `service`, with a default request body.
 ///
@@ -33,6 +34,60 @@ where
         Poll::Ready(Ok(response)) => drop(black_box(response)),
         _ => panic!("the response is ready at once"),
     }
+}
+
+/// One whole call of `service` as [`drive`] makes it, and its response body polled to its
+/// end before it is dropped.
+///
+/// # Panics
+///
+/// As [`drive`], and if the body is not ready at once or fails.
+#[inline]
+pub fn drive_to_end<S, B>(service: &mut S, cx: &mut Context<'_>)
+where
+    S: tower::Service<Request<B>>,
+    S::Response: IntoBody,
+    S::Error: std::fmt::Debug,
+    B: Default,
+{
+    match service.poll_ready(cx) {
+        Poll::Ready(Ok(())) => {}
+        _ => panic!("the service is always ready"),
+    }
+    let future = pin!(service.call(Request::new(B::default())));
+    let response = match future.poll(cx) {
+        Poll::Ready(Ok(response)) => response,
+        _ => panic!("the response is ready at once"),
+    };
+    let mut body = pin!(response.into_body());
+    loop {
+        match body.as_mut().poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => drop(black_box(frame)),
+            Poll::Ready(None) => break,
+            _ => panic!("the body is ready at once and does not fail"),
+        }
+    }
+}
+
+/// A response whose body [`drive_to_end`] polls.
+pub trait IntoBody {
+    /// The body.
+    type Body: http_body::Body;
+    /// The response's body.
+    fn into_body(self) -> Self::Body;
+}
+
+impl<B: http_body::Body> IntoBody for Response<B> {
+    type Body = B;
+    fn into_body(self) -> B {
+        Response::into_body(self)
+    }
+}
+
+/// A ready handler: 1 KiB for any request.
+#[inline(never)]
+pub fn kib<B>(_: Request<B>) -> Ready<Result<Response<Full<Bytes>>, Infallible>> {
+    ready(Ok(Response::new(Full::new(Bytes::from_static(&[7; 1024])))))
 }
 
 /// A ready handler: an empty 200 for any request.

@@ -6,8 +6,8 @@ use std::sync::atomic::AtomicU64;
 use admission_core::{Classes, Gate, Priority};
 
 use crate::observe::Observer;
+use crate::pacer::Pacing;
 use crate::shared::Shared;
-use crate::stalls::Pacer;
 use crate::{AdmissionBuilder, AdmissionLayer, BuildError, PerKey, Retries};
 
 impl AdmissionBuilder<Gate> {
@@ -96,7 +96,7 @@ impl AdmissionBuilder<Gate> {
             memory_limit.map(|limit| limit.bytes()),
         );
         let pacer = (self.settings.slow.min_response_rate())
-            .map(|rate| std::sync::Arc::new(Pacer::new(rate, observer.stall_report())));
+            .map(|rate| Pacing::new(rate, observer.stall_report()));
         Ok(AdmissionLayer::from_shared(Shared {
             keys,
             bypass: self.settings.bypass,

@@ -4,15 +4,18 @@
 //! A response handed to the server waits on its client until the server asks the body
 //! for its next frame: hyper asks only once what it was handed has gone into its buffers,
 //! which it does only as the client takes it (an h2 window with room, a socket that
-//! drains). So the body keeps a [`Pace`]: it hands each frame out in pieces the client
-//! could take at the minimum rate within its patience, and while it waits to be asked it
-//! parks its permits in [`PARKED`] until its patience runs out. Asked in time, it takes
-//! them back; not asked, the sweep releases them, and the body ends in [`Stalled`] when
-//! next polled. Time spent waiting on its own source (the handler's stream) is never the
-//! client's: then the body holds its permits itself.
+//! drains). So a body that keeps the rate has a [`Pace`]: it hands each frame out in
+//! pieces the client could take at the minimum rate within its patience. Between polls
+//! it keeps its permits and its pace parked in [`PARKED`], until its patience runs out
+//! while it waits on the client, for as long as it likes while it waits on its own source
+//! (the handler's stream: that time is never the client's). Asked in time, it takes them
+//! back; not asked, the sweep releases them, and the body ends in [`Stalled`] when next
+//! polled. (Parked between polls, the body itself stays small: every response, paced or
+//! not, is moved whole through the server.)
 
 use std::fmt;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -21,14 +24,15 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use crate::error::Stalled;
+use crate::pacer::Pacer;
 use crate::patience::Pace;
 use crate::permit::AdmissionPermit;
 use crate::stalls::{Registry, Ticket};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-/// Where response bodies park their permits while they wait on their clients.
-static PARKED: Registry<AdmissionPermit> = Registry::new(AdmissionPermit::stalled);
+/// Where paced response bodies keep their permits between polls.
+static PARKED: Registry<Paced> = Registry::new(Paced::stalled);
 
 pin_project! {
     /// The response body of [`Admission`](crate::Admission): the inner body holding the
@@ -56,11 +60,9 @@ pin_project! {
             #[pin]
             body: B,
             hold: Hold,
-            // The minimum send rate, when the body keeps it itself: not without a rate,
-            // nor on an h2 stream that `serve` paces.
-            pace: Option<Pace>,
-            // What is left of a data frame handed out in pieces.
-            left: Bytes,
+            // The bytes of a frame still to hand out (parked with the pace): the body is
+            // not at its end while there are any.
+            left: u64,
             // On an h2 stream that `serve` paces, the last frame may still wait on the
             // client once handed over, and the stream polls the body to its end: the
             // permits are held until then.
@@ -71,19 +73,36 @@ pin_project! {
     }
 }
 
-/// What a held body holds: its permits, here, or parked while it waits on its client.
+/// What a held body holds: its permits, or, if it keeps the minimum send rate, its
+/// permits and pace parked between polls.
 enum Hold {
     Here(AdmissionPermit),
     Parked(Parked),
     Released,
 }
 
-/// Permits parked in [`PARKED`]; dropped, they are taken out and released.
+/// A paced body's permits and pace, what is left of the frame it hands out, and where
+/// a stall is counted.
+struct Paced {
+    permit: AdmissionPermit,
+    pace: Pace,
+    left: Bytes,
+    pacer: Arc<Pacer>,
+}
+
+impl Paced {
+    /// The sweep found it past its allowance: counted, and released.
+    fn stalled(self) {
+        self.pacer.stalled();
+    }
+}
+
+/// What a body parked in [`PARKED`]; dropped, it is taken out and released.
 struct Parked(Option<Ticket>);
 
 impl Parked {
-    /// Takes the permits back, unless the sweep released them.
-    fn take(&mut self) -> Option<AdmissionPermit> {
+    /// Takes it back, unless the sweep released it.
+    fn take(&mut self) -> Option<Paced> {
         PARKED.unpark(&self.0.take()?)
     }
 
@@ -99,38 +118,21 @@ impl Drop for Parked {
 }
 
 impl Hold {
-    /// Parks the permits until `due`: the body waits on its client. (Without a due time
-    /// a clock can count to, they stay here.)
-    fn park(&mut self, due: Option<Instant>) {
-        let Some(due) = due else { return };
-        if let Hold::Here(permit) = std::mem::replace(self, Hold::Released) {
-            *self = Hold::Parked(Parked(Some(PARKED.park(permit, due))));
-        }
+    /// Parks a paced body's state until `due` (`None`: it waits on its own source, or on
+    /// a client for longer than a clock counts).
+    fn park(&mut self, paced: Paced, due: Option<Instant>) {
+        *self = Hold::Parked(Parked(Some(PARKED.park(paced, due))));
     }
 
-    /// Takes the permits back: the body is asked for more. False if the sweep released
-    /// them first.
-    fn unpark(&mut self) -> bool {
+    /// A paced body's state, taken back to be polled (`Ok(None)` for a body that is not
+    /// paced); `Err` if the sweep released it first.
+    fn unpark(&mut self) -> Result<Option<Paced>, Stalled> {
         let Hold::Parked(parked) = self else {
-            return true;
+            return Ok(None);
         };
-        match parked.take() {
-            Some(permit) => {
-                *self = Hold::Here(permit);
-                true
-            }
-            None => {
-                *self = Hold::Released;
-                false
-            }
-        }
-    }
-
-    fn permit(&self) -> Option<&AdmissionPermit> {
-        match self {
-            Hold::Here(permit) => Some(permit),
-            _ => None,
-        }
+        let paced = parked.take();
+        *self = Hold::Released;
+        paced.map(Some).ok_or(Stalled)
     }
 
     fn holds(&self) -> bool {
@@ -157,20 +159,34 @@ impl<B: Body> ResponseBody<B> {
             Some(permit) => {
                 // On an h2 stream `serve` paces, the stream keeps the rate.
                 let until_none = paced_by_serve();
-                let rate = permit.send_rate().filter(|_| !until_none);
-                let mut hold = Hold::Here(permit);
                 // A body with something to send waits on its client from now: the server
                 // may never ask for it (hyper waits for room in an h2 window first).
-                let pace = rate.filter(|_| !body.is_end_stream()).map(|rate| {
-                    let pace = Pace::new(Some(rate), Instant::now());
-                    hold.park(pace.due());
-                    pace
-                });
+                let pacer = (permit.pacer())
+                    .filter(|_| !until_none && !body.is_end_stream())
+                    .and_then(|id| id.pacer());
+                let hold = match pacer {
+                    Some(pacer) => {
+                        let pace = Pace::new(Some(pacer.rate()), Instant::now());
+                        let due = pace.due();
+                        let mut hold = Hold::Released;
+                        let left = Bytes::new();
+                        hold.park(
+                            Paced {
+                                permit,
+                                pace,
+                                left,
+                                pacer,
+                            },
+                            due,
+                        );
+                        hold
+                    }
+                    None => Hold::Here(permit),
+                };
                 Kind::Held {
                     body,
                     hold,
-                    pace,
-                    left: Bytes::new(),
+                    left: 0,
                     until_none,
                 }
             }
@@ -266,60 +282,11 @@ where
         match self.project().kind.project() {
             KindProj::Passed { body } => body.poll_frame(cx).map_err(Into::into),
             KindProj::Held {
-                mut body,
+                body,
                 hold,
-                pace,
                 left,
                 until_none,
-            } => {
-                // Asked for more: what it handed out has gone on, if the client took it
-                // in time.
-                let now = pace.is_some().then(Instant::now);
-                if let (Some(paced), Some(now)) = (pace.as_mut(), now) {
-                    if !hold.unpark() {
-                        *pace = None;
-                        return Poll::Ready(Some(Err(Stalled.into())));
-                    }
-                    paced.asked(now);
-                }
-                // What the handler left of the request body is read on, so that a client
-                // who hangs up is seen even while this body has nothing to send: then its
-                // permits go, and the response ends (the server closes the connection).
-                let unread = hold.permit().and_then(AdmissionPermit::charge);
-                if unread.is_some_and(|charge| charge.poll_unread(cx) == Poll::Ready(false)) {
-                    hold.release();
-                    return Poll::Ready(None);
-                }
-                let frame = match (pace.as_mut(), now) {
-                    // The next piece of a frame in hand.
-                    (Some(pace), Some(now)) if !left.is_empty() => {
-                        Frame::data(pace.hand(left, now).into())
-                    }
-                    _ => match body.as_mut().poll_frame(cx) {
-                        // Waiting on its own source: its permits stay here.
-                        Poll::Pending => return Poll::Pending,
-                        Poll::Ready(None) => {
-                            hold.release();
-                            return Poll::Ready(None);
-                        }
-                        Poll::Ready(Some(Err(error))) => {
-                            hold.release();
-                            return Poll::Ready(Some(Err(error.into())));
-                        }
-                        Poll::Ready(Some(Ok(frame))) => match (pace.as_mut(), now) {
-                            (Some(pace), Some(now)) => hand(pace, left, frame, now),
-                            _ => frame,
-                        },
-                    },
-                };
-                if !*until_none && left.is_empty() && body.is_end_stream() {
-                    // Its last frame: a server that knows the length may never ask again.
-                    hold.release();
-                } else if let Some(pace) = pace {
-                    hold.park(pace.due());
-                }
-                Poll::Ready(Some(Ok(frame)))
-            }
+            } => poll_held(body, hold, left, *until_none, cx),
             KindProj::Refused { bytes } => {
                 let bytes = std::mem::take(bytes);
                 Poll::Ready((!bytes.is_empty()).then(|| Ok(Frame::data(bytes.into()))))
@@ -331,7 +298,7 @@ where
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             Kind::Passed { body } => body.is_end_stream(),
-            Kind::Held { body, left, .. } => left.is_empty() && body.is_end_stream(),
+            Kind::Held { body, left, .. } => *left == 0 && body.is_end_stream(),
             Kind::Refused { bytes } => bytes.is_empty(),
         }
     }
@@ -342,11 +309,11 @@ where
             Kind::Passed { body } => body.size_hint(),
             Kind::Held { body, left, .. } => {
                 // What it holds of a frame is still to come.
-                let (inner, left) = (body.size_hint(), left.len() as u64);
+                let inner = body.size_hint();
                 let mut hint = SizeHint::new();
-                hint.set_lower(inner.lower().saturating_add(left));
+                hint.set_lower(inner.lower().saturating_add(*left));
                 if let Some(upper) = inner.upper() {
-                    hint.set_upper(upper.saturating_add(left));
+                    hint.set_upper(upper.saturating_add(*left));
                 }
                 hint
             }
@@ -355,26 +322,94 @@ where
     }
 }
 
+/// A held body asked for its next frame.
+fn poll_held<B>(
+    mut body: Pin<&mut B>,
+    hold: &mut Hold,
+    left: &mut u64,
+    until_none: bool,
+    cx: &mut Context<'_>,
+) -> Poll<Option<Result<Frame<B::Data>, BoxError>>>
+where
+    B: Body,
+    B::Data: From<Bytes>,
+    B::Error: Into<BoxError>,
+{
+    // Asked for more: what it handed out has gone on, if the client took it in time.
+    let mut paced = match hold.unpark() {
+        Ok(paced) => paced,
+        Err(stalled) => return Poll::Ready(Some(Err(stalled.into()))),
+    };
+    let now = paced.as_ref().map(|_| Instant::now());
+    if let (Some(paced), Some(now)) = (&mut paced, now) {
+        paced.pace.asked(now);
+    }
+    // What the handler left of the request body is read on, so that a client who hangs
+    // up is seen even while this body has nothing to send: then its permits go, and the
+    // response ends (the server closes the connection).
+    let permit = match (&paced, &*hold) {
+        (Some(paced), _) => Some(&paced.permit),
+        (None, Hold::Here(permit)) => Some(permit),
+        _ => None,
+    };
+    let unread = permit.and_then(AdmissionPermit::charge);
+    if unread.is_some_and(|charge| charge.poll_unread(cx) == Poll::Ready(false)) {
+        hold.release();
+        return Poll::Ready(None);
+    }
+    let frame = match (&mut paced, now) {
+        // The next piece of a frame in hand.
+        (Some(paced), Some(now)) if !paced.left.is_empty() => {
+            Frame::data(paced.pace.hand(&mut paced.left, now).into())
+        }
+        _ => match body.as_mut().poll_frame(cx) {
+            Poll::Pending => {
+                // Waiting on its own source, not on its client.
+                if let Some(paced) = paced {
+                    hold.park(paced, None);
+                }
+                return Poll::Pending;
+            }
+            Poll::Ready(None) => {
+                hold.release();
+                return Poll::Ready(None);
+            }
+            Poll::Ready(Some(Err(error))) => {
+                hold.release();
+                return Poll::Ready(Some(Err(error.into())));
+            }
+            Poll::Ready(Some(Ok(frame))) => match (&mut paced, now) {
+                (Some(paced), Some(now)) => hand(paced, frame, now),
+                _ => frame,
+            },
+        },
+    };
+    *left = paced.as_ref().map_or(0, |paced| paced.left.len() as u64);
+    if !until_none && *left == 0 && body.is_end_stream() {
+        // Its last frame: a server that knows the length may never ask again.
+        hold.release();
+    } else if let Some(paced) = paced {
+        let due = paced.pace.due();
+        hold.park(paced, due);
+    }
+    Poll::Ready(Some(Ok(frame)))
+}
+
 /// Hands `frame` out at `now`: a data frame larger than the client could take in time,
-/// a piece of it (the rest kept in `left`).
-fn hand<D: Buf + From<Bytes>>(
-    pace: &mut Pace,
-    left: &mut Bytes,
-    frame: Frame<D>,
-    now: Instant,
-) -> Frame<D> {
+/// a piece of it (the rest kept to hand out next).
+fn hand<D: Buf + From<Bytes>>(paced: &mut Paced, frame: Frame<D>, now: Instant) -> Frame<D> {
     match frame.into_data() {
-        Ok(mut data) if data.remaining() > pace.piece() => {
-            *left = data.copy_to_bytes(data.remaining());
-            Frame::data(pace.hand(left, now).into())
+        Ok(mut data) if data.remaining() > paced.pace.piece() => {
+            paced.left = data.copy_to_bytes(data.remaining());
+            Frame::data(paced.pace.hand(&mut paced.left, now).into())
         }
         Ok(data) => {
-            pace.handed(data.remaining(), now);
+            paced.pace.handed(data.remaining(), now);
             Frame::data(data)
         }
         // Trailers: the client must still take them.
         Err(trailers) => {
-            pace.handed(0, now);
+            paced.pace.handed(0, now);
             trailers
         }
     }

@@ -126,6 +126,7 @@ mod memory;
 #[cfg(not(all(feature = "axum", feature = "serve")))]
 mod needs_feature;
 mod observe;
+mod pacer;
 mod patience;
 mod per_key;
 mod permit;

@@ -13,6 +13,7 @@
 //!   take at the minimum rate within its patience, so that an honest slow reader is never
 //!   handed more than it can take in time, and times the wait after each.
 
+use std::num::NonZeroU64;
 use std::time::{Duration, Instant};
 
 use admission_http::MinDataRate;
@@ -33,13 +34,16 @@ pub(crate) const MAX_BANKED: usize = 64 * 1024;
 
 /// How long a client may go on not taking what it was handed: spent while it waits,
 /// earned back at `1 / rate` a byte taken, at most `grace + banked / rate`.
+///
+/// Kept small (a response body parks it between polls, moving it each time): times in
+/// whole nanoseconds, the rate alone (the grace is only where it starts).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Patience {
-    rate: MinDataRate,
-    /// The most it holds.
-    cap: Duration,
-    /// What is left.
-    left: Duration,
+    bytes_per_second: NonZeroU64,
+    /// The most it holds, in nanoseconds.
+    cap: u64,
+    /// What is left, in nanoseconds.
+    left: u64,
     /// Since when the wait in progress has gone on.
     since: Option<Instant>,
 }
@@ -47,10 +51,12 @@ pub(crate) struct Patience {
 impl Patience {
     /// The grace period, banking up to what `banked` bytes take at the rate beyond it.
     pub(crate) fn new(rate: MinDataRate, banked: usize) -> Self {
+        let bytes_per_second = NonZeroU64::new(rate.bytes_per_second()).unwrap_or(NonZeroU64::MIN);
+        let grace = nanos(rate.grace());
         Self {
-            rate,
-            cap: rate.grace().saturating_add(taking(banked, rate)),
-            left: rate.grace(),
+            bytes_per_second,
+            cap: grace.saturating_add(taking(banked, bytes_per_second)),
+            left: grace,
             since: None,
         }
     }
@@ -66,22 +72,31 @@ impl Patience {
         let waited = self
             .since
             .take()
-            .map_or(Duration::ZERO, |since| now.saturating_duration_since(since));
+            .map_or(0, |since| nanos(now.saturating_duration_since(since)));
         self.left = (self.left.saturating_sub(waited))
-            .saturating_add(taking(bytes, self.rate))
+            .saturating_add(taking(bytes, self.bytes_per_second))
             .min(self.cap);
     }
 
+    /// Full again (what it banks at most), with no wait in progress: the client shows it
+    /// keeps up.
+    pub(crate) fn fill(&mut self) {
+        self.left = self.cap;
+        self.since = None;
+    }
+
     /// When the wait in progress runs out: a millisecond past what is left, so that it is
-    /// then over. `None` if no wait is in progress, or if a clock cannot count that far.
+    /// then over. `None` if no wait is in progress, or if what is left is as good as for
+    /// ever (584 years or more: a grace period past what a clock counts), or past what
+    /// the clock counts.
     pub(crate) fn due(&self) -> Option<Instant> {
-        let since = self.since?;
-        since.checked_add(self.left.saturating_add(Duration::from_millis(1)))
+        let since = self.since.filter(|_| self.left != u64::MAX)?;
+        since.checked_add(Duration::from_nanos(self.left.saturating_add(1_000_000)))
     }
 
     /// What is left, not counting the wait in progress.
     pub(crate) fn left(&self) -> Duration {
-        self.left
+        Duration::from_nanos(self.left)
     }
 
     /// Whether a wait is in progress.
@@ -89,16 +104,27 @@ impl Patience {
         self.since.is_some()
     }
 
-    /// The rate it keeps.
-    pub(crate) fn rate(&self) -> MinDataRate {
-        self.rate
+    /// The rate it keeps, in bytes per second.
+    pub(crate) fn bytes_per_second(&self) -> u64 {
+        self.bytes_per_second.get()
     }
 }
 
-/// How long `bytes` take at `rate`.
-fn taking(bytes: usize, rate: MinDataRate) -> Duration {
-    let nanos = (bytes as u128 * 1_000_000_000) / u128::from(rate.bytes_per_second());
-    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+/// A time in whole nanoseconds (about 584 years at most: longer is as good as for ever).
+fn nanos(time: Duration) -> u64 {
+    u64::try_from(time.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// How long `bytes` take at `bytes_per_second`, in nanoseconds.
+fn taking(bytes: usize, bytes_per_second: NonZeroU64) -> u64 {
+    match (bytes as u64).checked_mul(1_000_000_000) {
+        Some(scaled) => scaled / bytes_per_second,
+        None => {
+            let nanos =
+                u128::from(bytes as u64) * 1_000_000_000 / u128::from(bytes_per_second.get());
+            u64::try_from(nanos).unwrap_or(u64::MAX)
+        }
+    }
 }
 
 /// A response body's pace: its frames handed out in pieces the client can take in time,
@@ -162,7 +188,7 @@ impl Pace {
         };
         // Whole milliseconds: a piece's size need not be finer.
         let millis = u64::try_from(patience.left().as_millis()).unwrap_or(u64::MAX);
-        let takes = millis.saturating_mul(patience.rate().bytes_per_second()) / 1_000;
+        let takes = millis.saturating_mul(patience.bytes_per_second()) / 1_000;
         usize::try_from(takes)
             .unwrap_or(MAX_PIECE)
             .clamp(MIN_PIECE, MAX_PIECE)
@@ -228,7 +254,11 @@ mod tests {
         patience.wait(now);
         assert_eq!(patience.due(), None);
         patience.taken(now + Duration::from_secs(1), usize::MAX);
-        assert_eq!(patience.left(), Duration::MAX);
+        assert_eq!(
+            patience.left(),
+            Duration::from_nanos(u64::MAX),
+            "as good as for ever"
+        );
     }
 
     #[test]

@@ -12,8 +12,8 @@ use http::{HeaderName, Response};
 use crate::SampleAt;
 use crate::late::LateRefusal;
 use crate::observe::Timer;
+use crate::pacer::PacerId;
 use crate::shared::Shared;
-use crate::stalls::Pacer;
 
 /// What an admitted request holds until its response body ends: its count permit, and
 /// its key's permit, body charge and adaptive sample where the layer has those. Two
@@ -23,9 +23,8 @@ pub(crate) struct AdmissionPermit {
     held: Held,
     /// The hold time's start, with the `metrics` feature (else nothing at all).
     _timer: Timer,
-    /// The layer's minimum send rate for responses, if it keeps one: the response body
-    /// paces itself by it, and the sweep counts a stall in it.
-    pacer: Option<Arc<Pacer>>,
+    /// The layer's minimum send rate for responses, if it keeps one.
+    pacer: Option<PacerId>,
 }
 
 enum Held {
@@ -140,25 +139,18 @@ impl AdmissionPermit {
         }
     }
 
-    /// The permit of a response that keeps `pacer`'s minimum send rate.
+    /// The permit of a response that keeps the minimum send rate of `pacer`.
     #[inline]
-    pub(crate) fn paced(mut self, pacer: Option<&Arc<Pacer>>) -> Self {
-        self.pacer = pacer.cloned();
+    pub(crate) fn paced(mut self, pacer: Option<PacerId>) -> Self {
+        self.pacer = pacer;
         self
     }
 
-    /// The minimum send rate of the response this permit is for, if it keeps one.
+    /// The pacer of the layer this permit's response keeps the minimum send rate of, if
+    /// it keeps one.
     #[inline]
-    pub(crate) fn send_rate(&self) -> Option<admission_http::MinDataRate> {
-        self.pacer.as_deref().map(Pacer::rate)
-    }
-
-    /// Its response was not taken at the minimum send rate (the sweep found it past its
-    /// allowance): counted, and released.
-    pub(crate) fn stalled(self) {
-        if let Some(pacer) = &self.pacer {
-            pacer.stalled();
-        }
+    pub(crate) fn pacer(&self) -> Option<PacerId> {
+        self.pacer
     }
 
     /// If the request's body was refused while it streamed (and the layer answers such

@@ -15,6 +15,7 @@ use tower_service::Service;
 use crate::discard::{self, Discard, Plan};
 use crate::future::ResponseFuture;
 use crate::late::LateRefusal;
+use crate::pacer::Pacing;
 use crate::permit::{AdmissionPermit, Sample};
 use crate::shared::Shared;
 use crate::{AdmissionSnapshot, ResponseBody};
@@ -212,7 +213,7 @@ where
                     ResponseFuture::admitted(
                         self.inner.call(request.map(MeteredBody::unmetered)),
                         AdmissionPermit::new(count, None, None, None, timer, sample, None)
-                            .paced(shared.pacer.as_ref()),
+                            .paced(shared.pacer.as_ref().map(Pacing::id)),
                     )
                 }
                 Err(refused) => {
@@ -364,7 +365,7 @@ impl<S> Admission<S> {
         let future = self.inner.call(Request::from_parts(parts, body));
         let watch = charge.is_some().then(|| self.shared.clone());
         let permit = AdmissionPermit::new(count, keyed, charge, late, timer, sample, watch)
-            .paced(shared.pacer.as_ref());
+            .paced(shared.pacer.as_ref().map(Pacing::id));
         ResponseFuture::admitted(future, permit)
     }
 

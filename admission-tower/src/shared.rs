@@ -36,7 +36,7 @@ pub(crate) struct Shared {
     pub(crate) sample_at: Option<SampleAt>,
     pub(crate) slow: SlowClients,
     /// The minimum send rate responses keep, if they keep one (`SlowClients`).
-    pub(crate) pacer: Option<std::sync::Arc<crate::stalls::Pacer>>,
+    pub(crate) pacer: Option<crate::pacer::Pacing>,
     /// The connection bounds, where there are no `Connections` to hold them.
     #[cfg(not(feature = "tokio"))]
     pub(crate) connection_limits: crate::ConnectionLimits,
@@ -313,7 +313,7 @@ impl Shared {
                 deadline: self.waits.deadline.load(Ordering::Relaxed),
             },
             gone: self.gone.load(Ordering::Relaxed),
-            stalled: self.pacer.as_ref().map_or(0, |pacer| pacer.count()),
+            stalled: self.pacer.as_ref().map_or(0, |pacer| pacer.stalled()),
             memory: self.memory,
         }
     }

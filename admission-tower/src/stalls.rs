@@ -16,54 +16,17 @@
 //! back and the sweep taking it out cannot both have it. Values are released outside the
 //! lock: a release may run user code (a refusal hook, a metrics recorder).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use admission_http::MinDataRate;
 use slab::Slab;
-
-use crate::observe::StallReport;
 
 /// How often the sweep runs: what is past its time is released at most this late.
 pub(crate) const TICK: Duration = Duration::from_millis(250);
 
 /// Shards of the registry: enough that the workers of a server rarely share one.
 const SHARDS: usize = 8;
-
-/// What a layer's response bodies keep to the minimum send rate with: the rate, and the
-/// count of responses whose permits the sweep took back.
-pub(crate) struct Pacer {
-    rate: MinDataRate,
-    stalled: AtomicU64,
-    report: StallReport,
-}
-
-impl Pacer {
-    pub(crate) fn new(rate: MinDataRate, report: StallReport) -> Self {
-        Self {
-            rate,
-            stalled: AtomicU64::new(0),
-            report,
-        }
-    }
-
-    /// The minimum rate at which a response must be taken.
-    pub(crate) fn rate(&self) -> MinDataRate {
-        self.rate
-    }
-
-    /// A response's permits went because its client did not take it.
-    pub(crate) fn stalled(&self) {
-        self.stalled.fetch_add(1, Ordering::Relaxed);
-        self.report.stalled();
-    }
-
-    /// Responses whose permits went because their clients did not take them.
-    pub(crate) fn count(&self) -> u64 {
-        self.stalled.load(Ordering::Relaxed)
-    }
-}
 
 /// Values parked until a time, each taken back by its owner before then or released by
 /// the sweep after it.
@@ -88,7 +51,8 @@ struct Places<T> {
 
 struct Entry<T> {
     id: u64,
-    due: Instant,
+    /// `None`: kept, never swept.
+    due: Option<Instant>,
     value: T,
 }
 
@@ -119,15 +83,18 @@ impl<T: Send + 'static> Registry<T> {
         }
     }
 
-    /// Parks `value` until `due`; the sweep takes it out after that.
-    pub(crate) fn park(&'static self, value: T, due: Instant) -> Ticket {
+    /// Parks `value` until `due` (`None`: for as long as its owner likes); the sweep
+    /// takes it out after that.
+    pub(crate) fn park(&'static self, value: T, due: Option<Instant>) -> Ticket {
         let shard = home();
         let mut places = self.lock(shard);
         let id = places.next_id;
         places.next_id += 1;
         let key = places.slab.insert(Entry { id, due, value });
         drop(places);
-        self.sweep_from_now_on();
+        if due.is_some() {
+            self.sweep_from_now_on();
+        }
         Ticket { shard, key, id }
     }
 
@@ -157,7 +124,7 @@ impl<T: Send + 'static> Registry<T> {
         for shard in 0..SHARDS {
             let mut places = self.lock(shard);
             let keys: Vec<usize> = (places.slab.iter())
-                .filter(|(_, entry)| entry.due <= now)
+                .filter(|(_, entry)| entry.due.is_some_and(|due| due <= now))
                 .map(|(key, _)| key)
                 .collect();
             due.extend(keys.into_iter().map(|key| places.slab.remove(key).value));
@@ -226,7 +193,7 @@ mod tests {
         static REGISTRY: Registry<Value> = Registry::new(released);
         static RELEASED: AtomicUsize = AtomicUsize::new(0);
         let later = Instant::now() + Duration::from_secs(3_600);
-        let ticket = REGISTRY.park(Value(&RELEASED), later);
+        let ticket = REGISTRY.park(Value(&RELEASED), Some(later));
         assert!(REGISTRY.holds(&ticket));
         assert_eq!(REGISTRY.sweep(Instant::now()), 0, "not due");
         assert!(REGISTRY.unpark(&ticket).is_some());
@@ -241,7 +208,7 @@ mod tests {
         static REGISTRY: Registry<Value> = Registry::new(released);
         static RELEASED: AtomicUsize = AtomicUsize::new(0);
         let now = Instant::now();
-        let ticket = REGISTRY.park(Value(&RELEASED), now);
+        let ticket = REGISTRY.park(Value(&RELEASED), Some(now));
         // The sweeping thread may get there first; either way it is released once.
         REGISTRY.sweep(now);
         assert_eq!(RELEASED.load(Ordering::SeqCst), 1);
@@ -257,13 +224,27 @@ mod tests {
         static RELEASED: AtomicUsize = AtomicUsize::new(0);
         let now = Instant::now();
         let later = now + Duration::from_secs(3_600);
-        let swept = REGISTRY.park(Value(&RELEASED), now);
+        let swept = REGISTRY.park(Value(&RELEASED), Some(now));
         REGISTRY.sweep(now);
         // Same thread, same shard: the slab hands the freed place out again.
-        let parked = REGISTRY.park(Value(&RELEASED), later);
+        let parked = REGISTRY.park(Value(&RELEASED), Some(later));
         assert_eq!((parked.shard, parked.key), (swept.shard, swept.key));
         assert!(REGISTRY.unpark(&swept).is_none(), "not its entry");
         assert!(REGISTRY.unpark(&parked).is_some());
+    }
+
+    #[test]
+    fn a_value_parked_without_a_time_is_never_swept() {
+        static REGISTRY: Registry<Value> = Registry::new(released);
+        static RELEASED: AtomicUsize = AtomicUsize::new(0);
+        let kept = REGISTRY.park(Value(&RELEASED), None);
+        assert_eq!(
+            REGISTRY.sweep(Instant::now() + Duration::from_secs(3_600)),
+            0
+        );
+        assert!(REGISTRY.holds(&kept));
+        assert!(REGISTRY.unpark(&kept).is_some());
+        assert_eq!(RELEASED.load(Ordering::SeqCst), 0);
     }
 
     #[test]
@@ -274,8 +255,8 @@ mod tests {
         static REGISTRY: Registry<Value> = Registry::new(panics);
         static UNUSED: AtomicUsize = AtomicUsize::new(0);
         let now = Instant::now();
-        let first = REGISTRY.park(Value(&UNUSED), now);
-        let second = REGISTRY.park(Value(&UNUSED), now);
+        let first = REGISTRY.park(Value(&UNUSED), Some(now));
+        let second = REGISTRY.park(Value(&UNUSED), Some(now));
         REGISTRY.sweep(now);
         assert!(!REGISTRY.holds(&first) && !REGISTRY.holds(&second));
     }
@@ -295,7 +276,7 @@ mod tests {
     fn the_sweeping_thread_releases_what_is_due_on_its_own() {
         static REGISTRY: Registry<Value> = Registry::new(released);
         static RELEASED: AtomicUsize = AtomicUsize::new(0);
-        let _ticket = REGISTRY.park(Value(&RELEASED), Instant::now());
+        let _ticket = REGISTRY.park(Value(&RELEASED), Some(Instant::now()));
         let deadline = Instant::now() + Duration::from_secs(10);
         while RELEASED.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));

@@ -8,12 +8,16 @@ use std::process::Command;
 pub type Instructions = BTreeMap<String, u64>;
 
 /// The `layer_loop` variants the targets compare in instructions: the layer (bare, off,
-/// count limit, tower's pair) and the count permit (ours, tokio's owned one, the floor).
+/// count limit, tower's pair), and the count permit (ours, tokio's owned one, the floor);
+/// and, printed beside them, a response with a body with the minimum send rate kept and
+/// without.
 pub const LAYER_VARIANTS: &[&str] = &[
     "bare",
     "disabled",
     "ours",
     "theirs",
+    "body",
+    "body_untimed",
     "count",
     "tokio_owned",
     "floor",

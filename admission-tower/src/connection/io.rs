@@ -127,7 +127,7 @@ impl<I: AsyncWrite> AsyncWrite for GuardedIo<I> {
         match &write {
             // Taken at once: the socket had room, the client keeps up.
             Poll::Ready(Ok(_)) if !patience.waiting() => {
-                *patience = Patience::new(patience.rate(), 0);
+                patience.fill();
             }
             // A write that waited: the wait spent patience, what the client took in it
             // earns some back.
