@@ -31,6 +31,7 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub const PUT: &str = "/admission.test.Batch/Put";
 pub const HOLD: &str = "/admission.test.Batch/Hold";
 pub const ACK: &str = "/admission.test.Batch/Ack";
+pub const POUR: &str = "/admission.test.Batch/Pour";
 
 /// What the service saw.
 #[derive(Debug)]
@@ -64,7 +65,8 @@ impl State {
     }
 }
 
-/// `admission.test.Batch`: unary `Put`, server-streaming `Hold`, bidirectional `Ack`.
+/// `admission.test.Batch`: unary `Put`, server-streaming `Hold` and `Pour`, bidirectional
+/// `Ack`.
 #[derive(Debug, Clone)]
 pub struct Batch(pub Arc<State>);
 
@@ -127,6 +129,25 @@ impl ServerStreamingService<HealthCheckRequest> for Hold {
     }
 }
 
+struct Pour;
+
+/// The stream of a `Pour` call: 4 KiB messages, as fast as they are taken, for ever.
+type Poured = tokio_stream::Iter<std::iter::Repeat<Result<HealthCheckRequest, Status>>>;
+
+impl ServerStreamingService<HealthCheckRequest> for Pour {
+    type Response = HealthCheckRequest;
+    type ResponseStream = Poured;
+    type Future = BoxFuture<Result<Response<Poured>, Status>>;
+
+    fn call(&mut self, _request: Request<HealthCheckRequest>) -> Self::Future {
+        let message = HealthCheckRequest {
+            service: "x".repeat(4096),
+        };
+        let messages = tokio_stream::iter(std::iter::repeat(Ok(message)));
+        Box::pin(async move { Ok(Response::new(messages)) })
+    }
+}
+
 struct Ack;
 
 impl StreamingService<HealthCheckRequest> for Ack {
@@ -181,6 +202,11 @@ where
             Ok(match request.uri().path() {
                 PUT => grpc.unary(Put(state), request).await,
                 HOLD => grpc.server_streaming(Hold(state), request).await,
+                POUR => {
+                    let codec = ProstCodec::<HealthCheckRequest, HealthCheckRequest>::default();
+                    let mut grpc = tonic::server::Grpc::new(codec);
+                    grpc.server_streaming(Pour, request).await
+                }
                 ACK => grpc.streaming(Ack, request).await,
                 _ => Status::unimplemented("no such method").into_http(),
             })
@@ -241,6 +267,20 @@ pub async fn hold(channel: &Channel) -> Result<Streaming<HealthCheckResponse>, S
     grpc.server_streaming(
         request,
         PathAndQuery::from_static(HOLD),
+        ProstCodec::default(),
+    )
+    .await
+    .map(Response::into_inner)
+}
+
+/// Opens a `Pour` stream: 4 KiB messages for as long as the client reads them.
+pub async fn pour(channel: &Channel) -> Result<Streaming<HealthCheckRequest>, Status> {
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.unwrap();
+    let request = Request::new(HealthCheckRequest::default());
+    grpc.server_streaming(
+        request,
+        PathAndQuery::from_static(POUR),
         ProstCodec::default(),
     )
     .await
