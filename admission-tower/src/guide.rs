@@ -84,6 +84,17 @@
 //! connection, or an h2 stream whose window the client keeps at 0, keeps its place for
 //! as long as it likes.
 //!
+//! The request's permits are another matter: under any server the layer's response body
+//! keeps the minimum send rate itself ([`SlowClients::min_response_rate`](crate::SlowClients::min_response_rate)).
+//! hyper asks a body for its next frame only once what it was handed has gone into its
+//! buffers, which it does only as the client takes it; so a body not asked within its
+//! allowance (the grace period, plus what the bytes it has sent earn at the rate, at most
+//! 64 KiB's worth banked) is not being taken, whether it was never asked at all (an h2
+//! window of 0 from the start) or left mid-way. Its permits go at once, from one thread
+//! that sweeps every 250 ms, and it ends in [`Stalled`](crate::Stalled) when next asked.
+//! Time it waits on its own source is never the client's. Under `serve` the h2 stream
+//! is reset at the same allowance.
+//!
 //! What it does not bound: how long a request takes (compose `tower::timeout`), memory a
 //! handler allocates beyond the request body (charge it to a `ByteLedger` yourself), an
 //! upgraded connection (WebSocket) once upgraded (it keeps its place under the caps), or

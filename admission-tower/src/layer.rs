@@ -374,15 +374,15 @@ impl AdmissionLayer {
     /// connection for ever, and so does an idle keep-alive connection, and h2 streams
     /// are hyper's default (200 a connection). Those take a place under the caps each.
     ///
-    /// **Serve h2 with `serve`.** Through a listener the send rate is timed at the
-    /// socket, and an h2 client that keeps a stream's flow-control window at 0 (or
-    /// opens it a byte at a time) leaves the socket writable: its streams' responses
-    /// never finish, and their permits are held for as long as it keeps the connection
-    /// (with hyper's defaults, 200 streams of it). A response sent as one large chunk
-    /// also goes whole into h2's send buffer, where it stays after its permits are
-    /// released. `serve` times each h2 stream and bounds what h2 buffers of it; for
-    /// `axum::serve`, turn h2 off (axum's `http2` feature) or put a proxy that bounds it
-    /// in front.
+    /// **h2 through a listener.** The send rate is timed at the socket, and an h2 client
+    /// that keeps a stream's flow-control window at 0 (or opens it a byte at a time)
+    /// leaves the socket writable. The layer's own response body still keeps the
+    /// minimum send rate ([`SlowClients::min_response_rate`](crate::SlowClients::min_response_rate)):
+    /// such a stream's permits go after its allowance (5 s by default), but the stream
+    /// stays open (hyper never asks its body again), holding a place among hyper's 200
+    /// streams a connection and what h2 buffers of its response (a response sent as
+    /// one large chunk goes whole into h2's send buffer). `serve` resets such a stream
+    /// and bounds what h2 buffers of it.
     ///
     /// ```no_run
     /// use std::net::SocketAddr;

@@ -18,7 +18,7 @@
 //! | shed retries before first attempts | [`AdmissionBuilder::retries`] with [`Retries`] |
 //! | shape refusals (`Retry-After`, jitter, body) | [`Refusals`] |
 //! | share one limit between servers (HTTP and gRPC, a layer and an interceptor) | [`AdmissionLayer::from_gate`] over clones of one [`Gate`] |
-//! | cut request bodies that trickle, so a slow client cannot pin a limit | [`SlowClients`] (on by default) |
+//! | cut request bodies that trickle, and take back what a response its client does not take holds (under any server), so a slow client cannot pin a limit | [`SlowClients`] (on by default) |
 //! | serve with every connection bounded: caps (per client address too), heads, idle, h2 streams | `AdmissionLayer::serve` (feature `serve`) with [`ConnectionLimits`] |
 //! | keep `axum::serve`, with what a listener can bound | `AdmissionLayer::guard` (feature `axum`); [`Connections`] in an accept loop of your own |
 //! | shut down gracefully | `Serve::with_graceful_shutdown` (with a deadline), or [`AdmissionLayer::drain`] (refuse new, finish admitted, then complete) |
@@ -92,8 +92,9 @@
 //!   inner service never sees a refused request. With a [`Wait`] it may first wait,
 //!   bounded in waiters, in time and by its client's deadline.
 //! - A client that goes away, or will not do its part (trickles its body, stops reading
-//!   its response), is let go and its permits released, within bounds that are on by
-//!   default ([`SlowClients`], and [`ConnectionLimits`] when served by `serve`).
+//!   its response, keeps an h2 window shut), is let go and its permits released, within
+//!   bounds that are on by default, under any server ([`SlowClients`]; and
+//!   [`ConnectionLimits`] for the connections, when served by `serve`).
 //! - Nothing is bounded across processes (`admission-redis` does that for per-client
 //!   caps), nor how long a handler takes, nor what it allocates beyond the body.
 //!

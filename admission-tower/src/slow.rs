@@ -42,6 +42,28 @@ use http::request::Parts;
 /// idle between messages for as long as its call lives. A request without a body pays
 /// nothing.
 ///
+/// **A response its client does not take gives its permits back.** hyper asks a response
+/// body for its next frame only once what it was handed has gone into its buffers, which
+/// it does only as the client takes it (an h2 window with room, a socket that drains).
+/// So the layer's body hands each frame out in pieces the client could take at the
+/// minimum rate in time, and a body not asked for its next piece within its allowance
+/// (the grace period, plus what the bytes it has sent earn at the rate, banking at most
+/// 64 KiB's worth) is not being taken: an h2 window kept at 0 from the start, a client
+/// that stops reading. Its permits (count, bytes, key, fleet lease) go at once, under any
+/// server (`axum::serve`, tonic's `Server`, hyper-util's builder), counted in
+/// [`AdmissionSnapshot::stalled`](crate::AdmissionSnapshot::stalled), and the body ends in
+/// a [`Stalled`](crate::Stalled) error when next asked (hyper resets the h2 stream, or
+/// closes the HTTP/1.1 connection). Time the body waits on its own source (an event stream
+/// with nothing to say) is never the client's. The default is Kestrel's
+/// `MinResponseDataRate`: 240 bytes per second after 5 s. Under `serve` an h2 stream is
+/// also reset at the same allowance ([`ConnectionLimits::min_send_rate`](crate::ConnectionLimits::min_send_rate)).
+///
+/// What it costs: one thread for the process sweeps every 250 ms (a permit goes at most
+/// that late), and a response with a body parks its permits between polls (a lock on one
+/// of eight shards, and a clock read, each time; a response without a body pays nothing).
+/// What it does not bound: how many slots one client takes for a grace period at a time
+/// by opening many streams; cap each client ([`PerKey`](crate::PerKey)) for that.
+///
 /// **A client that goes away holds nothing**, with this policy or without it: waiting
 /// for a slot, its handler running, or its response under way, the layer reads what no
 /// one else reads of its body so that the server sees it go, drops the handler's future

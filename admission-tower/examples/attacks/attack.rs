@@ -34,9 +34,10 @@ const PAST_THE_CAP: usize = CONNECTIONS_PER_ADDRESS + 10;
 /// Connections the attacks hold at once, at most.
 pub(crate) const ATTACK_CONNECTIONS: usize =
     3 * HOLDERS + ZERO_WINDOW_ADDRESSES as usize * ZERO_WINDOW_CONNECTIONS + 1 + PAST_THE_CAP;
-/// How long a zero-window stream may hold before it is reset: the default grace (5 s),
-/// plus a second for the timer and the scheduler.
-const RESET_WITHIN: Duration = Duration::from_secs(6);
+/// How long a zero-window stream may hold before it is reset (under `serve`) or its
+/// permits go (under any server): the default grace (5 s), plus a second for the timers
+/// and the scheduler.
+pub(crate) const RESET_WITHIN: Duration = Duration::from_secs(6);
 
 /// What the attacks saw.
 #[derive(Debug, Default)]
@@ -136,6 +137,8 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 /// The attacks, under way.
 pub(crate) struct Attacks {
     stop: watch::Sender<bool>,
+    /// Told, the attacks open nothing more, and hold what they have.
+    quiesce: watch::Sender<bool>,
     tasks: JoinSet<()>,
     seen: Arc<Mutex<Seen>>,
     started: Instant,
@@ -144,6 +147,7 @@ pub(crate) struct Attacks {
 impl Attacks {
     pub(crate) fn start(addr: SocketAddr) -> Self {
         let (stop, watching) = watch::channel(false);
+        let (quiesce, quiescing) = watch::channel(false);
         let seen = Arc::new(Mutex::new(Seen::default()));
         let mut tasks = JoinSet::new();
         for i in 0..HOLDERS {
@@ -157,21 +161,30 @@ impl Attacks {
                     addr,
                     loopback(3, host),
                     watching.clone(),
+                    quiescing.clone(),
                     seen.clone(),
                 ));
             }
         }
-        tasks.spawn(rapid_reset(addr, watching.clone(), seen.clone()));
+        tasks.spawn(rapid_reset(addr, quiescing, seen.clone()));
         tasks.spawn(past_the_cap(addr, watching, seen.clone()));
         Self {
             stop,
+            quiesce,
             tasks,
             seen,
             started: Instant::now(),
         }
     }
 
+    /// From now on the attacks open nothing more: no more floods, and no zero-window
+    /// stream in place of one that ends. What they hold, they keep until stopped.
+    pub(crate) fn quiesce(&self) {
+        let _ = self.quiesce.send(true);
+    }
+
     pub(crate) async fn stop(mut self) -> Seen {
+        self.quiesce();
         let _ = self.stop.send(true);
         while self.tasks.join_next().await.is_some() {}
         let mut seen = std::mem::take(&mut *self.seen.lock().expect("not poisoned"));
@@ -220,11 +233,12 @@ async fn hold(addr: SocketAddr, from: IpAddr, mut stop: watch::Receiver<bool>, k
 }
 
 /// An h2 client whose every stream's window is 0: it asks for a download on every
-/// stream it may open, and opens another for each that is reset.
+/// stream it may open, and (until told to quiesce) opens another for each that ends.
 async fn zero_window(
     addr: SocketAddr,
     from: IpAddr,
     mut stop: watch::Receiver<bool>,
+    quiesce: watch::Receiver<bool>,
     seen: Arc<Mutex<Seen>>,
 ) {
     let Some(mut stream) = connect(from, addr).await else {
@@ -271,9 +285,11 @@ async fn zero_window(
                     seen.resets += 1;
                     seen.longest_hold = seen.longest_hold.max(since.elapsed());
                 }
-                answer.extend(get_on(next_id, "/download"));
-                opened.insert(next_id, Instant::now());
-                next_id += 2;
+                if !*quiesce.borrow() {
+                    answer.extend(get_on(next_id, "/download"));
+                    opened.insert(next_id, Instant::now());
+                    next_id += 2;
+                }
             }
             at += len;
         }
@@ -285,7 +301,7 @@ async fn zero_window(
 }
 
 /// Connections that open a thousand streams and reset them at once, one every 250 ms,
-/// from 127.0.4.1.
+/// from 127.0.4.1, until `stop` says so (the attacks quiesce).
 async fn rapid_reset(addr: SocketAddr, mut stop: watch::Receiver<bool>, seen: Arc<Mutex<Seen>>) {
     let mut flood = preface();
     for i in 0..1_000u32 {

@@ -17,15 +17,23 @@
 //!   and again;
 //! - an address that opens connections up to its cap and past it.
 //!
+//! Then the attacks open nothing more, and after a zero-window stream's allowance (its
+//! 5 s grace and a second) the permits still held are counted: held past the allowance.
+//!
 //! It prints the legitimate clients' goodput and p99 for both runs and the process's
 //! peak heap (server and clients: one process), and exits non-zero if the attacked
-//! goodput falls below 95% of the quiet one, if p99 rises past 1.5x, if the heap under
-//! attack passes the quiet peak by more than the docs' bound for what the attacks may
-//! hold (see `HEAP_BOUND`), or if the server missed a connection bound.
+//! goodput falls below 95% of the quiet one, if p99 rises past 1.5x, if any permit is
+//! held past its allowance, if the heap under attack passes the quiet peak by more than
+//! the docs' bound for what the attacks may hold (see `HEAP_BOUND`), or if the server
+//! missed a connection bound.
 //!
 //! `-- --axum-serve` runs the same layer and app under `axum::serve` instead, which has
-//! no connection bounds: it prints the same table and checks only the legitimate
-//! clients' goodput and latency and the count limit.
+//! no connection bounds: it prints the same table and checks the legitimate clients'
+//! goodput and latency, the count limit, and that no permit is held past its allowance
+//! (the layer's own response body keeps the send rate). `-- --no-address-caps` turns off
+//! the caps per client address (4 requests, and under `serve` 50 connections), to show
+//! what they are for: without them one client with many streams takes every slot it can
+//! for a grace period at a time.
 
 mod suite;
 
@@ -62,17 +70,23 @@ async fn main() -> std::process::ExitCode {
     } else {
         Server::Serve
     };
+    let capped = !std::env::args().any(|arg| arg == "--no-address-caps");
     println!("admission attack run: {}", server.name());
+    let per_address = match (capped, server) {
+        (false, _) => ", no caps per client address".to_owned(),
+        (true, Server::Serve) => format!(
+            ", {PER_ADDRESS} per client address, {CONNECTIONS_PER_ADDRESS} connections per address"
+        ),
+        (true, Server::AxumServe) => format!(", {PER_ADDRESS} per client address"),
+    };
     println!(
-        "limits: {COUNT} in flight, {PER_ADDRESS} per client address{}",
+        "limits: {COUNT} in flight{per_address}, responses taken at 240 B/s after 5 s{}",
         match server {
-            Server::Serve => format!(
-                ", {CONNECTIONS_PER_ADDRESS} connections per address, the default connection bounds (send rate 240 B/s after 5 s)"
-            ),
-            Server::AxumServe => ", no connection bounds".to_owned(),
+            Server::Serve => ", the default connection bounds",
+            Server::AxumServe => ", no connection bounds",
         }
     );
-    let compared = suite::compare(server, run, heap::peak).await;
+    let compared = suite::compare(server, capped, run, heap::peak).await;
     let suite::Compared {
         addr,
         capacity,
@@ -82,6 +96,7 @@ async fn main() -> std::process::ExitCode {
         attacked_heap,
         seen,
         over_count,
+        held_past_allowance,
     } = compared;
     println!(
         "server on http://{addr}; capacity: {capacity:.0} requests/s (closed loop, {COUNT} at once, {} ms each); offered: {:.0}/s ({:.0}%) for {} s a run\n",
@@ -123,6 +138,9 @@ async fn main() -> std::process::ExitCode {
         attacked_heap as f64 / (1 << 20) as f64
     );
     println!("\nthe attacks, as they saw the server:\n{seen}");
+    println!(
+        "permits held past a zero-window stream's allowance, once the attacks opened nothing more: {held_past_allowance}"
+    );
 
     let goodput = attacked.goodput / quiet.goodput;
     let p99 = attacked.p99_ms / quiet.p99_ms;
@@ -157,13 +175,18 @@ async fn main() -> std::process::ExitCode {
     if let (Some(wrong), Server::Serve) = (seen.wrong(), server) {
         broken.push(wrong);
     }
+    if held_past_allowance > 0 {
+        broken.push(format!(
+            "{held_past_allowance} permits held past their allowance"
+        ));
+    }
     if over_count {
         broken.push("more in flight than the count limit".to_owned());
     }
     if broken.is_empty() {
         match (server, seen.wrong()) {
             (Server::AxumServe, Some(unbounded)) => println!(
-                "legitimate traffic kept its goodput and latency; what axum::serve left unbounded: {unbounded}"
+                "legitimate traffic kept its goodput and latency, and no permit was held past its allowance; what axum::serve left unbounded: {unbounded} (their permits gone)"
             ),
             _ => println!("every attack held; legitimate traffic kept its goodput and latency."),
         }

@@ -57,11 +57,12 @@ impl Server {
         }
     }
 
-    /// Starts the server on 127.0.0.1.
-    async fn start(self) -> (AdmissionLayer, SocketAddr) {
+    /// Starts the server on 127.0.0.1, with the caps per client address (requests and,
+    /// under `serve`, connections) if `capped`.
+    async fn start(self, capped: bool) -> (AdmissionLayer, SocketAddr) {
         let builder = AdmissionLayer::builder().count(COUNT);
-        let layer = match self {
-            Server::Serve => builder
+        let layer = match (self, capped) {
+            (Server::Serve, true) => builder
                 .per_key(PerKey::new(
                     PER_ADDRESS,
                     key::peer_ip(|addr: &SocketAddr| addr.ip()),
@@ -69,10 +70,14 @@ impl Server {
                 .connection_limits(
                     ConnectionLimits::default().with_max_per_address(Some(CONNECTIONS_PER_ADDRESS)),
                 ),
-            Server::AxumServe => builder.per_key(PerKey::new(
+            (Server::Serve, false) => {
+                builder.connection_limits(ConnectionLimits::default().with_max_per_address(None))
+            }
+            (Server::AxumServe, true) => builder.per_key(PerKey::new(
                 PER_ADDRESS,
                 key::peer_ip(|info: &ConnectInfo<SocketAddr>| info.0.ip()),
             )),
+            (Server::AxumServe, false) => builder,
         }
         .build()
         .expect("valid limits");
@@ -120,13 +125,21 @@ pub(crate) struct Compared {
     pub(crate) seen: attack::Seen,
     /// More requests were in flight at the end than the count limit lets in.
     pub(crate) over_count: bool,
+    /// Permits still held once the legitimate clients were done and the attacks had
+    /// opened nothing for a zero-window stream's allowance: held past it.
+    pub(crate) held_past_allowance: u64,
 }
 
 /// Measures `server`'s capacity with the legitimate clients, then offers 80% of it for
 /// `run` twice, quiet and under every attack. `peak` reads the peak heap since it was
 /// last read (`|| 0` where the heap is not counted).
-pub(crate) async fn compare(server: Server, run: Duration, peak: impl Fn() -> usize) -> Compared {
-    let (layer, addr) = server.start().await;
+pub(crate) async fn compare(
+    server: Server,
+    capped: bool,
+    run: Duration,
+    peak: impl Fn() -> usize,
+) -> Compared {
+    let (layer, addr) = server.start(capped).await;
     let clients = Arc::new(load::Clients::new(addr, CLIENTS));
     let capacity = clients.capacity(COUNT, Duration::from_secs(2)).await;
     let rate = capacity * LOAD;
@@ -141,6 +154,11 @@ pub(crate) async fn compare(server: Server, run: Duration, peak: impl Fn() -> us
     tokio::time::sleep(Duration::from_secs(1)).await;
     let attacked = clients.offer(rate, run).await;
     let attacked_heap = peak();
+    // What the attacks hold once they open nothing more, after an allowance: held past it.
+    attacks.quiesce();
+    tokio::time::sleep(attack::RESET_WITHIN).await;
+    let held_past_allowance = layer.snapshot().gate.count.in_flight;
+    let over_count = held_past_allowance > COUNT as u64;
     let seen = attacks.stop().await;
     eprintln!("attacks: {}: attacked run done", server.name());
     Compared {
@@ -151,6 +169,7 @@ pub(crate) async fn compare(server: Server, run: Duration, peak: impl Fn() -> us
         quiet_heap,
         attacked_heap,
         seen,
-        over_count: layer.snapshot().gate.count.in_flight > COUNT as u64,
+        over_count,
+        held_past_allowance,
     }
 }

@@ -249,6 +249,12 @@ impl ConnectionLimits {
     ///   buffers at most 96 KiB of a stream's response (its send buffer and two pieces),
     ///   and the request's permits are held until the client has taken the response or
     ///   the stream is reset.
+    ///
+    /// The request's permits do not wait for either: the layer's own response body keeps
+    /// its minimum rate under any server ([`SlowClients::min_response_rate`]), and gives
+    /// them back at its own allowance.
+    ///
+    /// [`SlowClients::min_response_rate`]: crate::SlowClients::min_response_rate
     pub const fn with_min_send_rate(mut self, rate: Option<MinDataRate>) -> Self {
         self.min_send_rate = rate;
         self
