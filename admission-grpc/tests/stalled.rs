@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use admission_grpc::{is_health_check, refusals};
@@ -12,12 +13,12 @@ use support::{Batch, State, channel, pour, put, serve};
 use tonic::Code;
 use tonic::transport::{Endpoint, Server};
 
-#[tokio::test]
-async fn a_server_stream_whose_client_stops_reading_gives_its_permit_back() {
-    // 64 KiB/s after a second: what the client's windows take at once (64 KiB) banks a
-    // second beyond the grace, so the allowance is two seconds.
+/// tonic's `Server` on `127.0.0.1:0` with the layer, admitting one call at a time, whose
+/// responses must be taken at 64 KiB/s after a second: what a client's windows take at
+/// once (64 KiB) banks a second beyond the grace, so a stalled stream's allowance is two
+/// seconds.
+async fn start() -> (AdmissionLayer, SocketAddr) {
     let rate = MinDataRate::new(64 * 1024, Duration::from_secs(1));
-    let allowance = Duration::from_secs(2);
     let layer = AdmissionLayer::builder()
         .count(1)
         .bypass(is_health_check)
@@ -25,8 +26,8 @@ async fn a_server_stream_whose_client_stops_reading_gives_its_permit_back() {
         .slow_clients(SlowClients::default().with_min_response_rate(rate))
         .build()
         .unwrap();
-    let state = State::new(1000);
-    let (served, batch) = (layer.clone(), Batch(state.clone()));
+    let batch = Batch(State::new(1000));
+    let served = layer.clone();
     let addr = serve(move |incoming| async move {
         Server::builder()
             .layer(served)
@@ -35,6 +36,13 @@ async fn a_server_stream_whose_client_stops_reading_gives_its_permit_back() {
             .await
     })
     .await;
+    (layer, addr)
+}
+
+#[tokio::test]
+async fn a_server_stream_whose_client_stops_reading_gives_its_permit_back() {
+    let allowance = Duration::from_secs(2);
+    let (layer, addr) = start().await;
 
     // A client that asks for the stream and never reads it, on h2's default windows.
     let stalled = Endpoint::from_shared(format!("http://{addr}"))
@@ -76,24 +84,7 @@ async fn a_server_stream_whose_client_stops_reading_gives_its_permit_back() {
 
 #[tokio::test]
 async fn a_server_stream_read_as_it_comes_keeps_its_permit() {
-    let rate = MinDataRate::new(64 * 1024, Duration::from_secs(1));
-    let layer = AdmissionLayer::builder()
-        .count(1)
-        .bypass(is_health_check)
-        .refusals(refusals())
-        .slow_clients(SlowClients::default().with_min_response_rate(rate))
-        .build()
-        .unwrap();
-    let state = State::new(1000);
-    let (served, batch) = (layer.clone(), Batch(state.clone()));
-    let addr = serve(move |incoming| async move {
-        Server::builder()
-            .layer(served)
-            .add_service(batch)
-            .serve_with_incoming(incoming)
-            .await
-    })
-    .await;
+    let (layer, addr) = start().await;
     let reader = channel(addr).await;
     let mut stream = pour(&reader).await.unwrap();
     // Read for three allowances: a client that takes what it is sent is never cut.

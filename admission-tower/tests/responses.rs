@@ -35,7 +35,7 @@ mod heap;
 
 use events::Heartbeats;
 use eventually::eventually;
-use h2::{INITIAL_WINDOW_SIZE, Log, client, get_on, preface_with, window_update};
+use h2::{INITIAL_WINDOW_SIZE, Log, ask, client, get_on, preface_with, slow_reader, window_update};
 
 /// The requests the layer admits at once: as many as one attacking connection asks for.
 const COUNT: usize = 8;
@@ -82,18 +82,6 @@ async fn serve(rate: MinDataRate) -> (AdmissionLayer, SocketAddr) {
 /// 1 KiB/s after a second: the rate of the tests that stall.
 fn rate() -> MinDataRate {
     MinDataRate::new(1024, Duration::from_secs(1))
-}
-
-/// Opens an h2 connection with `window` as every stream's window and asks for `path` on
-/// `streams` streams.
-async fn ask(addr: SocketAddr, window: u32, path: &str, streams: u32) -> TcpStream {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let mut bytes = preface_with(&[(INITIAL_WINDOW_SIZE, window)]);
-    for i in 0..streams {
-        bytes.extend(get_on(2 * i + 1, path));
-    }
-    stream.write_all(&bytes).await.unwrap();
-    stream
 }
 
 /// Reads `stream` for `within`, answering pings and opening no window, until each of its
@@ -305,22 +293,6 @@ async fn an_idle_event_stream_is_kept_and_one_whose_heartbeats_cannot_go_is_rese
     let log = until_reset(&mut stalled, Duration::from_secs(5), 1).await;
     let reset = log.reset(1).unwrap_or_else(|| panic!("not reset: {log:?}"));
     assert!(reset < Duration::from_millis(2_500), "reset at {reset:?}");
-}
-
-/// A reader of `/stream` whose window starts at 1 KiB and grows by `per_second`, on the
-/// stream and the connection alike, for `within`: what it saw.
-async fn slow_reader(addr: SocketAddr, per_second: u32, within: Duration) -> Log {
-    let mut reader = ask(addr, 1024, "/stream", 1).await;
-    let quarter = per_second / 4;
-    let open = move |_| [window_update(1, quarter), window_update(0, quarter)].concat();
-    client(
-        &mut reader,
-        within,
-        Duration::from_millis(250),
-        open,
-        |log| log.reset(1).is_some(),
-    )
-    .await
 }
 
 #[tokio::test]

@@ -10,16 +10,16 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use admission_tower::{AdmissionLayer, MinDataRate, SlowClients, Stalled};
+use admission_tower::{AdmissionLayer, MinDataRate, ResponseBody, SlowClients, Stalled};
 use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
 use bytes::Bytes;
 use http::StatusCode;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::rt::TokioExecutor;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::time::sleep;
 use tower::{Layer, ServiceExt};
 
@@ -32,7 +32,7 @@ mod h2;
 
 use events::Heartbeats;
 use eventually::{eventually, holds_within};
-use h2::{INITIAL_WINDOW_SIZE, Log, client, get_on, preface_with, window_update};
+use h2::{ask, slow_reader};
 
 /// One chunk of a streamed response, and how many (16 MiB in all).
 const CHUNK: usize = 64 * 1024;
@@ -44,6 +44,33 @@ const BIG: usize = 16 << 20;
 /// 1 KiB/s after a second: the rate of the tests that stall.
 fn rate() -> MinDataRate {
     MinDataRate::new(1024, Duration::from_secs(1))
+}
+
+/// A layer that admits one request at a time, keeping `slow`.
+fn one_at_a_time(slow: SlowClients) -> AdmissionLayer {
+    AdmissionLayer::builder()
+        .count(1)
+        .slow_clients(slow)
+        .build()
+        .unwrap()
+}
+
+/// The response body of one request through `layer`, to a handler that answers `body()`
+/// (not polled: a server would poll it).
+async fn answered<B>(layer: &AdmissionLayer, body: fn() -> B) -> ResponseBody<B>
+where
+    B: http_body::Body<Data = Bytes> + Send + 'static,
+{
+    let service = layer.layer(tower::service_fn(move |_: http::Request<_>| async move {
+        Ok::<_, Infallible>(http::Response::new(body()))
+    }));
+    let request = http::Request::new(Empty::<Bytes>::new());
+    service.oneshot(request).await.unwrap().into_body()
+}
+
+/// 10,000 bytes in one frame.
+fn ten_thousand() -> Full<Bytes> {
+    Full::new(Bytes::from(vec![1; 10_000]))
 }
 
 fn app(layer: &AdmissionLayer) -> Router {
@@ -85,18 +112,6 @@ async fn serve(count: usize, rate: MinDataRate) -> (AdmissionLayer, SocketAddr) 
     let app = app(&layer);
     tokio::spawn(async move { axum::serve(listener, app).await });
     (layer, addr)
-}
-
-/// Opens an h2 connection with `window` as every stream's window and asks for `path` on
-/// `streams` streams.
-async fn ask(addr: SocketAddr, window: u32, path: &str, streams: u32) -> TcpStream {
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    let mut bytes = preface_with(&[(INITIAL_WINDOW_SIZE, window)]);
-    for i in 0..streams {
-        bytes.extend(get_on(2 * i + 1, path));
-    }
-    stream.write_all(&bytes).await.unwrap();
-    stream
 }
 
 /// A GET of `/` by hyper-util's pooled client, over h2 if `h2`.
@@ -208,22 +223,6 @@ async fn an_idle_event_stream_and_a_reader_of_heartbeats_keep_their_permits() {
     .await;
 }
 
-/// A reader of `/stream` whose window starts at 1 KiB and grows by `per_second`, on the
-/// stream and the connection alike, for `within`: what it saw.
-async fn slow_reader(addr: SocketAddr, per_second: u32, within: Duration) -> Log {
-    let mut reader = ask(addr, 1024, "/stream", 1).await;
-    let quarter = per_second / 4;
-    let open = move |_| [window_update(1, quarter), window_update(0, quarter)].concat();
-    client(
-        &mut reader,
-        within,
-        Duration::from_millis(250),
-        open,
-        |log| log.reset(1).is_some(),
-    )
-    .await
-}
-
 #[tokio::test]
 async fn a_reader_at_twice_the_rate_is_kept_and_one_at_half_is_cut() {
     // 64 KiB/s: what h2 buffers ahead of a reader (the connection's first window) banks
@@ -250,21 +249,8 @@ async fn a_reader_at_twice_the_rate_is_kept_and_one_at_half_is_cut() {
 
 #[tokio::test]
 async fn a_stalled_body_ends_in_an_error_that_says_so() {
-    let layer = AdmissionLayer::builder()
-        .count(1)
-        .slow_clients(SlowClients::default().with_min_response_rate(rate()))
-        .build()
-        .unwrap();
-    let service = layer.layer(tower::service_fn(|_: http::Request<_>| async {
-        Ok::<_, Infallible>(http::Response::new(http_body_util::Full::new(
-            Bytes::from_static(b"never taken"),
-        )))
-    }));
-    let response = service
-        .oneshot(http::Request::new(Empty::<Bytes>::new()))
-        .await
-        .unwrap();
-    let mut body = response.into_body();
+    let layer = one_at_a_time(SlowClients::default().with_min_response_rate(rate()));
+    let mut body = answered(&layer, || Full::new(Bytes::from_static(b"never taken"))).await;
     // Not asked for its first frame within the grace: the sweep takes the permit back.
     assert!(
         holds_within(Duration::from_secs(3), || !body.holds_permit()).await,
@@ -279,27 +265,10 @@ async fn a_stalled_body_ends_in_an_error_that_says_so() {
 #[tokio::test]
 async fn a_body_asked_for_in_time_is_never_cut_and_without_a_rate_nothing_is_timed() {
     for slow in [SlowClients::default(), SlowClients::off()] {
-        let layer = AdmissionLayer::builder()
-            .count(1)
-            .slow_clients(slow.with_min_response_rate(rate()))
-            .build()
-            .unwrap();
-        let untimed = AdmissionLayer::builder()
-            .count(1)
-            .slow_clients(slow.without_min_response_rate())
-            .build()
-            .unwrap();
-        for (layer, timed) in [(layer, true), (untimed, false)] {
-            let service = layer.layer(tower::service_fn(|_: http::Request<_>| async {
-                Ok::<_, Infallible>(http::Response::new(http_body_util::Full::new(Bytes::from(
-                    vec![1; 10_000],
-                ))))
-            }));
-            let response = service
-                .oneshot(http::Request::new(Empty::<Bytes>::new()))
-                .await
-                .unwrap();
-            let mut body = response.into_body();
+        let timed = one_at_a_time(slow.with_min_response_rate(rate()));
+        let untimed = one_at_a_time(slow.without_min_response_rate());
+        for (layer, timed) in [(timed, true), (untimed, false)] {
+            let mut body = answered(&layer, ten_thousand).await;
             let mut pieces = Vec::new();
             while let Some(frame) = body.frame().await {
                 pieces.push(frame.unwrap().into_data().unwrap().len());
@@ -315,21 +284,8 @@ async fn a_body_asked_for_in_time_is_never_cut_and_without_a_rate_nothing_is_tim
 
 #[tokio::test]
 async fn a_body_dropped_while_it_waits_on_its_client_releases_its_permits_at_once() {
-    let layer = AdmissionLayer::builder()
-        .count(1)
-        .slow_clients(SlowClients::default().with_min_response_rate(rate()))
-        .build()
-        .unwrap();
-    let service = layer.layer(tower::service_fn(|_: http::Request<_>| async {
-        Ok::<_, Infallible>(http::Response::new(http_body_util::Full::new(Bytes::from(
-            vec![1; 10_000],
-        ))))
-    }));
-    let response = service
-        .oneshot(http::Request::new(Empty::<Bytes>::new()))
-        .await
-        .unwrap();
-    let mut body = response.into_body();
+    let layer = one_at_a_time(SlowClients::default().with_min_response_rate(rate()));
+    let mut body = answered(&layer, ten_thousand).await;
     // Its first piece handed out: it waits on its client, its permits parked.
     let piece = body.frame().await.unwrap().unwrap();
     assert!(piece.data_ref().unwrap().len() < 10_000);
@@ -342,21 +298,15 @@ async fn a_body_dropped_while_it_waits_on_its_client_releases_its_permits_at_onc
 
 #[tokio::test]
 async fn an_inner_body_error_releases_the_permits_and_reaches_the_server_boxed() {
-    let layer = AdmissionLayer::builder().count(1).build().unwrap();
-    let service = layer.layer(tower::service_fn(|_: http::Request<_>| async {
+    let layer = one_at_a_time(SlowClients::default());
+    let mut body = answered(&layer, || {
         let frames = [
             Ok(Bytes::from_static(b"a")),
             Err(std::io::Error::other("broke")),
         ];
-        Ok::<_, Infallible>(http::Response::new(Body::from_stream(tokio_stream::iter(
-            frames,
-        ))))
-    }));
-    let response = service
-        .oneshot(http::Request::new(Empty::<Bytes>::new()))
-        .await
-        .unwrap();
-    let mut body = response.into_body();
+        Body::from_stream(tokio_stream::iter(frames))
+    })
+    .await;
     assert!(body.frame().await.unwrap().is_ok());
     assert_eq!(layer.snapshot().gate.count.in_flight, 1);
     let error = body.frame().await.unwrap().unwrap_err();

@@ -5,6 +5,7 @@
 // Each test file uses part of this module, and test helpers need no docs.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -230,4 +231,33 @@ pub async fn client(
     })
     .await;
     log
+}
+
+/// Opens an h2 connection to `addr` with `window` as every stream's window and asks for
+/// `path` on `streams` streams (1, 3, 5, ...).
+pub async fn ask(addr: SocketAddr, window: u32, path: &str, streams: u32) -> TcpStream {
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    let mut bytes = preface_with(&[(INITIAL_WINDOW_SIZE, window)]);
+    for i in 0..streams {
+        bytes.extend(get_on(2 * i + 1, path));
+    }
+    stream.write_all(&bytes).await.unwrap();
+    stream
+}
+
+/// A reader of `/stream` whose window starts at 1 KiB and grows by `per_second`, on the
+/// stream and the connection alike, for `within` (or until its stream is reset): what
+/// it saw.
+pub async fn slow_reader(addr: SocketAddr, per_second: u32, within: Duration) -> Log {
+    let mut reader = ask(addr, 1024, "/stream", 1).await;
+    let quarter = per_second / 4;
+    let open = move |_| [window_update(1, quarter), window_update(0, quarter)].concat();
+    client(
+        &mut reader,
+        within,
+        Duration::from_millis(250),
+        open,
+        |log| log.reset(1).is_some(),
+    )
+    .await
 }
