@@ -359,4 +359,40 @@ async fn the_prometheus_text_equals_the_snapshot_and_the_clients_tally() {
         Some(0.0)
     );
     drop(holder);
+
+    // A response its client does not take is counted stalled, as the snapshot counts it.
+    let rate = admission_tower::MinDataRate::new(1024, std::time::Duration::from_millis(100));
+    let stalls = AdmissionLayer::builder()
+        .name("stalls")
+        .count(1)
+        .slow_clients(admission_tower::SlowClients::default().with_min_response_rate(rate))
+        .build()
+        .unwrap();
+    let handler = tower::service_fn(|_: Request<_>| async {
+        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(bytes::Bytes::from(
+            "never taken",
+        ))))
+    });
+    let untaken = tower::ServiceExt::oneshot(
+        tower::Layer::layer(&stalls, handler),
+        Request::new(Full::<bytes::Bytes>::default()),
+    )
+    .await
+    .unwrap();
+    support::eventually("stalls.snapshot().stalled == 1", || {
+        stalls.snapshot().stalled == 1
+    })
+    .await;
+    let series = parse(&handle.render());
+    assert_eq!(
+        value_of("stalls", &series, "admission_stalled_total", &[]),
+        Some(1.0)
+    );
+    assert!(
+        handle
+            .render()
+            .contains("# HELP admission_stalled_total Responses whose permits"),
+        "described"
+    );
+    drop(untaken);
 }
