@@ -24,7 +24,7 @@ use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
 
 use crate::error::Stalled;
-use crate::pacer::Pacer;
+use crate::pacer::{Pacer, PacerId};
 use crate::patience::Pace;
 use crate::permit::AdmissionPermit;
 use crate::stalls::{Registry, Ticket};
@@ -161,9 +161,11 @@ impl<B: Body> ResponseBody<B> {
                 let until_none = paced_by_serve();
                 // A body with something to send waits on its client from now: the server
                 // may never ask for it (hyper waits for room in an h2 window first).
-                let pacer = (permit.pacer())
-                    .filter(|_| !until_none && !body.is_end_stream())
-                    .and_then(|id| id.pacer());
+                let pacer = if body.is_end_stream() || until_none {
+                    None
+                } else {
+                    permit.pacer().and_then(PacerId::pacer)
+                };
                 let hold = match pacer {
                     Some(pacer) => {
                         let pace = Pace::new(Some(pacer.rate()), Instant::now());

@@ -83,6 +83,27 @@ impl Drop for Rest {
 }
 
 impl Rest {
+    /// Out of line: the permit of a request that has none of it (the count alone) is made
+    /// where admission is inlined, and stays small there.
+    #[inline(never)]
+    fn boxed(
+        count: CountPermit,
+        keyed: Option<KeyedPermit<Key>>,
+        charge: Option<RequestCharge>,
+        late: Option<LateRefusal>,
+        sample: Option<Sample>,
+        watch: Option<Arc<Shared>>,
+    ) -> Box<Self> {
+        Box::new(Rest {
+            count,
+            _keyed: keyed,
+            charge,
+            late: late.map(Box::new),
+            sample,
+            watch,
+        })
+    }
+
     fn record(&mut self) {
         if let Some(sample) = self.sample.take() {
             self.count.record(sample.admitted.elapsed(), sample.outcome);
@@ -121,14 +142,7 @@ impl AdmissionPermit {
         watch: Option<Arc<Shared>>,
     ) -> Self {
         let held = if keyed.is_some() || charge.is_some() || sample.is_some() {
-            Held::Rest(Box::new(Rest {
-                count,
-                _keyed: keyed,
-                charge,
-                late: late.map(Box::new),
-                sample,
-                watch,
-            }))
+            Held::Rest(Rest::boxed(count, keyed, charge, late, sample, watch))
         } else {
             Held::Count { _permit: count }
         };

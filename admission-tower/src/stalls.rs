@@ -16,6 +16,7 @@
 //! back and the sweep taking it out cannot both have it. Values are released outside the
 //! lock: a release may run user code (a refusal hook, a metrics recorder).
 
+use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -50,18 +51,19 @@ struct Places<T> {
 }
 
 struct Entry<T> {
-    id: u64,
+    id: NonZeroU64,
     /// `None`: kept, never swept.
     due: Option<Instant>,
     value: T,
 }
 
-/// Where a value is parked: its shard, its place, and its id.
+/// Where a value is parked: its shard, its place, and its id. Two words: a response body
+/// keeps one, and every response is moved whole through a server.
 #[derive(Debug)]
 pub(crate) struct Ticket {
-    shard: usize,
-    key: usize,
-    id: u64,
+    id: NonZeroU64,
+    key: u32,
+    shard: u8,
 }
 
 /// The shard a thread parks in: threads take the shards in turn.
@@ -88,33 +90,33 @@ impl<T: Send + 'static> Registry<T> {
     pub(crate) fn park(&'static self, value: T, due: Option<Instant>) -> Ticket {
         let shard = home();
         let mut places = self.lock(shard);
-        let id = places.next_id;
         places.next_id += 1;
+        let id = NonZeroU64::new(places.next_id).expect("ids count up from 1");
         let key = places.slab.insert(Entry { id, due, value });
         drop(places);
         if due.is_some() {
             self.sweep_from_now_on();
         }
-        Ticket { shard, key, id }
+        Ticket {
+            id,
+            // Four billion responses parked at once would have run out of memory first.
+            key: u32::try_from(key).expect("fewer than 2^32 values parked"),
+            shard: shard as u8,
+        }
     }
 
     /// Takes back what `ticket` parked, unless the sweep took it out.
     pub(crate) fn unpark(&self, ticket: &Ticket) -> Option<T> {
-        let mut places = self.lock(ticket.shard);
-        let ours = places
-            .slab
-            .get(ticket.key)
-            .is_some_and(|entry| entry.id == ticket.id);
-        ours.then(|| places.slab.remove(ticket.key).value)
+        let mut places = self.lock(usize::from(ticket.shard));
+        let key = ticket.key as usize;
+        let ours = (places.slab.get(key)).is_some_and(|entry| entry.id == ticket.id);
+        ours.then(|| places.slab.remove(key).value)
     }
 
     /// Whether what `ticket` parked is still parked.
     pub(crate) fn holds(&self, ticket: &Ticket) -> bool {
-        let places = self.lock(ticket.shard);
-        places
-            .slab
-            .get(ticket.key)
-            .is_some_and(|entry| entry.id == ticket.id)
+        let places = self.lock(usize::from(ticket.shard));
+        (places.slab.get(ticket.key as usize)).is_some_and(|entry| entry.id == ticket.id)
     }
 
     /// Takes out what is due at `now` and hands it to `on_due`, outside the locks (a
