@@ -157,11 +157,13 @@ impl<B: Body> ResponseBody<B> {
     pub(crate) fn new(body: B, permit: Option<AdmissionPermit>) -> Self {
         let kind = match permit {
             Some(permit) => {
-                // On an h2 stream `serve` paces, the stream keeps the rate.
+                // On an h2 stream `serve` paces, its last frame may still wait on the
+                // client once handed over: held until the stream polls the body to its end.
                 let until_none = paced_by_serve();
                 // A body with something to send waits on its client from now: the server
-                // may never ask for it (hyper waits for room in an h2 window first).
-                let pacer = if body.is_end_stream() || until_none {
+                // may never ask for it (hyper waits for room in an h2 window first). Under
+                // `serve` too: its own rate for the stream may be off, or another.
+                let pacer = if body.is_end_stream() {
                     None
                 } else {
                     permit.pacer().and_then(PacerId::pacer)

@@ -10,7 +10,9 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use admission_tower::{AdmissionLayer, MinDataRate, ResponseBody, SlowClients, Stalled};
+use admission_tower::{
+    AdmissionLayer, ConnectionLimits, MinDataRate, ResponseBody, SlowClients, Stalled,
+};
 use axum::Router;
 use axum::body::Body;
 use axum::routing::get;
@@ -84,6 +86,7 @@ fn app(layer: &AdmissionLayer) -> Router {
             }),
         )
         .route("/big", get(|| async { Body::from(vec![7u8; BIG]) }))
+        .route("/small", get(|| async { Body::from(vec![7u8; 4096]) }))
         .route("/events", get(|| async { Body::new(Heartbeats::new()) }))
         .route(
             "/idle",
@@ -162,6 +165,64 @@ async fn one_chunk_bodies_never_polled_give_their_permits_back() {
     let (layer, addr) = serve(4, rate()).await;
     let _attacker = ask(addr, 0, "/big", 4).await;
     held_and_given_back(&layer, addr, 4).await;
+}
+
+/// `serve` of the app behind a layer that admits `count` at once, whose responses must be
+/// taken at `rate`, and whose h2 streams are timed at `stream_rate` (if any).
+async fn under_serve(
+    count: usize,
+    rate: MinDataRate,
+    stream_rate: Option<MinDataRate>,
+) -> (AdmissionLayer, SocketAddr) {
+    let layer = AdmissionLayer::builder()
+        .count(count)
+        .slow_clients(SlowClients::default().with_min_response_rate(rate))
+        .connection_limits(ConnectionLimits::default().with_min_send_rate(stream_rate))
+        .build()
+        .unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(layer.serve(listener, app(&layer)).into_future());
+    (layer, addr)
+}
+
+#[tokio::test]
+async fn under_serve_with_its_stream_rate_off_the_layer_still_gives_the_permits_back() {
+    let (layer, addr) = under_serve(4, rate(), None).await;
+    let _attacker = ask(addr, 0, "/stream", 4).await;
+    held_and_given_back(&layer, addr, 4).await;
+}
+
+#[tokio::test]
+async fn under_serve_a_last_frame_waiting_on_the_client_holds_its_permits_until_the_reset() {
+    // The layer hands `/small` (4 KiB) to the stream whole, as its last frame; the stream
+    // hands it to h2 a piece at a time, on a window of 1 KiB the client never opens.
+    let fast = MinDataRate::new(64 * 1024, Duration::from_secs(1));
+    let (layer, addr) = under_serve(1, fast, Some(rate())).await;
+    let mut reader = ask(addr, 1024, "/small", 1).await;
+    eventually("layer.snapshot().gate.count.in_flight == 1", || {
+        layer.snapshot().gate.count.in_flight == 1
+    })
+    .await;
+    sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        layer.snapshot().gate.count.in_flight,
+        1,
+        "held while its last frame waits on the client"
+    );
+    let log = h2::client(
+        &mut reader,
+        Duration::from_secs(5),
+        Duration::from_secs(5),
+        |_| Vec::new(),
+        |log| log.reset(1).is_some(),
+    )
+    .await;
+    assert!(log.reset(1).is_some(), "the stream is reset: {log:?}");
+    eventually("layer.snapshot().gate.count.in_flight == 0", || {
+        layer.snapshot().gate.count.in_flight == 0
+    })
+    .await;
 }
 
 #[tokio::test]
