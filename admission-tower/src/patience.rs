@@ -202,7 +202,9 @@ mod tests {
     use admission_http::MinDataRate;
     use bytes::Bytes;
 
-    use super::{MAX_PIECE, MIN_PIECE, Pace, Patience};
+    use std::num::NonZeroU64;
+
+    use super::{MAX_PIECE, MIN_PIECE, Pace, Patience, taking};
 
     fn rate() -> MinDataRate {
         MinDataRate::new(1_000, Duration::from_secs(2))
@@ -245,6 +247,25 @@ mod tests {
             Duration::from_secs(2),
             "no banking: the grace"
         );
+        // A wait that spent most of it, then a write taken at once: full again.
+        socket.wait(start);
+        socket.taken(start + Duration::from_millis(1_500), 0);
+        assert_eq!(socket.left(), Duration::from_millis(500));
+        socket.wait(start);
+        socket.fill();
+        assert_eq!(
+            (socket.left(), socket.due()),
+            (Duration::from_secs(2), None)
+        );
+    }
+
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn bytes_past_what_nanoseconds_scale_to_in_a_u64_still_take_their_time() {
+        // 2^40 bytes at 2^30 bytes a second: 1,024 s, though 2^40 x 10^9 is past u64.
+        let rate = NonZeroU64::new(1 << 30).unwrap();
+        assert_eq!(taking(1 << 40, rate), 1_024 * 1_000_000_000);
+        assert_eq!(taking(1_000, rate), 931, "and below it, the same rule");
     }
 
     #[test]
