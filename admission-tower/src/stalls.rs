@@ -278,11 +278,18 @@ mod tests {
     fn the_sweeping_thread_releases_what_is_due_on_its_own() {
         static REGISTRY: Registry<Value> = Registry::new(released);
         static RELEASED: AtomicUsize = AtomicUsize::new(0);
+        let kept = REGISTRY.park(Value(&RELEASED), None);
+        assert!(
+            !REGISTRY.sweeping.load(Ordering::SeqCst),
+            "nothing to sweep yet: no thread"
+        );
         let _ticket = REGISTRY.park(Value(&RELEASED), Some(Instant::now()));
+        assert!(REGISTRY.sweeping.load(Ordering::SeqCst), "one thread, once");
         let deadline = Instant::now() + Duration::from_secs(10);
         while RELEASED.load(Ordering::SeqCst) == 0 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(10));
         }
         assert_eq!(RELEASED.load(Ordering::SeqCst), 1);
+        assert!(REGISTRY.unpark(&kept).is_some(), "what has no time stays");
     }
 }
