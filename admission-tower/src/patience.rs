@@ -79,7 +79,8 @@ impl Patience {
     }
 
     /// Full again (what it banks at most), with no wait in progress: the client shows it
-    /// keeps up.
+    /// keeps up. (The socket's rule, under the `tokio` feature.)
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn fill(&mut self) {
         self.left = self.cap;
         self.since = None;
