@@ -7,7 +7,6 @@
 
 #![cfg(all(feature = "serve", feature = "axum"))]
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -24,6 +23,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::sleep;
 
+#[path = "support/downloads.rs"]
+mod downloads;
 #[path = "support/events.rs"]
 mod events;
 #[path = "support/eventually.rs"]
@@ -33,6 +34,7 @@ mod h2;
 #[path = "support/heap.rs"]
 mod heap;
 
+use downloads::{BIG, CHUNK, CHUNKS};
 use events::Heartbeats;
 use eventually::eventually;
 use h2::{INITIAL_WINDOW_SIZE, Log, ask, client, get_on, preface_with, slow_reader, window_update};
@@ -40,28 +42,12 @@ use h2::{INITIAL_WINDOW_SIZE, Log, ask, client, get_on, preface_with, slow_reade
 /// The requests the layer admits at once: as many as one attacking connection asks for.
 const COUNT: usize = 8;
 
-/// One chunk of a streamed response, and how many (16 MiB in all).
-const CHUNK: usize = 64 * 1024;
-const CHUNKS: usize = 256;
-
-/// The single chunk of `/big`.
-const BIG: usize = 16 << 20;
-
 /// Held by the tests that measure the heap and those that move large responses, so
 /// that one does not count the other's.
 static HEAP: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn app(layer: &AdmissionLayer) -> Router {
-    Router::new()
-        .route("/", get(|| async { "ok" }))
-        .route(
-            "/stream",
-            get(|| async {
-                let chunks = (0..CHUNKS).map(|_| Ok::<_, Infallible>(Bytes::from(vec![7; CHUNK])));
-                Body::from_stream(tokio_stream::iter(chunks))
-            }),
-        )
-        .route("/big", get(|| async { Body::from(vec![7u8; BIG]) }))
+    downloads::routes()
         .route("/events", get(|| async { Body::new(Heartbeats::new()) }))
         .layer(layer.clone())
 }

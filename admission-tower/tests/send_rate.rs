@@ -25,6 +25,8 @@ use tokio::net::TcpListener;
 use tokio::time::sleep;
 use tower::{Layer, ServiceExt};
 
+#[path = "support/downloads.rs"]
+mod downloads;
 #[path = "support/events.rs"]
 mod events;
 #[path = "support/eventually.rs"]
@@ -35,13 +37,6 @@ mod h2;
 use events::Heartbeats;
 use eventually::{eventually, holds_within};
 use h2::{ask, slow_reader};
-
-/// One chunk of a streamed response, and how many (16 MiB in all).
-const CHUNK: usize = 64 * 1024;
-const CHUNKS: usize = 256;
-
-/// The single chunk of `/big`.
-const BIG: usize = 16 << 20;
 
 /// 1 KiB/s after a second: the rate of the tests that stall.
 fn rate() -> MinDataRate {
@@ -76,16 +71,7 @@ fn ten_thousand() -> Full<Bytes> {
 }
 
 fn app(layer: &AdmissionLayer) -> Router {
-    Router::new()
-        .route("/", get(|| async { "ok" }))
-        .route(
-            "/stream",
-            get(|| async {
-                let chunks = (0..CHUNKS).map(|_| Ok::<_, Infallible>(Bytes::from(vec![7; CHUNK])));
-                Body::from_stream(tokio_stream::iter(chunks))
-            }),
-        )
-        .route("/big", get(|| async { Body::from(vec![7u8; BIG]) }))
+    downloads::routes()
         .route("/small", get(|| async { Body::from(vec![7u8; 4096]) }))
         .route("/events", get(|| async { Body::new(Heartbeats::new()) }))
         .route(
