@@ -83,9 +83,9 @@ impl Drop for Rest {
 }
 
 impl Rest {
-    /// Out of line: the permit of a request that has none of it (the count alone) is made
-    /// where admission is inlined, and stays small there.
-    #[inline(never)]
+    /// Apart from `AdmissionPermit::new`, which is always inlined: the compiler weighs
+    /// this on its own.
+    #[inline]
     fn boxed(
         count: CountPermit,
         keyed: Option<KeyedPermit<Key>>,
@@ -131,7 +131,9 @@ impl Sample {
 }
 
 impl AdmissionPermit {
-    #[inline]
+    /// Always inlined: on the count's path it is a few moves (its rest is made out of
+    /// line), and a call would cost more than the permit.
+    #[inline(always)]
     pub(crate) fn new(
         count: CountPermit,
         keyed: Option<KeyedPermit<Key>>,
