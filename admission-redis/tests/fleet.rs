@@ -237,6 +237,22 @@ async fn each_fallback_holds_a_key_to_its_cap_and_never_to_none() {
     assert_eq!(fleet.held(&long), 6);
 }
 
+#[test]
+fn a_cap_built_outside_a_runtime_is_an_error_that_names_the_runtime() {
+    use admission_redis::FleetError;
+    let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
+    let error = FleetCap::builder(client.clone(), 8).build().unwrap_err();
+    assert!(matches!(error, FleetError::NoRuntime), "{error:?}");
+    assert!(error.to_string().contains("tokio runtime"), "{error}");
+    // Inside one (entered, not awaited), it builds.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let _entered = runtime.enter();
+    assert!(FleetCap::builder(client, 8).build().is_ok());
+}
+
 #[tokio::test]
 async fn settings_that_would_refuse_everything_or_never_renew_are_errors() {
     use admission_redis::FleetError;
@@ -255,7 +271,8 @@ async fn settings_that_would_refuse_everything_or_never_renew_are_errors() {
             matches!(error, FleetError::Zero(named) if named == what),
             "{error:?}"
         );
-        assert!(error.to_string().contains(what), "{error}");
+        let said = error.to_string();
+        assert!(said.contains(what) && said.contains("at least 1"), "{said}");
     }
     let debug = format!("{:?}", base().chunk(3));
     assert!(
