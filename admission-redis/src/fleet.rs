@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use admission_core::{Key, KeyState, KeyedLedger};
-use admission_tower::{Leases, PerKey};
+use admission_tower::{Leases, LeasesTaken, PerKey};
 use http::request::Parts;
 use parking_lot::RwLock;
 use redis::aio::ConnectionManager;
@@ -93,7 +93,8 @@ impl FleetCap {
     }
 
     /// The per-key dimension for a layer: requests told apart by `key`, each key capped
-    /// across the fleet. One `FleetCap` serves one layer.
+    /// across the fleet. One `FleetCap` serves one layer: a second layer built with it
+    /// fails with [`BuildError::LeasesTaken`](admission_tower::BuildError::LeasesTaken).
     ///
     /// ```no_run
     /// use admission_redis::FleetCap;
@@ -193,9 +194,9 @@ impl Leases for FleetCap {
         Box::pin(async move { inner.grow(key).await })
     }
 
-    fn attach(&self, keyed: &KeyedLedger<Key>) {
-        // One layer a cap: a second layer's ledger is not read.
-        let _ = self.inner.keyed.set(keyed.clone());
+    fn attach(&self, keyed: &KeyedLedger<Key>) -> Result<(), LeasesTaken> {
+        // One layer a cap: a second layer's build fails.
+        self.inner.keyed.set(keyed.clone()).map_err(|_| LeasesTaken)
     }
 }
 

@@ -237,6 +237,22 @@ async fn each_fallback_holds_a_key_to_its_cap_and_never_to_none() {
     assert_eq!(fleet.held(&long), 6);
 }
 
+#[tokio::test]
+async fn one_cap_serves_one_layer_and_a_second_layer_s_build_says_so() {
+    let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
+    let fleet = FleetCap::builder(client, 8).build().unwrap();
+    let tenant = || admission_tower::key::header(http::HeaderName::from_static("x-tenant"));
+    let layer = |fleet: &FleetCap| {
+        admission_tower::AdmissionLayer::builder()
+            .count(64)
+            .per_key(fleet.per_key(tenant()))
+            .build()
+    };
+    assert!(layer(&fleet).is_ok());
+    let second = layer(&fleet).unwrap_err();
+    assert_eq!(second, admission_tower::BuildError::LeasesTaken);
+}
+
 #[test]
 fn a_cap_built_outside_a_runtime_is_an_error_that_names_the_runtime() {
     use admission_redis::FleetError;

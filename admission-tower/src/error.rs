@@ -96,6 +96,9 @@ pub enum BuildError {
     /// A [`Wait`](crate::Wait) that lets nothing wait: `max_waiting` or `max_wait` of 0
     /// (named here). To shed at once, leave `wait` out.
     EmptyWait(&'static str),
+    /// The per-key leases ([`PerKey::leased`](crate::PerKey::leased), admission-redis's
+    /// `FleetCap`) serve another layer already: each layer needs leases of its own.
+    LeasesTaken,
 }
 
 /// What a drain given a deadline ([`AdmissionLayer::drain_within`](crate::AdmissionLayer::drain_within))
@@ -149,6 +152,9 @@ impl fmt::Display for BuildError {
                 f,
                 "a connection limit `{what}` of 0 would close or refuse every connection or stream; \
                  for no bound, pass `None`"
+            ),
+            BuildError::LeasesTaken => f.write_str(
+                "the per-key leases (a `FleetCap`) serve another layer already; give each layer its own",
             ),
             BuildError::LimitsOnSharedGate => f.write_str(
                 "a per-key cap or `max_keys` was set on a layer over a shared gate; \

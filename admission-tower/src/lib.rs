@@ -160,7 +160,7 @@ pub use layer::AdmissionLayer;
 #[cfg_attr(docsrs, doc(cfg(feature = "axum")))]
 pub use layer::GuardedListener;
 pub use memory::MemoryShare;
-pub use per_key::{Leases, PerKey, Unkeyed};
+pub use per_key::{Leases, LeasesTaken, PerKey, Unkeyed};
 pub use readings::{AdmissionSnapshot, RefusalEvent, WaitSnapshot};
 pub use retry::Retries;
 pub use service::Admission;

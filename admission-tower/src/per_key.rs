@@ -61,8 +61,32 @@ pub trait Leases: Send + Sync + 'static {
 
     /// Called once, when a layer is built: the per-key ledger in which that layer counts
     /// each key's requests in flight here (to give back what a key no longer uses).
-    fn attach(&self, keyed: &KeyedLedger<Key>);
+    ///
+    /// # Errors
+    ///
+    /// [`LeasesTaken`] if these leases serve another layer already: they count one
+    /// layer's requests, and that layer's `build` fails with
+    /// [`BuildError::LeasesTaken`](crate::BuildError::LeasesTaken).
+    fn attach(&self, keyed: &KeyedLedger<Key>) -> Result<(), LeasesTaken>;
 }
+
+/// What [`Leases::attach`] says of leases that serve another layer already.
+///
+/// ```
+/// use admission_tower::LeasesTaken;
+///
+/// assert_eq!(LeasesTaken.to_string(), "these leases serve another layer already");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LeasesTaken;
+
+impl std::fmt::Display for LeasesTaken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("these leases serve another layer already")
+    }
+}
+
+impl std::error::Error for LeasesTaken {}
 
 /// What becomes of a request from which the key extractor gets no key (no such header;
 /// no peer address in the request's extensions).

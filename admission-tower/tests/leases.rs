@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use admission_tower::admission_core::KeyedLedger;
-use admission_tower::{AdmissionLayer, Key, Leases, PerKey, Wait, key};
+use admission_tower::{AdmissionLayer, BuildError, Key, Leases, LeasesTaken, PerKey, Wait, key};
 use http::StatusCode;
 use support::{Seen, app, next_chunk, send, serve, with_header};
 
@@ -39,11 +39,29 @@ impl Leases for Granted {
         Box::pin(tokio::time::sleep(self.delay))
     }
 
-    fn attach(&self, keyed: &KeyedLedger<Key>) {
+    fn attach(&self, keyed: &KeyedLedger<Key>) -> Result<(), LeasesTaken> {
         let mut attached = self.attached.lock().unwrap();
-        assert!(attached.is_none(), "attached once");
+        if attached.is_some() {
+            return Err(LeasesTaken);
+        }
         *attached = Some(keyed.clone());
+        Ok(())
     }
+}
+
+#[test]
+fn leases_given_to_a_second_layer_fail_its_build() {
+    let leases = Arc::new(Granted::default());
+    let per_key = || {
+        PerKey::new(16, key::header(http::HeaderName::from_static("x-tenant")))
+            .leased(leases.clone())
+    };
+    let first = AdmissionLayer::builder().per_key(per_key()).build();
+    assert!(first.is_ok());
+    let second = AdmissionLayer::builder().per_key(per_key()).build();
+    let error = second.unwrap_err();
+    assert_eq!(error, BuildError::LeasesTaken);
+    assert!(error.to_string().contains("another layer"), "{error}");
 }
 
 fn tenant(name: &str) -> http::Request<http_body_util::Full<bytes::Bytes>> {
