@@ -73,7 +73,7 @@ fn main() {
                 .unwrap();
             let mut s = l.layer(tower::service_fn(kib));
             for _ in 0..n {
-                drive_to_end::<_, Empty<Bytes>>(&mut s, &mut cx)
+                drive_to_end::<_, Empty<Bytes>, _>(&mut s, &mut cx)
             }
         }
         "disabled" => {

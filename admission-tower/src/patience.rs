@@ -101,6 +101,7 @@ impl Patience {
     }
 
     /// Whether a wait is in progress.
+    #[cfg_attr(not(feature = "tokio"), allow(dead_code))]
     pub(crate) fn waiting(&self) -> bool {
         self.since.is_some()
     }
@@ -153,10 +154,9 @@ impl Pace {
 
     /// The body is asked for its next frame at `now`: what it handed out has gone on.
     pub(crate) fn asked(&mut self, now: Instant) {
+        // (Not waiting, it handed out nothing since it was last asked: nothing changes.)
         if let Some(patience) = &mut self.patience {
-            if patience.waiting() {
-                patience.taken(now, self.handed);
-            }
+            patience.taken(now, self.handed);
         }
         self.handed = 0;
     }
