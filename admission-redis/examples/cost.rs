@@ -144,12 +144,13 @@ async fn main() -> std::process::ExitCode {
     let mut trips = Vec::new();
     for i in 0..if short { 500 } else { 5_000 } {
         let start = Instant::now();
-        let _: (u64, u64) = grant
+        let _: (u64, u64, u64) = grant
             .key("cost:trip")
             .arg("r")
             .arg(i % 16 + 1)
             .arg(16)
             .arg(10_000)
+            .arg("cost:leases")
             .invoke_async(&mut connection)
             .await
             .expect("a grant");

@@ -16,6 +16,11 @@ pub enum Fallback {
     /// within the cap. Where only this replica is cut off, the others may take the whole
     /// cap once its leases expire, so until the partition heals the fleet may hold the
     /// cap and this share; [`Closed`](Fallback::Closed) keeps it to the cap. The default.
+    ///
+    /// A replica that has never reached Redis and was not told
+    /// [`replicas`](FleetCapBuilder::replicas) knows no N: it refuses keyed requests, as
+    /// `Closed` does, until Redis first answers. Replicas started while Redis is down
+    /// never take more than the cap between them.
     #[default]
     Share,
     /// Every request with a key is refused (429) until Redis answers again.
@@ -38,8 +43,9 @@ pub(crate) struct Config {
     pub(crate) ttl: Duration,
     pub(crate) grant_timeout: Duration,
     pub(crate) fallback: Fallback,
-    pub(crate) replicas: usize,
+    pub(crate) replicas: Option<usize>,
     pub(crate) prefix: String,
+    pub(crate) name: Option<String>,
     pub(crate) max_pending: usize,
 }
 
@@ -104,8 +110,9 @@ impl FleetCapBuilder {
                 ttl: Duration::from_secs(10),
                 grant_timeout: Duration::from_millis(100),
                 fallback: Fallback::Share,
-                replicas: 1,
+                replicas: None,
                 prefix: "admission".to_owned(),
+                name: None,
                 max_pending: 256,
             },
         }
@@ -145,10 +152,22 @@ impl FleetCapBuilder {
     }
 
     /// How many replicas to assume before Redis has counted them, for
-    /// [`Fallback::Share`] (default 1).
+    /// [`Fallback::Share`]: a replica that starts while Redis is out of reach holds each
+    /// key to `cap / replicas`. Without it, such a replica refuses keyed requests until
+    /// Redis first answers (the fleet never passes the cap). Give the most replicas that
+    /// may start at once.
     #[must_use]
     pub fn replicas(mut self, replicas: usize) -> Self {
-        self.config.replicas = replicas;
+        self.config.replicas = Some(replicas);
+        self
+    }
+
+    /// The `name` label of this cap's metrics and the `name` field of its `tracing`
+    /// events (default: the name of the layer it serves, see
+    /// [`AdmissionBuilder::name`](admission_tower::AdmissionBuilder::name)).
+    #[must_use]
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.config.name = Some(name.into());
         self
     }
 
@@ -170,8 +189,8 @@ impl FleetCapBuilder {
     }
 
     /// The cap, its upkeep started on the current tokio runtime (call it inside one).
-    /// Nothing is sent to Redis until it is needed: a replica built while Redis is out of
-    /// reach starts on its fallback.
+    /// Nothing waits on Redis here: a replica built while Redis is out of reach starts on
+    /// its fallback (see [`Fallback::Share`] for the share it runs on then).
     ///
     /// # Errors
     ///
@@ -182,7 +201,7 @@ impl FleetCapBuilder {
         for (what, value) in [
             ("cap", config.cap),
             ("chunk", config.chunk),
-            ("replicas", config.replicas),
+            ("replicas", config.replicas.unwrap_or(1)),
             ("max_pending", config.max_pending),
         ] {
             if value == 0 {
@@ -223,6 +242,7 @@ impl fmt::Debug for Config {
             .field("fallback", &self.fallback)
             .field("replicas", &self.replicas)
             .field("prefix", &self.prefix)
+            .field("name", &self.name)
             .finish_non_exhaustive()
     }
 }

@@ -14,6 +14,7 @@ use parking_lot::RwLock;
 use redis::aio::ConnectionManager;
 
 use crate::config::Config;
+use crate::listen::listen;
 use crate::script;
 use crate::state::{Counters, Inner, TICKS};
 use crate::upkeep::{nameable, replica_name, upkeep};
@@ -39,7 +40,8 @@ pub struct FleetSnapshot {
     pub keys: usize,
     /// The slots those leases hold, in all.
     pub slots: usize,
-    /// The replicas last counted live in Redis (the builder's guess until then).
+    /// The replicas last counted live in Redis (the builder's
+    /// [`replicas`](crate::FleetCapBuilder::replicas) until then; 0 if it gave none).
     pub replicas: usize,
     /// Whether Redis is out of reach and every key held to the fallback's cap.
     pub fallback: bool,
@@ -51,6 +53,9 @@ pub struct FleetSnapshot {
     pub errors: u64,
     /// Grants smaller than asked: the key's cap was held by the fleet.
     pub short: u64,
+    /// Times this replica gave back slots it did not use, at once, because another
+    /// replica waited for them.
+    pub given_back: u64,
 }
 
 impl FleetCap {
@@ -69,11 +74,20 @@ impl FleetCap {
             .set_connection_timeout(timeout)
             .set_response_timeout(timeout)
             .set_number_of_retries(1);
-        let redis = ConnectionManager::new_lazy_with_config(client, manager)
+        let redis = ConnectionManager::new_lazy_with_config(client.clone(), manager)
             .map_err(crate::FleetError::Redis)?;
         let replica = replica_name();
+        let (stop, stopped) = tokio::sync::oneshot::channel();
+        let label = OnceLock::new();
+        if let Some(name) = &config.name {
+            let _ = label.set(name.clone());
+        }
         let inner = Arc::new(Inner {
-            replicas: AtomicUsize::new(config.replicas.max(1)),
+            replicas: AtomicUsize::new(config.replicas.unwrap_or(0)),
+            channel: format!("{}:leases", config.prefix),
+            label,
+            waiting: parking_lot::Mutex::default(),
+            _stop: stop,
             config,
             replica,
             redis,
@@ -88,6 +102,7 @@ impl FleetCap {
             counters: Counters::default(),
         });
         tokio::spawn(upkeep(Arc::downgrade(&inner)));
+        tokio::spawn(listen(Arc::downgrade(&inner), client, stopped));
         spawn_clock(Arc::downgrade(&inner))?;
         Ok(Self { inner })
     }
@@ -130,6 +145,7 @@ impl FleetCap {
             calls: counters.calls.load(Ordering::Relaxed),
             errors: counters.errors.load(Ordering::Relaxed),
             short: counters.short.load(Ordering::Relaxed),
+            given_back: counters.given_back.load(Ordering::Relaxed),
         }
     }
 
@@ -194,9 +210,15 @@ impl Leases for FleetCap {
         Box::pin(async move { inner.grow(key).await })
     }
 
-    fn attach(&self, keyed: &KeyedLedger<Key>) -> Result<(), LeasesTaken> {
+    fn attach(&self, keyed: &KeyedLedger<Key>, layer: &str) -> Result<(), LeasesTaken> {
         // One layer a cap: a second layer's build fails.
-        self.inner.keyed.set(keyed.clone()).map_err(|_| LeasesTaken)
+        self.inner
+            .keyed
+            .set(keyed.clone())
+            .map_err(|_| LeasesTaken)?;
+        // The layer's name, unless the builder gave one.
+        let _ = self.inner.label.set(layer.to_owned());
+        Ok(())
     }
 }
 

@@ -78,6 +78,7 @@
 
 mod config;
 mod fleet;
+mod listen;
 pub mod script;
 mod state;
 mod upkeep;

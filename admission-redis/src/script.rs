@@ -3,13 +3,14 @@
 //! reads the time from the server (`TIME`), so the replicas' clocks never meet.
 
 /// Sets one replica's lease of one key, never above what the cap leaves it, and, while
-/// other replicas wait for slots, never above a fair share.
+/// other replicas wait for slots, never above a fair share; tells the other replicas when
+/// one waits for slots they hold, and when slots a waiter may take are given back.
 ///
 /// `KEYS[1]`: the key's lease hash: a field a replica holding a lease (`slots:expires_ms`),
 /// and a field `~` and a replica for one that waits (`expires_ms`).
 /// `ARGV`: the replica, the slots it wants, the cap, the lease's time to live in
-/// milliseconds, and optionally the time now in milliseconds (tests; the server's `TIME`
-/// otherwise).
+/// milliseconds, the channel the replicas listen on (empty: tell nobody), and optionally
+/// the time now in milliseconds (tests; the server's `TIME` otherwise).
 ///
 /// Drops what has expired, then grants `min(want, cap - others)` (never below 0), where
 /// `others` is what the other replicas' live leases hold: the live leases of every replica
@@ -20,16 +21,21 @@
 /// its own cap at once and its lease at its next renewal. A grant below what was asked
 /// marks the replica as waiting (for the time to live); a full one clears the mark. A
 /// grant of 0 removes the replica's lease. The hash expires with the last of its fields.
-/// Returns the slots granted and the fair share.
+///
+/// On the channel: `w<replica> <KEYS[1]>` when a grant falls short while other replicas
+/// hold slots (they give back what they do not use), and `f<replica> <KEYS[1]>` when a
+/// lease is lowered while another replica waits (it asks again).
+/// Returns the slots granted, the fair share, and what was said: 0 nothing, 1 `w`, 2 `f`.
 pub const GRANT: &str = r"
 local now
-if ARGV[5] then
-  now = tonumber(ARGV[5])
+if ARGV[6] then
+  now = tonumber(ARGV[6])
 else
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local replica, want, cap, ttl = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local channel = ARGV[5]
 local mark = '~' .. replica
 local others, holders, latest, own = 0, 0, 0, 0
 local holding, waiting = {}, {}
@@ -85,7 +91,18 @@ end
 if latest > 0 then
   redis.call('PEXPIREAT', KEYS[1], latest)
 end
-return {granted, fair}
+local said = 0
+if granted < want and holders > 0 then
+  said = 1
+elseif granted < own and next(waiting) ~= nil then
+  said = 2
+end
+if said > 0 and channel and channel ~= '' then
+  local word = 'w'
+  if said == 2 then word = 'f' end
+  redis.call('PUBLISH', channel, word .. replica .. ' ' .. KEYS[1])
+end
+return {granted, fair, said}
 ";
 
 /// Registers one replica as live and counts the live ones.

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 
+use tokio::sync::Notify;
+
 use admission_core::{Key, KeyState, KeyedLedger};
 use parking_lot::RwLock;
 use redis::aio::ConnectionManager;
@@ -27,7 +29,15 @@ pub(crate) struct Inner {
     pub(crate) leases: RwLock<HashMap<Key, Lease, KeyState>>,
     /// Where the layer counts each key's requests in flight here.
     pub(crate) keyed: OnceLock<KeyedLedger<Key>>,
-    /// The replicas last counted live (the builder's guess until Redis says).
+    /// The `name` of metrics and events: the builder's, else the layer's.
+    pub(crate) label: OnceLock<String>,
+    /// The channel the replicas tell each other of waiters and of slots given back on.
+    pub(crate) channel: String,
+    /// Keys whose grant came back short and that wait for another replica to give slots
+    /// back: woken when one does, with how many wait.
+    pub(crate) waiting: parking_lot::Mutex<HashMap<Key, (Arc<Notify>, usize), KeyState>>,
+    /// The replicas last counted live (the builder's guess until Redis says; 0: none
+    /// known, the fallback refuses).
     pub(crate) replicas: AtomicUsize,
     /// Redis could not be reached: every key is held to the fallback's cap.
     pub(crate) fallback: AtomicBool,
@@ -43,6 +53,8 @@ pub(crate) struct Inner {
     /// Grants asked for and not yet answered.
     pub(crate) pending: AtomicUsize,
     pub(crate) counters: Counters,
+    /// Dropped with the cap: the listener on the channel stops.
+    pub(crate) _stop: tokio::sync::oneshot::Sender<()>,
 }
 
 pub(crate) struct Lease {
@@ -75,5 +87,6 @@ pub(crate) struct Counters {
     pub(crate) calls: AtomicU64,
     pub(crate) errors: AtomicU64,
     pub(crate) fallbacks: AtomicU64,
+    pub(crate) given_back: AtomicU64,
     pub(crate) short: AtomicU64,
 }

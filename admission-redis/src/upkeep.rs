@@ -20,7 +20,11 @@ impl Inner {
     /// Each key's cap here while Redis is out of reach.
     pub(crate) fn fallback_cap(&self) -> usize {
         match self.config.fallback {
-            Fallback::Share => self.config.cap / self.replicas.load(Ordering::Relaxed).max(1),
+            // No replica count yet (none given, Redis never reached): refuse.
+            Fallback::Share => match self.replicas.load(Ordering::Relaxed) {
+                0 => 0,
+                replicas => self.config.cap / replicas,
+            },
             Fallback::Closed => 0,
             Fallback::Local(cap) => cap.min(self.config.cap),
         }
@@ -33,12 +37,14 @@ impl Inner {
             .unwrap_or(u64::MAX)
     }
 
-    fn in_flight(&self, key: &Key) -> usize {
+    pub(crate) fn in_flight(&self, key: &Key) -> usize {
         let held = self.keyed.get().map_or(0, |keyed| keyed.in_flight(key));
         usize::try_from(held).unwrap_or(usize::MAX)
     }
 
-    /// Grows `key`'s lease by a chunk, if its requests here still fill it.
+    /// Grows `key`'s lease by a chunk, if its requests here still fill it. If the fleet
+    /// holds the rest of the cap, waits (at most the grant timeout) for another replica
+    /// to give back slots it does not use, and asks once more.
     pub(crate) async fn grow(self: Arc<Self>, key: Key) {
         if self.on_fallback() {
             return;
@@ -52,25 +58,41 @@ impl Inner {
             return;
         }
         let lock = self.lock(key);
-        let _held = lock.lock().await;
-        self.grow_held(&key, &name).await;
+        // Listening before asking: what another replica gives back follows the ask.
+        let notify = self.wait_for(key);
+        let mut freed = std::pin::pin!(notify.notified());
+        freed.as_mut().enable();
+        let short = {
+            let _held = lock.lock().await;
+            self.grow_held(&key, &name, false).await
+        };
+        if short
+            && tokio::time::timeout(self.config.grant_timeout, freed)
+                .await
+                .is_ok()
+        {
+            let _held = lock.lock().await;
+            self.grow_held(&key, &name, true).await;
+        }
+        self.done_waiting(key);
         self.pending.fetch_sub(1, Ordering::Relaxed);
     }
 
-    /// [`grow`](Self::grow), the key's lock held.
-    async fn grow_held(&self, key: &Key, name: &[u8]) {
+    /// [`grow`](Self::grow), the key's lock held (`freed`: another replica has just given
+    /// slots back). Whether the grant fell short while other replicas hold slots.
+    async fn grow_held(&self, key: &Key, name: &[u8], freed: bool) -> bool {
         let (current, short_at, share) = match self.leases.read().get(key) {
             Some(lease) => (lease.granted, lease.short_at, lease.share),
-            None => return,
+            None => return false,
         };
         let in_flight = self.in_flight(key);
-        // Not asked again for a tenth of the TTL, at most 250 ms: what the others give back
-        // comes at their renewals, or when one shuts down.
+        // Not asked again for a tenth of the TTL, at most 250 ms, unless another replica
+        // says it gave slots back.
         let pause = (self.config.ttl / 10).min(Duration::from_millis(250));
-        let recently_short = short_at.is_some_and(|at| at.elapsed() < pause);
+        let recently_short = !freed && short_at.is_some_and(|at| at.elapsed() < pause);
         if in_flight < current || recently_short {
             // Another request's grant came first, or the fleet holds the rest.
-            return;
+            return false;
         }
         let mut want = (current.max(in_flight) + self.config.chunk)
             .min(self.config.cap)
@@ -78,29 +100,39 @@ impl Inner {
         // Back from the fallback: no further than the share this replica ran on there.
         want = want.min(self.rejoining.load(Ordering::Relaxed).max(current));
         if want <= current {
-            return; // this replica holds the whole cap, or its fair share
+            return false; // this replica holds the whole cap, or its fair share
         }
         let called = self.tick.load(Ordering::Relaxed);
-        if let Some((granted, fair)) = self.set(name, want).await {
-            let short = (granted < want).then(tokio::time::Instant::now);
-            if short.is_some() {
-                self.counters.short.fetch_add(1, Ordering::Relaxed);
-            }
-            if let Some(lease) = self.leases.write().get_mut(key) {
-                // A grow never lowers a lease Redis still held when the script ran (it
-                // grants at least that); one that may have expired is what Redis grants.
-                let held = lease.expires > called + self.timeout_ticks();
-                lease.granted = if held {
-                    lease.granted.max(granted)
-                } else {
-                    granted
-                };
-                lease.in_redis = granted;
-                lease.expires = called + TICKS - 1;
-                lease.short_at = short;
-                lease.share = fair;
-            }
+        let Some((granted, fair, said)) = self.set(name, want).await else {
+            return false;
+        };
+        let short = (granted < want).then(tokio::time::Instant::now);
+        if short.is_some() {
+            self.counters.short.fetch_add(1, Ordering::Relaxed);
+            #[cfg(feature = "tracing")]
+            tracing::debug!(
+                name = self.label(),
+                key = ?key,
+                wanted = want,
+                granted,
+                "fleet cap: the other replicas hold the rest of the key's cap"
+            );
         }
+        if let Some(lease) = self.leases.write().get_mut(key) {
+            // A grow never lowers a lease Redis still held when the script ran (it
+            // grants at least that); one that may have expired is what Redis grants.
+            let held = lease.expires > called + self.timeout_ticks();
+            lease.granted = if held {
+                lease.granted.max(granted)
+            } else {
+                granted
+            };
+            lease.in_redis = granted;
+            lease.expires = called + TICKS - 1;
+            lease.short_at = short;
+            lease.share = fair;
+        }
+        said == Said::Waiting
     }
 
     /// The lock that serializes `key`'s changes in Redis (its entry made if it has none).
@@ -121,28 +153,43 @@ impl Inner {
         lease.lock.clone()
     }
 
-    /// Asks Redis to set this replica's lease of `name` to `want`: what it grants, and
-    /// the key's fair share while other replicas wait (the cap while none do). `None`
-    /// (and the fallback) if Redis could not answer in time.
-    async fn set(&self, name: &[u8], want: usize) -> Option<(usize, usize)> {
+    /// Asks Redis to set this replica's lease of `name` to `want`: what it grants, the
+    /// key's fair share while other replicas wait (the cap while none do), and what the
+    /// other replicas were told. `None` (and the fallback) if Redis could not answer in
+    /// time.
+    pub(crate) async fn set(&self, name: &[u8], want: usize) -> Option<(usize, usize, Said)> {
         let mut invocation = self.grant.key(name);
         invocation
             .arg(&self.replica)
             .arg(want)
             .arg(self.config.cap)
-            .arg(millis(self.config.ttl));
+            .arg(millis(self.config.ttl))
+            .arg(&self.channel);
         let mut redis = self.redis.clone();
-        self.call(invocation.invoke_async(&mut redis)).await
+        let (granted, fair, said): (usize, usize, u8) =
+            self.call(invocation.invoke_async(&mut redis)).await?;
+        let said = match said {
+            1 => Said::Waiting,
+            2 => Said::GaveBack,
+            _ => Said::Nothing,
+        };
+        Some((granted, fair, said))
     }
 
     /// One call to Redis, bounded by the grant timeout; counted.
-    async fn call<T>(&self, call: impl Future<Output = redis::RedisResult<T>>) -> Option<T> {
+    pub(crate) async fn call<T>(
+        &self,
+        call: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Option<T> {
         self.counters.calls.fetch_add(1, Ordering::Relaxed);
         let answer = match tokio::time::timeout(self.config.grant_timeout, call).await {
             Ok(Ok(value)) => Some(value),
-            _ => {
-                self.counters.errors.fetch_add(1, Ordering::Relaxed);
-                self.set_fallback(true);
+            Ok(Err(error)) => {
+                self.failed(&error);
+                None
+            }
+            Err(_) => {
+                self.failed(&"no answer within the grant timeout");
                 None
             }
         };
@@ -150,7 +197,7 @@ impl Inner {
         {
             let outcome = if answer.is_some() { "ok" } else { "error" };
             let labels = [
-                ("name", self.config.prefix.clone()),
+                ("name", self.label().to_owned()),
                 ("outcome", outcome.to_owned()),
             ];
             metrics::counter!("admission_fleet_redis_calls_total", &labels).increment(1);
@@ -158,16 +205,51 @@ impl Inner {
         answer
     }
 
-    /// Goes on the fallback (`on`), or back to the fleet.
-    fn set_fallback(&self, on: bool) {
-        if self.fallback.swap(on, Ordering::Relaxed) != on && on {
-            self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+    /// A call that failed: counted, and the replica on its fallback.
+    fn failed(&self, reason: &dyn std::fmt::Display) {
+        self.counters.errors.fetch_add(1, Ordering::Relaxed);
+        if self.fallback.swap(true, Ordering::Relaxed) {
+            return;
         }
+        self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
+        #[cfg(feature = "tracing")]
+        tracing::warn!(
+            name = self.label(),
+            %reason,
+            per_key = self.fallback_cap(),
+            "fleet cap: Redis out of reach, each key held to the fallback's cap here"
+        );
+        #[cfg(not(feature = "tracing"))]
+        let _ = reason;
+        self.record_fallback(true);
+    }
+
+    /// Back on the fleet's leases once Redis answers a heartbeat.
+    fn rejoined(&self) {
+        self.fallback.store(false, Ordering::Relaxed);
+        #[cfg(feature = "tracing")]
+        tracing::info!(
+            name = self.label(),
+            replicas = self.replicas.load(Ordering::Relaxed),
+            "fleet cap: Redis answers again, keys back on leases"
+        );
+        self.record_fallback(false);
+    }
+
+    /// Records whether the replica is on its fallback (with the `metrics` feature).
+    fn record_fallback(&self, on: bool) {
         #[cfg(feature = "metrics")]
         {
-            let labels = [("name", self.config.prefix.clone())];
+            let labels = [("name", self.label().to_owned())];
             metrics::gauge!("admission_fleet_fallback", &labels).set(if on { 1.0 } else { 0.0 });
         }
+        #[cfg(not(feature = "metrics"))]
+        let _ = on;
+    }
+
+    /// The `name` of this cap's metrics and events.
+    pub(crate) fn label(&self) -> &str {
+        self.label.get().map_or("admission", String::as_str)
     }
 
     /// Records the slots this replica holds (with the `metrics` feature).
@@ -175,7 +257,7 @@ impl Inner {
         #[cfg(feature = "metrics")]
         {
             let slots: usize = self.leases.read().values().map(|lease| lease.granted).sum();
-            let labels = [("name", self.config.prefix.clone())];
+            let labels = [("name", self.label().to_owned())];
             metrics::gauge!("admission_fleet_slots", &labels).set(slots as f64);
         }
     }
@@ -211,7 +293,7 @@ impl Inner {
                 lease.short_at = None;
                 lease.share = self.config.cap;
             }
-            self.set_fallback(false);
+            self.rejoined();
             return;
         }
         self.rejoining.store(usize::MAX, Ordering::Relaxed);
@@ -261,11 +343,12 @@ impl Inner {
         let want = want.min(self.config.cap);
         let called = self.tick.load(Ordering::Relaxed);
         let answer = if in_redis == 0 && want == 0 {
-            Some((0, self.config.cap)) // Redis holds nothing of this replica's for the key
+            // Redis holds nothing of this replica's for the key.
+            Some((0, self.config.cap, Said::Nothing))
         } else {
             self.set(&name, want).await
         };
-        let Some((granted, fair)) = answer else {
+        let Some((granted, fair, _)) = answer else {
             return;
         };
         let mut leases = self.leases.write();
@@ -287,6 +370,16 @@ impl Inner {
             leases.remove(&key);
         }
     }
+}
+
+/// What a grant told the other replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Said {
+    Nothing,
+    /// This replica waits for slots they hold.
+    Waiting,
+    /// This replica gave slots back while another waits.
+    GaveBack,
 }
 
 /// The upkeep of a cap, every third of the leases' time to live, until the cap is dropped.

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use admission_redis::{Fallback, FleetCap};
-use support::{Redis, Replica, Running, eventually, load};
+use support::{Redis, Replica, Running, eventually, get, load};
 
 const SERVICE: Duration = Duration::from_millis(10);
 
@@ -464,6 +464,10 @@ async fn a_slow_redis_stalls_no_request_past_the_grant_timeout() {
     };
     let (replicas, _running) = replicas(&redis, "slow", 8, Duration::from_secs(3)).await;
     let replica = &replicas[0];
+    eventually("the replicas counted", Duration::from_secs(2), || {
+        replicas.iter().all(|r| r.fleet.snapshot().replicas == 3)
+    })
+    .await;
     // Redis answers nothing for 1.5 s (a long script, a fork, a saturated network).
     let client = redis.client();
     let sleeper = std::thread::spawn(move || {
@@ -500,17 +504,20 @@ async fn a_replica_that_shuts_down_gives_its_share_back_at_once() {
     let leaving = replicas.pop().unwrap();
     let _ = load(&[leaving.addr], 16, "acme", Duration::from_millis(300)).await;
     assert_eq!(leaving.fleet.held(&"acme".into()), CAP);
-    let _ = load(&[other.addr], 4, "acme", Duration::from_millis(200)).await;
-    assert_eq!(
-        other.fleet.held(&"acme".into()),
-        0,
-        "the cap is held elsewhere"
-    );
-    // Its requests done, the leaving replica gives back what it holds.
+    let mut connection = redis.client().get_connection().unwrap();
+    let mut fields = || -> usize {
+        let fields: Vec<String> = redis::cmd("HKEYS")
+            .arg("release:key:acme")
+            .query(&mut connection)
+            .unwrap();
+        fields.len()
+    };
+    assert_eq!(fields(), 1, "Redis counts the leaving replica's lease");
+    // Its requests done, the leaving replica gives back what it holds, unasked.
     leaving.fleet.release().await;
     assert_eq!(leaving.fleet.held(&"acme".into()), 0);
     assert_eq!(leaving.fleet.snapshot().keys, 0, "and forgets the key");
-    tokio::time::sleep(Duration::from_millis(300)).await; // past the short grant's pause
+    assert_eq!(fields(), 0, "and Redis counts nothing of it");
     let after = load(&[other.addr], 16, "acme", Duration::from_millis(300)).await;
     assert!(after.ok > 0);
     assert_eq!(other.fleet.held(&"acme".into()), CAP);
@@ -638,4 +645,134 @@ async fn a_replica_back_before_the_others_grows_no_further_than_its_share() {
         "{} in flight as the fleet came back",
         running.most()
     );
+}
+
+/// A tenant's traffic moves from one replica to another (a round-robin balancer, say):
+/// the slots the first holds and no longer uses are given back as soon as the second
+/// asks, not at the first's next renewal (3.3 s here, with the default TTL of 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_free_on_one_replica_moves_to_another_at_once() {
+    let Some(redis) = Redis::start("moves") else {
+        return;
+    };
+    const CAP: usize = 4;
+    let running = Arc::new(Running::default());
+    let build = || {
+        FleetCap::builder(redis.client(), CAP)
+            .prefix("moves")
+            .build()
+            .expect("a fleet cap")
+    };
+    let service = Duration::from_millis(100);
+    let a = Replica::start(build(), running.clone(), service).await;
+    let b = Replica::start(build(), running.clone(), service).await;
+    let acme = admission_core::Key::from("acme");
+    for (from, to) in [(&a, &b), (&b, &a), (&a, &b)] {
+        // The whole cap on one replica, then nothing in flight anywhere.
+        let fill: Vec<_> = (0..CAP)
+            .map(|_| tokio::spawn(get(from.addr, "acme")))
+            .collect();
+        for status in fill {
+            assert_eq!(status.await.unwrap(), http::StatusCode::OK);
+        }
+        assert_eq!(from.fleet.held(&acme), CAP, "it held the whole cap");
+        // The other replica is served at once: the first gives back what it holds.
+        let moved = Instant::now();
+        assert_eq!(get(to.addr, "acme").await, http::StatusCode::OK);
+        let took = moved.elapsed();
+        eprintln!("a free slot moved in {took:?}");
+        assert!(
+            took < Duration::from_secs(1),
+            "{took:?}: not at the next renewal"
+        );
+        assert!(from.fleet.snapshot().given_back >= 1);
+    }
+    assert!(running.most() <= CAP, "{} in flight", running.most());
+    // Busy slots are not given back: the cap held by requests in flight on `a` leaves
+    // `b` refused, after a wait of at most the grant timeout.
+    let busy = Replica::start(build(), running.clone(), Duration::from_secs(2)).await;
+    let held: Vec<_> = (0..CAP)
+        .map(|_| tokio::spawn(get(busy.addr, "globex")))
+        .collect();
+    eventually("the cap in flight", Duration::from_secs(2), || {
+        running.now() == CAP
+    })
+    .await;
+    let refused = Instant::now();
+    assert_eq!(
+        get(b.addr, "globex").await,
+        http::StatusCode::TOO_MANY_REQUESTS
+    );
+    assert!(
+        refused.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        refused.elapsed()
+    );
+    for status in held {
+        assert_eq!(status.await.unwrap(), http::StatusCode::OK);
+    }
+    assert!(running.most() <= CAP, "{} in flight", running.most());
+}
+
+/// Replicas started while Redis is down, built as the README builds them (no
+/// `replicas`): none admits a keyed request until Redis first answers, so together they
+/// never pass the cap; told `replicas`, each runs on its share. Once Redis is up, they
+/// join and serve the whole cap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_started_without_redis_never_pass_the_cap() {
+    let Some(mut redis) = Redis::start("no_redis_at_start") else {
+        return;
+    };
+    redis.stop();
+    const CAP: usize = 4;
+    let ttl = Duration::from_millis(900);
+    let running = Arc::new(Running::default());
+    let service = Duration::from_millis(300);
+    let mut replicas = Vec::new();
+    for _ in 0..2 {
+        let fleet = FleetCap::builder(redis.client(), CAP)
+            .ttl(ttl)
+            .prefix("cold")
+            .build()
+            .unwrap();
+        replicas.push(Replica::start(fleet, running.clone(), service).await);
+    }
+    let addrs: Vec<_> = replicas.iter().map(|replica| replica.addr).collect();
+    let tally = load(&addrs, 8, "acme", Duration::from_millis(600)).await;
+    assert_eq!(tally.ok, 0, "nothing admitted without a count: {tally:?}");
+    assert!(tally.refused > 0 && tally.failed == 0, "{tally:?}");
+    assert_eq!(running.most(), 0);
+
+    // Told how many replicas may start at once: each runs on its share.
+    let mut shared = Vec::new();
+    for _ in 0..2 {
+        let fleet = FleetCap::builder(redis.client(), CAP)
+            .ttl(ttl)
+            .prefix("cold")
+            .replicas(2)
+            .build()
+            .unwrap();
+        shared.push(Replica::start(fleet, running.clone(), service).await);
+    }
+    let addrs: Vec<_> = shared.iter().map(|replica| replica.addr).collect();
+    let tally = load(&addrs, 8, "acme", Duration::from_millis(900)).await;
+    assert!(tally.ok > 0 && tally.failed == 0, "{tally:?}");
+    assert_eq!(running.most(), CAP, "two shares of 2");
+
+    // Redis comes up: the first replicas join and serve the cap.
+    redis.restart();
+    running.reset();
+    eventually("back on leases", Duration::from_secs(3), || {
+        replicas
+            .iter()
+            .all(|replica| !replica.fleet.snapshot().fallback)
+            && replicas
+                .iter()
+                .all(|replica| replica.fleet.snapshot().replicas >= 1)
+    })
+    .await;
+    let addrs: Vec<_> = replicas.iter().map(|replica| replica.addr).collect();
+    let tally = load(&addrs, 8, "acme", Duration::from_millis(900)).await;
+    assert!(tally.ok > 0 && tally.failed == 0, "{tally:?}");
+    assert!(running.most() <= CAP, "{} in flight", running.most());
 }

@@ -37,8 +37,10 @@ struct State {
 /// What the script must do: drop what has expired; grant what the cap leaves of the other
 /// live leases, never below 0, and, while replicas holding nothing wait, no more than the
 /// fair share or what the replica holds; mark the replica waiting if it got less than it
-/// asked, clear the mark if not; a grant of 0 removes its lease. The grant and the share.
-fn model(state: &mut State, replica: &str, want: u64, cap: u64, now: u64) -> (u64, u64) {
+/// asked, clear the mark if not; a grant of 0 removes its lease. The grant, the share, and
+/// what the others are told: 1 (a waiter, while others hold slots), 2 (slots given back
+/// while another waits) or 0.
+fn model(state: &mut State, replica: &str, want: u64, cap: u64, now: u64) -> (u64, u64, u64) {
     let own = match state.leases.get(replica) {
         Some(&(slots, expires)) if expires > now => slots,
         _ => 0,
@@ -57,6 +59,7 @@ fn model(state: &mut State, replica: &str, want: u64, cap: u64, now: u64) -> (u6
         .keys()
         .filter(|other| *other != replica && !state.leases.contains_key(*other))
         .count() as u64;
+    let others_wait = state.waiting.keys().any(|other| other != replica);
     let mut fair = cap;
     if waiters > 0 {
         fair = cap.div_ceil(holders + waiters + 1);
@@ -74,7 +77,14 @@ fn model(state: &mut State, replica: &str, want: u64, cap: u64, now: u64) -> (u6
     } else {
         state.leases.remove(replica);
     }
-    (granted, fair)
+    let said = if granted < want && holders > 0 {
+        1
+    } else if granted < own && others_wait {
+        2
+    } else {
+        0
+    };
+    (granted, fair, said)
 }
 
 /// What Redis holds for `name`, parsed.
@@ -130,12 +140,13 @@ fn the_grant_script_does_what_the_model_does_and_never_grants_past_the_cap() {
                 Op::Advance(ms) => now += ms,
                 Op::Grant(replica, want) => {
                     let replica = format!("r{replica}");
-                    let granted: (u64, u64) = grant
+                    let granted: (u64, u64, u64) = grant
                         .key(&name)
                         .arg(&replica)
                         .arg(want)
                         .arg(cap)
                         .arg(TTL)
+                        .arg("")
                         .arg(now)
                         .invoke(&mut *connection)
                         .unwrap();
@@ -178,4 +189,38 @@ fn the_heartbeat_counts_the_replicas_alive() {
     assert_eq!(beat("c", now + 550), 3, "a until 700, b until 600, c");
     assert_eq!(beat("c", now + 600), 2, "b's expired at 600; a and c live");
     assert_eq!(beat("c", now + 1300), 1, "only c");
+}
+
+#[test]
+fn the_grant_script_tells_holders_of_a_waiter_and_the_waiter_of_slots_given_back() {
+    let Some(redis) = Redis::start("grant_channel") else {
+        return;
+    };
+    let client = redis.client();
+    let mut listener = client.get_connection().unwrap();
+    listener
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    let mut listener = listener.as_pubsub();
+    listener.subscribe("leases").unwrap();
+    let mut connection = client.get_connection().unwrap();
+    let grant = redis::Script::new(script::GRANT);
+    let mut ask = |replica: &str, want: u64| -> (u64, u64, u64) {
+        grant
+            .key("k:acme")
+            .arg(replica)
+            .arg(want)
+            .arg(4)
+            .arg(10_000)
+            .arg("leases")
+            .invoke(&mut connection)
+            .unwrap()
+    };
+    let mut heard = || -> String { listener.get_message().unwrap().get_payload().unwrap() };
+    assert_eq!(ask("a", 4).2, 0, "the whole cap, no one else: nothing said");
+    assert_eq!(ask("b", 1), (0, 4, 1), "short while a holds slots");
+    assert_eq!(heard(), "wb k:acme");
+    assert_eq!(ask("a", 1), (1, 2, 2), "a lowers its lease while b waits");
+    assert_eq!(heard(), "fa k:acme");
+    assert_eq!(ask("b", 1), (1, 4, 0), "b is granted; no one waits now");
 }

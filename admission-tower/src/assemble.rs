@@ -82,7 +82,9 @@ impl AdmissionBuilder<Gate> {
         if let (Some(leases), Some(keyed)) =
             (keys.as_ref().and_then(|k| k.leases.as_ref()), gate.keyed())
         {
-            leases.attach(keyed).map_err(|_| BuildError::LeasesTaken)?;
+            leases
+                .attach(keyed, &self.settings.report.name)
+                .map_err(|_| BuildError::LeasesTaken)?;
         }
         let count_only = gate.bytes().is_none()
             && keys.is_none()

@@ -49,6 +49,14 @@ pub struct PerKey {
 /// [`PerKey::cap_by`]: the slots this server holds for the key. A request the lease
 /// refuses (the key's requests here fill it) asks [`grow`](Self::grow) once, holding
 /// nothing while it does, and is then admitted if the lease grew, or refused (429).
+///
+/// A lease may shrink at any time. Once a request holds its key's permit, the layer reads
+/// the cap again and lets the request go (as refused by its lease) if the key's requests
+/// here then exceed it. So leases that lower a cap and then read
+/// [`in_flight`](admission_core::KeyedLedger::in_flight) see every request admitted
+/// against the old cap, or that request sees the new one: what they then give back was
+/// not in use. (`cap` must be read under a lock the lowering takes, or behind a
+/// `SeqCst` fence, for this to hold.)
 pub trait Leases: Send + Sync + 'static {
     /// The slots this server holds for `key` now: the key's cap here (0 before any).
     /// Called on every request with a key: keep it to a map read.
@@ -60,14 +68,16 @@ pub trait Leases: Send + Sync + 'static {
     fn grow(&self, key: &Key) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
 
     /// Called once, when a layer is built: the per-key ledger in which that layer counts
-    /// each key's requests in flight here (to give back what a key no longer uses).
+    /// each key's requests in flight here (to give back what a key no longer uses), and
+    /// the layer's name (its [`name`](crate::AdmissionBuilder::name), for the leases' own
+    /// logs and metrics).
     ///
     /// # Errors
     ///
     /// [`LeasesTaken`] if these leases serve another layer already: they count one
     /// layer's requests, and that layer's `build` fails with
     /// [`BuildError::LeasesTaken`](crate::BuildError::LeasesTaken).
-    fn attach(&self, keyed: &KeyedLedger<Key>) -> Result<(), LeasesTaken>;
+    fn attach(&self, keyed: &KeyedLedger<Key>, layer: &str) -> Result<(), LeasesTaken>;
 }
 
 /// What [`Leases::attach`] says of leases that serve another layer already.

@@ -178,7 +178,26 @@ impl Shared {
         } else {
             claim
         };
-        Ok((self.gate.try_claim(claim)?, declared))
+        let permit = self.gate.try_claim(claim)?;
+        Ok((self.within_lease(key.as_ref(), permit)?, declared))
+    }
+
+    /// A permit taken against a leased cap, kept if its key's requests here are still
+    /// within the lease as it is now: a lease lowered between the read of its cap and the
+    /// permit (see [`crate::Leases`]) lets the request go, refused by its key.
+    #[inline]
+    fn within_lease(&self, key: Option<&Key>, permit: GatePermit) -> Result<GatePermit, Refusal> {
+        let leases = self.keys.as_ref().and_then(|keys| keys.leases.as_ref());
+        let (Some(leases), Some(key), Some(keyed)) = (leases, key, self.gate.keyed()) else {
+            return Ok(permit);
+        };
+        // The permit is counted before the cap is read again.
+        if keyed.in_flight(key) <= leases.cap(key) as u64 {
+            Ok(permit)
+        } else {
+            drop(permit);
+            Err(Refusal::Refused(Refused::Key))
+        }
     }
 
     /// [`admit`](Self::admit), waiting for a count slot (see [`crate::Wait`]) for at most
@@ -214,7 +233,13 @@ impl Shared {
                 return Poll::Ready(Err(WaitEnd::Gone));
             }
             match claim.as_mut().poll(cx) {
-                Poll::Ready(Ok(permit)) => return Poll::Ready(Ok((permit, declared))),
+                Poll::Ready(Ok(permit)) => {
+                    let kept = self.within_lease(key.as_ref(), permit);
+                    return Poll::Ready(
+                        kept.map(|permit| (permit, declared))
+                            .map_err(WaitEnd::Refused),
+                    );
+                }
                 Poll::Ready(Err(refused)) => {
                     if queued && matches!(refused, Refused::Count | Refused::Class) {
                         // A standing queue gave its place to a newer request.

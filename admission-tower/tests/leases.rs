@@ -39,7 +39,7 @@ impl Leases for Granted {
         Box::pin(tokio::time::sleep(self.delay))
     }
 
-    fn attach(&self, keyed: &KeyedLedger<Key>) -> Result<(), LeasesTaken> {
+    fn attach(&self, keyed: &KeyedLedger<Key>, _layer: &str) -> Result<(), LeasesTaken> {
         let mut attached = self.attached.lock().unwrap();
         if attached.is_some() {
             return Err(LeasesTaken);
@@ -159,4 +159,116 @@ async fn a_request_whose_lease_grew_waits_for_a_count_slot_as_any() {
     let mut served = waiter.await.unwrap();
     assert_eq!(served.status(), StatusCode::OK);
     assert_eq!(next_chunk(&mut served).await.unwrap(), "first\n");
+}
+
+/// Leases whose cap is lowered from `before` to `after` once read `lower_after` times, or
+/// once `lowered`: a lease taken back between the read of its cap and the request's
+/// permit.
+struct Lowered {
+    before: usize,
+    after: usize,
+    reads: AtomicUsize,
+    lower_after: usize,
+    lowered: std::sync::atomic::AtomicBool,
+    grows: AtomicUsize,
+}
+
+impl Lowered {
+    fn new(before: usize, after: usize, lower_after: usize) -> Self {
+        Self {
+            before,
+            after,
+            reads: AtomicUsize::new(0),
+            lower_after,
+            lowered: Default::default(),
+            grows: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Leases for Lowered {
+    fn cap(&self, _: &Key) -> usize {
+        let read = self.reads.fetch_add(1, Ordering::SeqCst);
+        if read < self.lower_after && !self.lowered.load(Ordering::SeqCst) {
+            self.before
+        } else {
+            self.after
+        }
+    }
+
+    fn grow(&self, _: &Key) -> Pin<Box<dyn Future<Output = ()> + Send + 'static>> {
+        self.grows.fetch_add(1, Ordering::SeqCst);
+        Box::pin(std::future::ready(()))
+    }
+
+    fn attach(&self, _: &KeyedLedger<Key>, _: &str) -> Result<(), LeasesTaken> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_lease_lowered_as_a_request_is_admitted_lets_it_go() {
+    // Read once for the claim (4 slots), then lowered to 0 before the second read.
+    let leases = Arc::new(Lowered::new(4, 0, 1));
+    let per_key = PerKey::new(16, key::header(http::HeaderName::from_static("x-tenant")))
+        .leased(leases.clone());
+    let layer = AdmissionLayer::builder()
+        .count(8)
+        .per_key(per_key)
+        .build()
+        .unwrap();
+    let seen = Arc::new(Seen::default());
+    let addr = serve(tower::Layer::layer(&layer, app(seen.clone()))).await;
+    let refused = send(addr, tenant("acme")).await;
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(seen.calls(), 0, "let go before the handler");
+    assert_eq!(
+        leases.grows.load(Ordering::SeqCst),
+        1,
+        "refused by its lease, it asked the lease to grow"
+    );
+    assert_eq!(layer.gate().count().in_flight(), 0);
+    assert_eq!(layer.gate().keyed().unwrap().keys(), 0);
+
+    // Lowered, but not below what is in flight: the request stays.
+    let kept = Arc::new(Lowered::new(4, 1, 1));
+    let per_key = PerKey::new(16, key::header(http::HeaderName::from_static("x-tenant")))
+        .leased(kept.clone());
+    let layer = AdmissionLayer::builder()
+        .count(8)
+        .per_key(per_key)
+        .build()
+        .unwrap();
+    let addr = serve(tower::Layer::layer(&layer, app(seen.clone()))).await;
+    let mut admitted = send(addr, tenant("acme")).await;
+    assert_eq!(admitted.status(), StatusCode::OK);
+    assert_eq!(next_chunk(&mut admitted).await.unwrap(), "first\n");
+    assert_eq!(kept.grows.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_lease_lowered_while_a_request_waits_for_a_count_slot_lets_it_go() {
+    let leases = Arc::new(Lowered::new(4, 0, usize::MAX));
+    let per_key = PerKey::new(16, key::header(http::HeaderName::from_static("x-tenant")))
+        .leased(leases.clone());
+    let layer = AdmissionLayer::builder()
+        .count(1)
+        .wait(Wait::new(4, Duration::from_secs(10)))
+        .per_key(per_key)
+        .build()
+        .unwrap();
+    let seen = Arc::new(Seen::default());
+    let addr = serve(tower::Layer::layer(&layer, app(seen.clone()))).await;
+    let mut holder = send(addr, tenant("globex")).await;
+    assert_eq!(next_chunk(&mut holder).await.unwrap(), "first\n");
+    // acme waits for the count slot with a claim on a lease of 4, which is then taken.
+    let waiter = tokio::spawn(async move { send(addr, tenant("acme")).await });
+    support::eventually("it waits", || layer.gate().count().waiting() == 1).await;
+    leases.lowered.store(true, Ordering::SeqCst);
+    seen.end_streams();
+    drop(holder);
+    let refused = waiter.await.unwrap();
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(seen.calls(), 1, "only the holder reached the handler");
+    support::eventually("nothing held", || layer.gate().count().in_flight() == 0).await;
 }

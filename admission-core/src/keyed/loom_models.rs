@@ -382,3 +382,40 @@ fn keyed_a_look_under_the_lock_meets_a_home_being_filled() {
         assert_nothing_away(&ledger);
     });
 }
+
+/// The protocol of a leased cap (admission-tower's `Leases`, admission-redis's give-back):
+/// the cap is lowered to what is in flight under a lock, then `in_flight` read again,
+/// and the larger of the two is what the lessor is told this server holds; a request
+/// reads the cap, takes its permit against it, reads the cap again and lets the permit
+/// go if the key's count exceeds it. One request running, one arriving, one lowering:
+/// the permits kept never exceed what the lessor is told, whatever the interleaving.
+#[test]
+fn keyed_a_cap_lowered_as_a_permit_is_taken_never_keeps_more_than_it_reports() {
+    loom::model(|| {
+        use loom::sync::RwLock;
+        let ledger = KeyedLedger::with_hasher(4, fixed()).unwrap();
+        let cap = Arc::new(RwLock::new(2_u64));
+        let running = ledger.try_acquire_with_cap(&7_u8, 2).unwrap();
+        let arriving = {
+            let (ledger, cap) = (ledger.clone(), cap.clone());
+            loom::thread::spawn(move || {
+                let read = *cap.read().unwrap();
+                let permit = ledger.try_acquire_with_cap(&7, read).ok()?;
+                let now = *cap.read().unwrap();
+                (ledger.in_flight(&7) <= now).then_some(permit)
+            })
+        };
+        let first = ledger.in_flight(&7);
+        let kept = {
+            let mut cap = cap.write().unwrap();
+            *cap = (*cap).min(first);
+            *cap
+        };
+        let told = kept.max(ledger.in_flight(&7));
+        let arrived = arriving.join().unwrap();
+        let held = 1 + u64::from(arrived.is_some());
+        assert!(held <= told, "{held} kept, {told} reported");
+        assert_eq!(ledger.in_flight(&7), held);
+        drop(running);
+    });
+}

@@ -168,6 +168,20 @@ pub async fn load(
     total
 }
 
+/// One request of tenant `tenant` to `addr`: its status, once its body has ended.
+pub async fn get(addr: SocketAddr, tenant: &str) -> StatusCode {
+    let client: Client<HttpConnector, Full<Bytes>> =
+        Client::builder(TokioExecutor::new()).build_http();
+    let request = Request::get(format!("http://{addr}/"))
+        .header("x-tenant", tenant)
+        .body(Full::default())
+        .unwrap();
+    let response = client.request(request).await.expect("an answer");
+    let status = response.status();
+    let _ = response.into_body().collect().await;
+    status
+}
+
 /// Waits (at most `within`) for `condition`.
 pub async fn eventually(what: &str, within: Duration, mut condition: impl FnMut() -> bool) {
     let deadline = Instant::now() + within;
