@@ -66,8 +66,8 @@ impl FleetCap {
     }
 
     /// Starts the cap's upkeep (heartbeats, renewals, returns) on the current tokio
-    /// runtime. Nothing is sent to Redis before it is needed: a replica started while
-    /// Redis is out of reach starts on its fallback.
+    /// runtime, to run once a layer uses the cap. Nothing waits on Redis here: a replica
+    /// started while Redis is out of reach starts on its fallback.
     pub(crate) fn start(config: Config, client: redis::Client) -> Result<Self, crate::FleetError> {
         let timeout = Some(config.grant_timeout);
         let manager = redis::aio::ConnectionManagerConfig::new()
@@ -78,6 +78,7 @@ impl FleetCap {
             .map_err(crate::FleetError::Redis)?;
         let replica = replica_name();
         let (stop, stopped) = tokio::sync::oneshot::channel();
+        let (attach, attached) = tokio::sync::oneshot::channel();
         let label = OnceLock::new();
         if let Some(name) = &config.name {
             let _ = label.set(name.clone());
@@ -88,6 +89,7 @@ impl FleetCap {
             label,
             waiting: parking_lot::Mutex::default(),
             _stop: stop,
+            attach: parking_lot::Mutex::new(Some(attach)),
             config,
             replica,
             redis,
@@ -101,7 +103,7 @@ impl FleetCap {
             tick: AtomicU64::new(0),
             counters: Counters::default(),
         });
-        tokio::spawn(upkeep(Arc::downgrade(&inner)));
+        tokio::spawn(upkeep(Arc::downgrade(&inner), attached));
         tokio::spawn(listen(Arc::downgrade(&inner), client, stopped));
         spawn_clock(Arc::downgrade(&inner))?;
         Ok(Self { inner })
@@ -218,6 +220,9 @@ impl Leases for FleetCap {
             .map_err(|_| LeasesTaken)?;
         // The layer's name, unless the builder gave one.
         let _ = self.inner.label.set(layer.to_owned());
+        if let Some(attach) = self.inner.attach.lock().take() {
+            let _ = attach.send(());
+        }
         Ok(())
     }
 }

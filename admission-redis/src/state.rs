@@ -55,6 +55,8 @@ pub(crate) struct Inner {
     pub(crate) counters: Counters,
     /// Dropped with the cap: the listener on the channel stops.
     pub(crate) _stop: tokio::sync::oneshot::Sender<()>,
+    /// Sent when a layer attaches the cap: its upkeep starts.
+    pub(crate) attach: parking_lot::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
 }
 
 pub(crate) struct Lease {

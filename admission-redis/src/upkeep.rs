@@ -383,7 +383,12 @@ pub(crate) enum Said {
 }
 
 /// The upkeep of a cap, every third of the leases' time to live, until the cap is dropped.
-pub(crate) async fn upkeep(inner: Weak<Inner>) {
+/// It starts once a layer has attached the cap (`attached`), whose name its metrics and
+/// events carry.
+pub(crate) async fn upkeep(inner: Weak<Inner>, attached: tokio::sync::oneshot::Receiver<()>) {
+    if attached.await.is_err() {
+        return; // dropped before any layer used it
+    }
     let every = match inner.upgrade() {
         Some(inner) => inner.config.ttl / 3,
         None => return,

@@ -35,7 +35,8 @@ async fn the_series_say_when_the_fleet_runs_on_its_fallback_and_when_it_is_back(
 
     let fleet = FleetCap::builder(redis.client(), 8)
         .ttl(Duration::from_millis(600))
-        .prefix("observed")
+        .prefix("fleet")
+        .name("observed")
         .build()
         .unwrap();
     let replica = Replica::start(
@@ -94,6 +95,37 @@ async fn the_series_say_when_the_fleet_runs_on_its_fallback_and_when_it_is_back(
     })
     .await;
     assert!(!fleet.snapshot().fallback);
+    // Without a name of its own, a cap's series carry its layer's.
+    let unnamed = FleetCap::builder(redis.client(), 8)
+        .prefix("fleet")
+        .build()
+        .unwrap();
+    let layer = admission_tower::AdmissionLayer::builder()
+        .name("edge")
+        .per_key(unnamed.per_key(|_: &http::request::Parts| None))
+        .build()
+        .unwrap();
+    eventually(
+        "a heartbeat counted under the layer's name",
+        Duration::from_secs(2),
+        || {
+            value(
+                &handle.render(),
+                "admission_fleet_redis_calls_total",
+                "edge",
+                Some("ok"),
+            )
+            .is_some()
+        },
+    )
+    .await;
+    assert!(
+        !handle.render().contains("name=\"fleet\"")
+            && !handle.render().contains("name=\"admission\""),
+        "never the prefix: {}",
+        handle.render()
+    );
+    drop(layer);
     // Settings that would refuse everything or never renew are errors, named.
     let zero = FleetCap::builder(redis.client(), 0).build().unwrap_err();
     assert!(matches!(zero, FleetError::Zero("cap")), "{zero}");
