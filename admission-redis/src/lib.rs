@@ -15,6 +15,12 @@
 //!   never add up to more than the cap. A key whose traffic lands on one replica grows
 //!   that replica's lease to the whole cap; traffic spread over N replicas reaches the
 //!   cap too, each lease growing until the cap is held.
+//! - **A slot one replica holds and does not use moves to another that asks for it, at
+//!   once.** A grant that falls short is published on the cap's channel (Redis pub/sub,
+//!   `<prefix>:leases`); replicas holding slots of that key they do not use lower their
+//!   own cap to what is in flight and give the rest back; the asker, told so, asks again
+//!   within its wait (at most the grant timeout). Under a millisecond on loopback, where
+//!   the holder's next renewal would take up to a third of the TTL. Busy slots never move.
 //! - **Every third of the leases' time to live** (10 s by default) each replica renews
 //!   its leases and shrinks each to what its key has in flight plus a chunk, in two steps:
 //!   its own cap first, Redis at the next round, so that no request is admitted on a slot
@@ -29,6 +35,10 @@
 //!
 //! - **A replica that dies** holds its slots until its leases expire: at most the time to
 //!   live. The others may then take the whole cap.
+//! - **Redis out of reach at start**: a replica told how many replicas may start at once
+//!   ([`replicas`](FleetCapBuilder::replicas)) holds each key to `cap / replicas`; one not
+//!   told refuses keyed requests until Redis first answers. Either way the fleet stays
+//!   within the cap.
 //! - **Redis out of reach, or slower than the grant timeout**: the replica goes on its
 //!   [`Fallback`], by default a local cap of `cap / N` a key (N: the replicas last counted
 //!   live), so the fleet stays within the cap; or refuse, or a fixed local cap. Never
@@ -52,7 +62,7 @@
 //! # async fn server() -> Result<(), Box<dyn std::error::Error>> {
 //! let redis = redis::Client::open("redis://10.0.0.5/")?;
 //! // Each tenant: at most 16 requests in flight across every replica.
-//! let fleet = FleetCap::builder(redis, 16).build()?;
+//! let fleet = FleetCap::builder(redis, 16).replicas(4).build()?;
 //! let tenant = key::header(http::HeaderName::from_static("x-tenant"));
 //! let layer = AdmissionLayer::builder()
 //!     .count(512) // this replica's own bound, as before
@@ -62,6 +72,11 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! With the `metrics` feature, the cap reports `admission_fleet_redis_calls_total`,
+//! `admission_fleet_fallback` and `admission_fleet_slots`, labelled with the layer's name
+//! (or [`FleetCapBuilder::name`]); with `tracing`, it says when it falls back, rejoins, or
+//! finds a key's cap held elsewhere. The README has the table.
 //!
 //! Keys are named in Redis by their value: a key held as a digest (a value longer than
 //! [`Key::INLINE`](admission_core::Key::INLINE) bytes, whose digest is keyed by a

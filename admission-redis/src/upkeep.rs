@@ -248,6 +248,7 @@ impl Inner {
     }
 
     /// The `name` of this cap's metrics and events.
+    #[cfg(any(feature = "metrics", feature = "tracing"))]
     pub(crate) fn label(&self) -> &str {
         self.label.get().map_or("admission", String::as_str)
     }

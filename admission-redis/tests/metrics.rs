@@ -119,12 +119,16 @@ async fn the_series_say_when_the_fleet_runs_on_its_fallback_and_when_it_is_back(
         },
     )
     .await;
-    assert!(
-        !handle.render().contains("name=\"fleet\"")
-            && !handle.render().contains("name=\"admission\""),
-        "never the prefix: {}",
-        handle.render()
-    );
+    let rendered = handle.render();
+    let fleet_series = rendered
+        .lines()
+        .filter(|line| line.starts_with("admission_fleet_"));
+    for line in fleet_series {
+        assert!(
+            line.contains("name=\"observed\"") || line.contains("name=\"edge\""),
+            "named by the builder or the layer, never the prefix: {line}"
+        );
+    }
     drop(layer);
     // Settings that would refuse everything or never renew are errors, named.
     let zero = FleetCap::builder(redis.client(), 0).build().unwrap_err();
