@@ -32,7 +32,7 @@ pub enum Fallback {
 /// A fleet-wide cap's settings: [`FleetCap::builder`].
 #[derive(Clone)]
 pub struct FleetCapBuilder {
-    client: redis::Client,
+    store: crate::Store,
     config: Config,
 }
 
@@ -101,9 +101,9 @@ impl std::error::Error for FleetError {
 }
 
 impl FleetCapBuilder {
-    pub(crate) fn new(client: redis::Client, cap: usize) -> Self {
+    pub(crate) fn new(store: crate::Store, cap: usize) -> Self {
         Self {
-            client,
+            store,
             config: Config {
                 cap,
                 chunk: cap.div_ceil(8).max(1),
@@ -220,13 +220,14 @@ impl FleetCapBuilder {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(FleetError::NoRuntime);
         }
-        FleetCap::start(self.config, self.client)
+        FleetCap::start(self.config, self.store)
     }
 }
 
 impl fmt::Debug for FleetCapBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("FleetCapBuilder")
+            .field("store", &self.store)
             .field("config", &self.config)
             .finish_non_exhaustive()
     }

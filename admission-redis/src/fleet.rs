@@ -11,12 +11,12 @@ use admission_core::{Key, KeyState, KeyedLedger};
 use admission_tower::{Leases, LeasesTaken, PerKey};
 use http::request::Parts;
 use parking_lot::RwLock;
-use redis::aio::ConnectionManager;
 
 use crate::config::Config;
 use crate::listen::listen;
 use crate::script;
 use crate::state::{Counters, Inner, TICKS};
+use crate::store::Backend;
 use crate::upkeep::{nameable, replica_name, upkeep};
 
 /// A cap on each key's requests in flight across every replica that shares a Redis (or
@@ -59,23 +59,18 @@ pub struct FleetSnapshot {
 }
 
 impl FleetCap {
-    /// A fleet-wide cap of `cap` requests in flight per key, kept on the Redis `client`
-    /// points to; see [`FleetCapBuilder`](crate::FleetCapBuilder) for the rest.
-    pub fn builder(client: redis::Client, cap: usize) -> crate::FleetCapBuilder {
-        crate::FleetCapBuilder::new(client, cap)
+    /// A fleet-wide cap of `cap` requests in flight per key, kept in `store`: a
+    /// [`redis::Client`], or a Sentinel or Cluster [`Store`](crate::Store); see
+    /// [`FleetCapBuilder`](crate::FleetCapBuilder) for the rest.
+    pub fn builder(store: impl Into<crate::Store>, cap: usize) -> crate::FleetCapBuilder {
+        crate::FleetCapBuilder::new(store.into(), cap)
     }
 
     /// Starts the cap's upkeep (heartbeats, renewals, returns) on the current tokio
     /// runtime, to run once a layer uses the cap. Nothing waits on Redis here: a replica
     /// started while Redis is out of reach starts on its fallback.
-    pub(crate) fn start(config: Config, client: redis::Client) -> Result<Self, crate::FleetError> {
-        let timeout = Some(config.grant_timeout);
-        let manager = redis::aio::ConnectionManagerConfig::new()
-            .set_connection_timeout(timeout)
-            .set_response_timeout(timeout)
-            .set_number_of_retries(1);
-        let redis = ConnectionManager::new_lazy_with_config(client.clone(), manager)
-            .map_err(crate::FleetError::Redis)?;
+    pub(crate) fn start(config: Config, store: crate::Store) -> Result<Self, crate::FleetError> {
+        let store = Backend::new(store, config.grant_timeout).map_err(crate::FleetError::Redis)?;
         let replica = replica_name();
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let (attach, attached) = tokio::sync::oneshot::channel();
@@ -92,7 +87,7 @@ impl FleetCap {
             attach: parking_lot::Mutex::new(Some(attach)),
             config,
             replica,
-            redis,
+            store,
             grant: redis::Script::new(script::GRANT),
             heartbeat: redis::Script::new(script::HEARTBEAT),
             leases: RwLock::new(HashMap::with_hasher(KeyState::new())),
@@ -104,7 +99,7 @@ impl FleetCap {
             counters: Counters::default(),
         });
         tokio::spawn(upkeep(Arc::downgrade(&inner), attached));
-        tokio::spawn(listen(Arc::downgrade(&inner), client, stopped));
+        tokio::spawn(listen(Arc::downgrade(&inner), stopped));
         spawn_clock(Arc::downgrade(&inner))?;
         Ok(Self { inner })
     }

@@ -96,10 +96,12 @@ mod fleet;
 mod listen;
 pub mod script;
 mod state;
+mod store;
 mod upkeep;
 
 pub use config::{Fallback, FleetCapBuilder, FleetError};
 pub use fleet::{FleetCap, FleetSnapshot};
+pub use store::Store;
 
 /// The README's example, compiled as a doctest.
 #[cfg(doctest)]

@@ -133,17 +133,17 @@ impl Inner {
 /// Listens on the cap's channel until `stop` (the cap dropped), connecting again a third
 /// of the TTL after a connection is lost. While it is not connected, slots move between
 /// replicas at their renewals, as they would without it.
-pub(crate) async fn listen(
-    inner: Weak<Inner>,
-    client: redis::Client,
-    mut stop: oneshot::Receiver<()>,
-) {
+pub(crate) async fn listen(inner: Weak<Inner>, mut stop: oneshot::Receiver<()>) {
     let (channel, pause) = match inner.upgrade() {
         Some(inner) => (inner.channel.clone(), inner.config.ttl / 3),
         None => return,
     };
     loop {
         let connect = async {
+            let cap = inner.upgrade()?;
+            let client = tokio::time::timeout(pause, cap.store.listener()).await;
+            drop(cap);
+            let client = client.ok()?.ok()?;
             let connecting = tokio::time::timeout(pause, client.get_async_pubsub());
             let mut pubsub = connecting.await.ok()?.ok()?;
             pubsub.subscribe(&channel).await.ok()?;
@@ -180,13 +180,14 @@ pub(crate) async fn listen(
 /// The key a lease name under `prefix` names (see [`lease_name`]).
 pub(crate) fn key_named(prefix: &str, name: &[u8]) -> Option<Key> {
     let rest = name.strip_prefix(prefix.as_bytes())?;
-    if let Some(ip) = rest.strip_prefix(b":ip:") {
+    let tag = rest.strip_prefix(b":{")?.strip_suffix(b"}")?;
+    if let Some(ip) = tag.strip_prefix(b"ip:") {
         let ip: IpAddr = std::str::from_utf8(ip).ok()?.parse().ok()?;
         Some(Key::from(ip))
-    } else if rest == b":missing" {
+    } else if tag == b"missing" {
         Some(Key::MISSING)
     } else {
-        rest.strip_prefix(b":key:").map(Key::from)
+        tag.strip_prefix(b"key:").map(Key::from)
     }
 }
 
@@ -205,6 +206,7 @@ mod tests {
             Key::from(IpAddr::V6(Ipv6Addr::LOCALHOST)),
             Key::from("acme"),
             Key::from("has space:and colon"),
+            Key::from("{braces}}"),
             Key::MISSING,
         ];
         for key in keys {
@@ -212,7 +214,8 @@ mod tests {
             assert_eq!(key_named("fleet", &name), Some(key), "{key:?}");
             assert_eq!(key_named("other", &name), None);
         }
-        assert_eq!(key_named("fleet", b"fleet:ip:not-an-ip"), None);
-        assert_eq!(key_named("fleet", b"fleet:else"), None);
+        assert_eq!(key_named("fleet", b"fleet:{ip:not-an-ip}"), None);
+        assert_eq!(key_named("fleet", b"fleet:{else}"), None);
+        assert_eq!(key_named("fleet", b"fleet:{key:open"), None);
     }
 }

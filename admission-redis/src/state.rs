@@ -10,7 +10,6 @@ use tokio::sync::Notify;
 
 use admission_core::{Key, KeyState, KeyedLedger};
 use parking_lot::RwLock;
-use redis::aio::ConnectionManager;
 
 use crate::config::Config;
 
@@ -22,7 +21,7 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     /// This replica's name in Redis.
     pub(crate) replica: String,
-    pub(crate) redis: ConnectionManager,
+    pub(crate) store: crate::store::Backend,
     pub(crate) grant: redis::Script,
     pub(crate) heartbeat: redis::Script,
     /// Each key with a lease, or with a grant under way.

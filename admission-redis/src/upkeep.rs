@@ -165,9 +165,8 @@ impl Inner {
             .arg(self.config.cap)
             .arg(millis(self.config.ttl))
             .arg(&self.channel);
-        let mut redis = self.redis.clone();
         let (granted, fair, said): (usize, usize, u8) =
-            self.call(invocation.invoke_async(&mut redis)).await?;
+            self.call(self.store.invoke(&invocation)).await?;
         let said = match said {
             1 => Said::Waiting,
             2 => Said::GaveBack,
@@ -270,11 +269,7 @@ impl Inner {
             .heartbeat
             .key(format!("{}:replicas", self.config.prefix));
         invocation.arg(&self.replica).arg(millis(self.config.ttl));
-        let mut redis = self.redis.clone();
-        let Some(live) = self
-            .call(invocation.invoke_async::<usize>(&mut redis))
-            .await
-        else {
+        let Some(live) = self.call(self.store.invoke::<usize>(&invocation)).await else {
             return;
         };
         if self.fallback.load(Ordering::Relaxed) {
@@ -412,17 +407,20 @@ pub(crate) fn nameable(key: &Key) -> bool {
 }
 
 /// The Redis name of `key`'s leases under `prefix`; `None` for a key held as a digest,
-/// whose secret is the process's own, so that no other replica could name it.
+/// whose secret is the process's own, so that no other replica could name it. The key
+/// is the name's hash tag (in braces): on a cluster, its slot follows the key, whatever
+/// braces the key itself holds.
 pub(crate) fn lease_name(prefix: &str, key: &Key) -> Option<Vec<u8>> {
-    let mut name = Vec::with_capacity(prefix.len() + 56);
+    let mut name = Vec::with_capacity(prefix.len() + 58);
     name.extend_from_slice(prefix.as_bytes());
     if let Some(ip) = key.ip() {
-        name.extend_from_slice(format!(":ip:{ip}").as_bytes());
+        name.extend_from_slice(format!(":{{ip:{ip}}}").as_bytes());
     } else if *key == Key::MISSING {
-        name.extend_from_slice(b":missing");
+        name.extend_from_slice(b":{missing}");
     } else {
-        name.extend_from_slice(b":key:");
+        name.extend_from_slice(b":{key:");
         name.extend_from_slice(key.as_bytes()?);
+        name.push(b'}');
     }
     Some(name)
 }
@@ -459,9 +457,9 @@ mod tests {
         }
         assert!(!nameable(&long));
         let name = |key: &Key| lease_name("p", key).map(|n| String::from_utf8(n).unwrap());
-        assert_eq!(name(&ip).as_deref(), Some("p:ip:127.0.0.1"));
-        assert_eq!(name(&text).as_deref(), Some("p:key:127.0.0.1"));
-        assert_eq!(name(&Key::MISSING).as_deref(), Some("p:missing"));
+        assert_eq!(name(&ip).as_deref(), Some("p:{ip:127.0.0.1}"));
+        assert_eq!(name(&text).as_deref(), Some("p:{key:127.0.0.1}"));
+        assert_eq!(name(&Key::MISSING).as_deref(), Some("p:{missing}"));
         assert_eq!(name(&long), None);
     }
 }

@@ -389,7 +389,7 @@ async fn a_partition_that_heals_counts_nothing_twice_past_the_ttl() {
     // What Redis counts: never above the cap.
     let mut connection = redis.client().get_connection().unwrap();
     let leases: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
-        .arg("partition:key:acme")
+        .arg("partition:{key:acme}")
         .query(&mut connection)
         .unwrap();
     let counted: usize = leases
@@ -421,7 +421,7 @@ async fn keys_with_nothing_in_flight_are_forgotten_on_both_sides() {
     let mut connection = redis.client().get_connection().unwrap();
     let held = |connection: &mut redis::Connection| -> usize {
         let names: Vec<String> = redis::cmd("KEYS")
-            .arg("forget:key:*")
+            .arg("forget:{key:*")
             .query(connection)
             .unwrap();
         names.len()
@@ -441,7 +441,7 @@ async fn keys_with_nothing_in_flight_are_forgotten_on_both_sides() {
     // marks of replicas that waited, which expire on their own).
     for tenant in ["t1", "t2", "t3", "t4"] {
         let fields: std::collections::HashMap<String, String> = redis::cmd("HGETALL")
-            .arg(format!("forget:key:{tenant}"))
+            .arg(format!("forget:{{key:{tenant}}}"))
             .query(&mut connection)
             .unwrap();
         assert!(
@@ -507,7 +507,7 @@ async fn a_replica_that_shuts_down_gives_its_share_back_at_once() {
     let mut connection = redis.client().get_connection().unwrap();
     let mut fields = || -> usize {
         let fields: Vec<String> = redis::cmd("HKEYS")
-            .arg("release:key:acme")
+            .arg("release:{key:acme}")
             .query(&mut connection)
             .unwrap();
         fields.len()
