@@ -676,6 +676,10 @@ async fn a_slot_free_on_one_replica_moves_to_another_at_once() {
             assert_eq!(status.await.unwrap(), http::StatusCode::OK);
         }
         assert_eq!(from.fleet.held(&acme), CAP, "it held the whole cap");
+        eventually("nothing in flight", Duration::from_secs(1), || {
+            from.layer.gate().count().in_flight() == 0
+        })
+        .await;
         // The other replica is served at once: the first gives back what it holds.
         let moved = Instant::now();
         assert_eq!(get(to.addr, "acme").await, http::StatusCode::OK);

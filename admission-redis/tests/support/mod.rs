@@ -4,8 +4,13 @@
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
 mod redis_server;
+mod topology;
 
+// Each test file uses some of them.
+#[allow(unused_imports)]
 pub use redis_server::Redis;
+#[allow(unused_imports)]
+pub use topology::{Cluster, Sentinels};
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

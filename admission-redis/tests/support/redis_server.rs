@@ -96,7 +96,7 @@ impl Redis {
 }
 
 /// The server binary: `ADMISSION_REDIS_SERVER`, or `redis-server`.
-fn binary() -> std::ffi::OsString {
+pub fn binary() -> std::ffi::OsString {
     std::env::var_os("ADMISSION_REDIS_SERVER").unwrap_or_else(|| "redis-server".into())
 }
 
