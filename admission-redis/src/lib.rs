@@ -83,6 +83,10 @@
 //! per-process secret) cannot be named by another replica, and is held to the fallback's
 //! cap locally.
 //!
+//! The cap lives on one Redis (a [`redis::Client`]), on a primary that Sentinel watches
+//! (feature `sentinel`, a `SentinelClient`), or on a Redis Cluster (feature `cluster`,
+//! [`Store::cluster`]); see [`Store`].
+//!
 //! The client is redis-rs (`redis` 1.x), whose `ConnectionManager` reconnects on its own
 //! and multiplexes the replica's calls over one connection. Rust 1.88 or newer (redis
 //! 1.x's floor). Tested on Redis 7.0 and Valkey 8.0.

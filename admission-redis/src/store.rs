@@ -48,6 +48,20 @@ impl From<redis::Client> for Store {
 #[cfg_attr(docsrs, doc(cfg(feature = "sentinel")))]
 impl From<redis::sentinel::SentinelClient> for Store {
     /// The primary a Sentinel client names (build it with `SentinelServerType::Master`).
+    ///
+    /// ```no_run
+    /// use admission_redis::FleetCap;
+    /// use redis::sentinel::{SentinelClient, SentinelServerType};
+    ///
+    /// # async fn replica() -> Result<(), Box<dyn std::error::Error>> {
+    /// let sentinels = vec!["redis://10.0.0.1:26379/", "redis://10.0.0.2:26379/"];
+    /// let primary =
+    ///     SentinelClient::build(sentinels, "fleet".to_owned(), None, SentinelServerType::Master)?;
+    /// let fleet = FleetCap::builder(primary, 16).replicas(4).build()?;
+    /// # drop(fleet);
+    /// # Ok(())
+    /// # }
+    /// ```
     fn from(client: redis::sentinel::SentinelClient) -> Self {
         Store(Kind::Sentinel(std::sync::Arc::new(
             tokio::sync::Mutex::new(client),
@@ -60,6 +74,17 @@ impl Store {
     /// `redis://:secret@10.0.0.5:6379/`). The cap listens for the other replicas on one
     /// of those nodes (a cluster passes what is published on any node to all of them),
     /// moving to the next when it fails.
+    ///
+    /// ```no_run
+    /// use admission_redis::{FleetCap, Store};
+    ///
+    /// # async fn replica() -> Result<(), Box<dyn std::error::Error>> {
+    /// let nodes = ["redis://10.0.1.1:6379/", "redis://10.0.1.2:6379/"];
+    /// let fleet = FleetCap::builder(Store::cluster(nodes)?, 16).replicas(4).build()?;
+    /// # drop(fleet);
+    /// # Ok(())
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///

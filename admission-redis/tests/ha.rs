@@ -164,3 +164,18 @@ async fn a_sentinel_failover_keeps_the_cap_and_rejoins_on_the_new_primary() {
         .unwrap();
     assert!(!fields.is_empty(), "leases on the new primary");
 }
+
+#[test]
+fn a_cluster_of_no_node_or_an_unreadable_url_is_an_error() {
+    use admission_redis::FleetError;
+    let none = Store::cluster(Vec::<String>::new()).unwrap_err();
+    assert!(matches!(none, FleetError::Redis(_)), "{none:?}");
+    let unreadable = Store::cluster(["not a url"]).unwrap_err();
+    assert!(matches!(unreadable, FleetError::Redis(_)), "{unreadable:?}");
+    let store = Store::cluster(["redis://127.0.0.1:7001/", "redis://127.0.0.1:7002/"]).unwrap();
+    let debug = format!("{store:?}");
+    assert!(
+        debug.contains("Cluster") && debug.contains("7002"),
+        "{debug}"
+    );
+}
