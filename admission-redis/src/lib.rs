@@ -85,7 +85,7 @@
 //!
 //! The cap lives on one Redis (a [`redis::Client`]), on a primary that Sentinel watches
 //! (feature `sentinel`, a `SentinelClient`), or on a Redis Cluster (feature `cluster`,
-//! [`Store::cluster`]); see [`Store`].
+//! `Store::cluster`); see [`Store`].
 //!
 //! The client is redis-rs (`redis` 1.x), whose `ConnectionManager` reconnects on its own
 //! and multiplexes the replica's calls over one connection. Rust 1.88 or newer (redis

@@ -13,10 +13,10 @@ use redis::{FromRedisValue, RedisResult, ScriptInvocation};
 /// - One server: a [`redis::Client`] (`redis://host:port/`, `rediss://` with redis-rs's
 ///   TLS features).
 /// - A primary that Sentinel watches (feature `sentinel`): a
-///   [`redis::sentinel::SentinelClient`] for the primary, built with redis-rs's own
+///   `redis::sentinel::SentinelClient` for the primary, built with redis-rs's own
 ///   settings (auth, TLS). After a failover the cap finds the new primary at its next
 ///   call that fails, and runs on its fallback meanwhile.
-/// - A Redis Cluster (feature `cluster`): [`Store::cluster`] with the URLs of some of its
+/// - A Redis Cluster (feature `cluster`): `Store::cluster` with the URLs of some of its
 ///   nodes. Each script touches one key, a key's leases in one hash slot.
 ///
 /// ```
