@@ -110,9 +110,9 @@ impl Inner {
         if short.is_some() {
             self.counters.short.fetch_add(1, Ordering::Relaxed);
             #[cfg(feature = "tracing")]
+            // Never the key: it may be a credential (an API key, say).
             tracing::debug!(
                 name = self.label(),
-                key = ?key,
                 wanted = want,
                 granted,
                 "fleet cap: the other replicas hold the rest of the key's cap"

@@ -91,8 +91,12 @@ async fn a_replica_says_when_it_falls_back_rejoins_and_is_refused_a_grant() {
     assert!(
         short
             .iter()
-            .any(|e| e.contains("name=\"b\"") && e.contains("key=")),
+            .any(|e| e.contains("name=\"b\"") && e.contains("wanted=")),
         "{short:?}"
+    );
+    assert!(
+        !short.iter().any(|e| e.contains("acme")),
+        "never the key: {short:?}"
     );
     assert!(events.at(Level::WARN).is_empty(), "nothing amiss yet");
 
