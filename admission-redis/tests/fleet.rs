@@ -649,7 +649,7 @@ async fn a_replica_back_before_the_others_grows_no_further_than_its_share() {
 
 /// A tenant's traffic moves from one replica to another (a round-robin balancer, say):
 /// the slots the first holds and no longer uses are given back as soon as the second
-/// asks, not at the first's next renewal (3.3 s here, with the default TTL of 10 s).
+/// asks, not at the first's next renewal (leases of a minute here: renewed every 20 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_free_on_one_replica_moves_to_another_at_once() {
     let Some(redis) = Redis::start("moves") else {
@@ -660,6 +660,7 @@ async fn a_slot_free_on_one_replica_moves_to_another_at_once() {
     let build = || {
         FleetCap::builder(redis.client(), CAP)
             .prefix("moves")
+            .ttl(Duration::from_secs(60))
             .build()
             .expect("a fleet cap")
     };

@@ -25,8 +25,10 @@ async fn a_cluster_holds_each_key_to_its_cap_and_moves_free_slots() {
     let mut urls = cluster.urls();
     let mut replicas = Vec::new();
     for _ in 0..2 {
+        // Leases of a minute: nothing moves at a renewal within the test.
         let fleet = FleetCap::builder(Store::cluster(urls.clone()).unwrap(), CAP)
             .prefix("clustered")
+            .ttl(Duration::from_secs(60))
             .build()
             .expect("a fleet cap");
         replicas.push(Replica::start(fleet, running.clone(), SERVICE).await);
