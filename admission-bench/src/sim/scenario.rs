@@ -19,6 +19,12 @@ pub enum Service {
         /// The tail index.
         shape: f64,
     },
+    /// Every request the same time (a sleep, a cache hit), plus up to `jitter` of it more,
+    /// uniform (a timer's granularity: 1 ms of a 40-ms sleep is 0.025).
+    Constant {
+        /// The most added, as a share of the mean.
+        jitter: f64,
+    },
     /// Two kinds of request, each exponential: a `share` of them `factor` times longer
     /// than the rest.
     Mixture {
@@ -42,6 +48,10 @@ impl Service {
             Self::Pareto { shape } => {
                 let scale = mean * (shape - 1.0) / shape;
                 scale / unit(rng).powf(1.0 / shape)
+            }
+            Self::Constant { jitter } => {
+                let base = mean / (1.0 + jitter / 2.0);
+                base * (1.0 + jitter * unit(rng))
             }
             Self::Mixture { share, factor } => {
                 let short = mean / (1.0 - share + share * factor);

@@ -227,6 +227,14 @@ fn the_service_distributions() {
     let a: f64 = 2.0 / 3.4;
     let expected = (2.0 * (0.9 * a * a + 0.1 * 625.0 * a * a) - 4.0).sqrt() / 2.0;
     near("mixture cv", cv, expected, 0.05);
+    // Flat, with a timer's jitter: the mean asked for, every draw within the jitter.
+    let flat = Service::Constant { jitter: 0.025 };
+    let (m, cv) = moments(flat, 100_000);
+    near("constant mean", m, 2.0, 0.001);
+    assert!(cv < 0.01, "constant cv {cv}");
+    let base = 2.0 / 1.0125;
+    let draws: Vec<f64> = (0..10_000).map(|_| flat.draw(&mut rng, 2.0)).collect();
+    assert!(draws.iter().all(|d| (base..=base * 1.025).contains(d)));
     let draws: Vec<f64> = (0..10_000).map(|_| normal(&mut rng)).collect();
     near("normal mean", mean(&draws), 0.0, 0.03);
 }

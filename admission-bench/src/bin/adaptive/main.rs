@@ -16,7 +16,12 @@
 //! checks that the README's held-out section is this run's; with `--tuning`, the same
 //! judgement on tuning seeds 4-27, to try a change on before it is judged. `--ablation`
 //! runs the held-out seeds with each mechanism off in turn, and prints the README's
-//! ablation table.
+//! ablation table. `--strand [SEEDS] [SLOWDOWN]` runs the real-server figure's shape
+//! with a flat service (32 workers of 40 ms, a quarter from 10 s, all from 20 s, the
+//! service `SLOWDOWN` times slower from 20 s) and prints each phase's mean limit over
+//! the workers, seed by seed (`--trace-one` traces seed `SEEDS` instead): where the
+//! latency no longer answers to the limit, the law holds at its fixed point below the
+//! server (#74).
 
 use std::process::ExitCode;
 use std::sync::Mutex;
@@ -189,6 +194,14 @@ fn check_section(path: &str, name: &str, lines: &[String]) -> Result<(), String>
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "--strand") {
+        let seeds: u64 = args.get(at + 1).and_then(|n| n.parse().ok()).unwrap_or(50);
+        let slow: f64 = args.get(at + 2).and_then(|n| n.parse().ok()).unwrap_or(1.0);
+        if args.iter().any(|a| a == "--trace-one") {
+            return trace::trace_scenario(&strand_scenario(slow), true, seeds);
+        }
+        return strand(seeds, slow);
+    }
     if let Some(at) = args.iter().position(|a| a == "--trace") {
         let name = args.get(at + 1).map_or("", String::as_str);
         let above = args.get(at + 2).is_some_and(|a| a == "above");
@@ -377,4 +390,43 @@ fn main() -> ExitCode {
         }
         ExitCode::FAILURE
     }
+}
+
+/// The real-server figure's shape in the simulator (32 workers of a flat 40 ms, a quarter
+/// from 10 s, all from 20 s, 2x, from 4C), on `seeds` seeds: each phase's mean limit over
+/// the workers, from 2 s after its step.
+fn strand_scenario(slow: f64) -> Scenario {
+    Scenario {
+        slowdown: vec![(0.0, 1.0), (20.0, slow)],
+        workers: vec![(0.0, 32), (10.0, 8), (20.0, 32)],
+        distribution: sim::Service::Constant { jitter: 0.025 },
+        seconds: 30.0,
+        warmup: 0.0,
+        ..Scenario::steady("strand", 32, 0.040, 2.0)
+    }
+}
+
+fn strand(seeds: u64, slow: f64) -> ExitCode {
+    let scenario = strand_scenario(slow);
+    let mut worst = f64::INFINITY;
+    for seed in 1..=seeds {
+        let o = sim::run(
+            &scenario,
+            Limiter::Adaptive(Box::new(Gradient::default()), 128),
+            seed,
+        );
+        let phase = |from: usize, to: usize, c: f64| {
+            let limits = &o.limit_by_second[from..to.min(o.limit_by_second.len())];
+            limits.iter().sum::<f64>() / limits.len() as f64 / c
+        };
+        let (a, b, c) = (phase(2, 10, 32.0), phase(12, 20, 8.0), phase(22, 30, 32.0));
+        let min_last = o.limit_by_second[22..]
+            .iter()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        worst = worst.min(c);
+        println!("seed {seed:3}: {a:5.2} {b:5.2} {c:5.2}  (last phase's lowest {min_last:5.1})");
+    }
+    println!("worst last phase: {worst:.2}");
+    ExitCode::SUCCESS
 }

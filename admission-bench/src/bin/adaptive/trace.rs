@@ -52,6 +52,11 @@ pub(super) fn trace(name: &str, above: bool, seed: u64) -> ExitCode {
         eprintln!("no scenario's name contains {name:?}");
         return ExitCode::FAILURE;
     };
+    trace_scenario(&scenario, above, seed)
+}
+
+pub(super) fn trace_scenario(scenario: &sim::Scenario, above: bool, seed: u64) -> ExitCode {
+    let scenario = scenario.clone();
     let c = scenario.workers[0].1;
     let initial = if above { 4 * c } else { (c / 6).max(2) };
     println!("{}: gradient from {initial}, seed {seed}", scenario.name);
