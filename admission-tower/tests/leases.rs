@@ -68,6 +68,20 @@ fn tenant(name: &str) -> http::Request<http_body_util::Full<bytes::Bytes>> {
     with_header("/stream", "x-tenant", name)
 }
 
+/// A layer of `count` slots (waiting up to 10 s for one, with `wait`) whose per-tenant
+/// caps are leased from `leases`.
+fn leased(leases: Arc<dyn Leases>, count: usize, wait: bool) -> AdmissionLayer {
+    let per_key =
+        PerKey::new(16, key::header(http::HeaderName::from_static("x-tenant"))).leased(leases);
+    let builder = AdmissionLayer::builder().count(count).per_key(per_key);
+    let builder = if wait {
+        builder.wait(Wait::new(4, Duration::from_secs(10)))
+    } else {
+        builder
+    };
+    builder.build().unwrap()
+}
+
 #[tokio::test]
 async fn a_key_refused_by_its_lease_is_admitted_once_it_grows_and_refused_past_it() {
     let leases = Arc::new(Granted {
@@ -75,13 +89,7 @@ async fn a_key_refused_by_its_lease_is_admitted_once_it_grows_and_refused_past_i
         delay: Duration::from_millis(20),
         ..Granted::default()
     });
-    let per_key = PerKey::new(16, key::header(http::HeaderName::from_static("x-tenant")))
-        .leased(leases.clone());
-    let layer = AdmissionLayer::builder()
-        .count(8)
-        .per_key(per_key)
-        .build()
-        .unwrap();
+    let layer = leased(leases.clone(), 8, false);
     let keyed = layer.gate().keyed().unwrap().clone();
     assert!(
         leases.attached.lock().unwrap().is_some(),
@@ -137,14 +145,7 @@ async fn a_request_whose_lease_grew_waits_for_a_count_slot_as_any() {
         most: 4,
         ..Granted::default()
     });
-    let per_key = PerKey::new(16, key::header(http::HeaderName::from_static("x-tenant")))
-        .leased(leases.clone());
-    let layer = AdmissionLayer::builder()
-        .count(1)
-        .wait(Wait::new(4, Duration::from_secs(10)))
-        .per_key(per_key)
-        .build()
-        .unwrap();
+    let layer = leased(leases.clone(), 1, true);
     let seen = Arc::new(Seen::default());
     let addr = serve(tower::Layer::layer(&layer, app(seen.clone()))).await;
     // Another tenant holds the one count slot.
@@ -210,13 +211,7 @@ impl Leases for Lowered {
 async fn a_lease_lowered_as_a_request_is_admitted_lets_it_go() {
     // Read once for the claim (4 slots), then lowered to 0 before the second read.
     let leases = Arc::new(Lowered::new(4, 0, 1));
-    let per_key = PerKey::new(16, key::header(http::HeaderName::from_static("x-tenant")))
-        .leased(leases.clone());
-    let layer = AdmissionLayer::builder()
-        .count(8)
-        .per_key(per_key)
-        .build()
-        .unwrap();
+    let layer = leased(leases.clone(), 8, false);
     let seen = Arc::new(Seen::default());
     let addr = serve(tower::Layer::layer(&layer, app(seen.clone()))).await;
     let refused = send(addr, tenant("acme")).await;
@@ -232,13 +227,7 @@ async fn a_lease_lowered_as_a_request_is_admitted_lets_it_go() {
 
     // Lowered, but not below what is in flight: the request stays.
     let kept = Arc::new(Lowered::new(4, 1, 1));
-    let per_key = PerKey::new(16, key::header(http::HeaderName::from_static("x-tenant")))
-        .leased(kept.clone());
-    let layer = AdmissionLayer::builder()
-        .count(8)
-        .per_key(per_key)
-        .build()
-        .unwrap();
+    let layer = leased(kept.clone(), 8, false);
     let addr = serve(tower::Layer::layer(&layer, app(seen.clone()))).await;
     let mut admitted = send(addr, tenant("acme")).await;
     assert_eq!(admitted.status(), StatusCode::OK);
@@ -249,14 +238,7 @@ async fn a_lease_lowered_as_a_request_is_admitted_lets_it_go() {
 #[tokio::test]
 async fn a_lease_lowered_while_a_request_waits_for_a_count_slot_lets_it_go() {
     let leases = Arc::new(Lowered::new(4, 0, usize::MAX));
-    let per_key = PerKey::new(16, key::header(http::HeaderName::from_static("x-tenant")))
-        .leased(leases.clone());
-    let layer = AdmissionLayer::builder()
-        .count(1)
-        .wait(Wait::new(4, Duration::from_secs(10)))
-        .per_key(per_key)
-        .build()
-        .unwrap();
+    let layer = leased(leases.clone(), 1, true);
     let seen = Arc::new(Seen::default());
     let addr = serve(tower::Layer::layer(&layer, app(seen.clone()))).await;
     let mut holder = send(addr, tenant("globex")).await;
