@@ -29,7 +29,7 @@ use crate::upkeep::{nameable, replica_name, upkeep};
 /// it costs and what happens when Redis goes away.
 #[derive(Clone)]
 pub struct FleetCap {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 /// A reading of a [`FleetCap`]: what this replica holds and what it asked of Redis.

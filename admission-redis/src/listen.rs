@@ -11,7 +11,7 @@ use admission_core::Key;
 use futures_core::Stream;
 use tokio::sync::{Notify, oneshot};
 
-use crate::state::{Inner, TICKS};
+use crate::state::{Inner, expiry};
 use crate::upkeep::lease_name;
 
 impl Inner {
@@ -51,22 +51,11 @@ impl Inner {
             return;
         };
         match word {
-            b'w' if self.unused(&key) => {
-                tokio::spawn(async move { self.give_back(key).await });
-            }
+            // (What this replica holds of the key, if anything, is read under its lock.)
+            b'w' => drop(tokio::spawn(async move { self.give_back(key).await })),
             b'f' => self.freed(&key),
             _ => {}
         }
-    }
-
-    /// Whether Redis counts slots of `key` for this replica that its requests do not use.
-    fn unused(&self, key: &Key) -> bool {
-        let in_redis = self
-            .leases
-            .read()
-            .get(key)
-            .map_or(0, |lease| lease.in_redis);
-        in_redis > self.in_flight(key)
     }
 
     /// Another replica gave slots of `key` back: a grant that came back short is asked
@@ -121,7 +110,7 @@ impl Inner {
             return;
         };
         lease.in_redis = granted;
-        lease.expires = called + TICKS - 1;
+        lease.expires = expiry(called);
         lease.granted = kept.min(granted);
         lease.share = fair;
         if granted == 0 && lease.granted == 0 && Arc::strong_count(&lock) == 2 {
@@ -199,6 +188,22 @@ mod tests {
 
     use super::key_named;
     use crate::upkeep::lease_name;
+
+    /// A wait registered twice is one entry, removed with the last of its waits.
+    #[tokio::test]
+    async fn the_waits_for_a_key_are_counted_and_forgotten() {
+        let client = redis::Client::open("redis://127.0.0.1:1/").unwrap();
+        let fleet = crate::FleetCap::builder(client, 4).build().unwrap();
+        let inner = &fleet.inner;
+        let key = Key::from("acme");
+        let first = inner.wait_for(key);
+        let second = inner.wait_for(key);
+        assert!(std::sync::Arc::ptr_eq(&first, &second));
+        inner.done_waiting(key);
+        assert_eq!(inner.waiting.lock().get(&key).map(|(_, n)| *n), Some(1));
+        inner.done_waiting(key);
+        assert!(inner.waiting.lock().is_empty());
+    }
 
     #[test]
     fn a_lease_name_names_its_key_back() {

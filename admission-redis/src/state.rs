@@ -16,6 +16,13 @@ use crate::config::Config;
 /// Ticks of the cap's clock in a TTL.
 pub(crate) const TICKS: u64 = 6;
 
+/// The tick from which a lease set by a call begun at tick `called` is no longer used: a
+/// tick before Redis lets it go (the call's own time counted in, as it may have reached
+/// Redis at once).
+pub(crate) fn expiry(called: u64) -> u64 {
+    called + TICKS - 1
+}
+
 /// One fleet cap's state, shared by its handles and its upkeep task.
 pub(crate) struct Inner {
     pub(crate) config: Config,
@@ -90,4 +97,15 @@ pub(crate) struct Counters {
     pub(crate) fallbacks: AtomicU64,
     pub(crate) given_back: AtomicU64,
     pub(crate) short: AtomicU64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{TICKS, expiry};
+
+    #[test]
+    fn a_lease_is_used_until_a_tick_before_its_ttl() {
+        assert_eq!(expiry(0), TICKS - 1);
+        assert_eq!(expiry(10), 15);
+    }
 }

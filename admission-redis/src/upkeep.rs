@@ -10,7 +10,7 @@ use std::time::Duration;
 use admission_core::Key;
 
 use crate::config::Fallback;
-use crate::state::{Inner, Lease, TICKS};
+use crate::state::{Inner, Lease, TICKS, expiry};
 
 impl Inner {
     pub(crate) fn on_fallback(&self) -> bool {
@@ -128,7 +128,7 @@ impl Inner {
                 granted
             };
             lease.in_redis = granted;
-            lease.expires = called + TICKS - 1;
+            lease.expires = expiry(called);
             lease.short_at = short;
             lease.share = fair;
         }
@@ -352,7 +352,7 @@ impl Inner {
             return;
         };
         lease.in_redis = granted;
-        lease.expires = called + TICKS - 1;
+        lease.expires = expiry(called);
         let target = if idle {
             0
         } else {

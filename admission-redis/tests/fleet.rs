@@ -691,6 +691,12 @@ async fn a_slot_free_on_one_replica_moves_to_another_at_once() {
             "{took:?}: not at the next renewal"
         );
         assert!(from.fleet.snapshot().given_back >= 1);
+        // It gave back all it held (nothing in flight there), and forgot the key.
+        assert_eq!(from.fleet.held(&acme), 0);
+        eventually("the key forgotten", Duration::from_secs(1), || {
+            from.fleet.snapshot().keys == 0
+        })
+        .await;
     }
     assert!(running.most() <= CAP, "{} in flight", running.most());
     // Busy slots are not given back: the cap held by requests in flight on `a` leaves
