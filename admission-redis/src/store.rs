@@ -267,3 +267,34 @@ async fn find_primary(
     *primary.lock() = Some(found.clone());
     Ok(found)
 }
+
+#[cfg(all(test, feature = "cluster"))]
+mod tests {
+    use std::time::Duration;
+
+    use super::{Backend, Store};
+
+    /// The channel is listened to on one node after another, each in turn.
+    #[tokio::test]
+    async fn a_cluster_is_listened_to_on_each_node_in_turn() {
+        let urls = [
+            "redis://127.0.0.1:7001/",
+            "redis://127.0.0.1:7002/",
+            "redis://127.0.0.1:7003/",
+        ];
+        let backend =
+            Backend::new(Store::cluster(urls).unwrap(), Duration::from_millis(50)).unwrap();
+        let mut ports = Vec::new();
+        for _ in 0..4 {
+            let client = backend.listener().await.unwrap();
+            ports.push(client.get_connection_info().addr().to_string());
+        }
+        let expected = [
+            "127.0.0.1:7001",
+            "127.0.0.1:7002",
+            "127.0.0.1:7003",
+            "127.0.0.1:7001",
+        ];
+        assert_eq!(ports, expected);
+    }
+}

@@ -787,3 +787,63 @@ async fn replicas_started_without_redis_never_pass_the_cap() {
     assert!(tally.ok > 0 && tally.failed == 0, "{tally:?}");
     assert!(running.most() <= CAP, "{} in flight", running.most());
 }
+
+/// Redis restarted: the replicas' channel connections are cut with the rest. Each
+/// listens again a third of the TTL later, and a free slot moves at once again (at a
+/// renewal it would take two rounds: 4 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_channel_is_listened_to_again_once_redis_returns() {
+    let Some(mut redis) = Redis::start("relisten") else {
+        return;
+    };
+    const CAP: usize = 4;
+    let ttl = Duration::from_secs(6);
+    let running = Arc::new(Running::default());
+    let build = || {
+        FleetCap::builder(redis.client(), CAP)
+            .prefix("relisten")
+            .ttl(ttl)
+            .build()
+            .expect("a fleet cap")
+    };
+    let service = Duration::from_millis(50);
+    let a = Replica::start(build(), running.clone(), service).await;
+    let b = Replica::start(build(), running.clone(), service).await;
+    let both = [&a, &b];
+    eventually("both counted", Duration::from_secs(3), || {
+        both.iter().all(|r| r.fleet.snapshot().replicas == 2)
+    })
+    .await;
+    let answered = |r: &&Replica| {
+        let snapshot = r.fleet.snapshot();
+        snapshot.calls - snapshot.errors
+    };
+    let before: Vec<u64> = both.iter().map(answered).collect();
+    redis.restart();
+    // Two rounds answered since (a replica back from its fallback grows no further than
+    // its share until the round after), by then past the listeners' pause too.
+    eventually("two rounds answered", Duration::from_secs(9), || {
+        both.iter()
+            .zip(&before)
+            .all(|(r, b)| answered(r) >= b + 2 && !r.fleet.snapshot().fallback)
+    })
+    .await;
+    let fill: Vec<_> = (0..CAP)
+        .map(|_| tokio::spawn(get(a.addr, "acme")))
+        .collect();
+    for status in fill {
+        assert_eq!(status.await.unwrap(), http::StatusCode::OK);
+    }
+    eventually("nothing in flight", Duration::from_secs(1), || {
+        a.layer.gate().count().in_flight() == 0
+    })
+    .await;
+    assert_eq!(a.fleet.held(&"acme".into()), CAP);
+    let moved = Instant::now();
+    assert_eq!(get(b.addr, "acme").await, http::StatusCode::OK);
+    assert!(
+        moved.elapsed() < Duration::from_secs(1),
+        "{:?}: the channel is heard again",
+        moved.elapsed()
+    );
+}
