@@ -847,3 +847,49 @@ async fn the_channel_is_listened_to_again_once_redis_returns() {
         moved.elapsed()
     );
 }
+
+/// A holder with requests in flight gives back only the slots they do not use, and keeps
+/// the rest (and the key) for them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_gives_back_only_what_it_does_not_use() {
+    let Some(redis) = Redis::start("partial") else {
+        return;
+    };
+    const CAP: usize = 4;
+    let running = Arc::new(Running::default());
+    let build = || {
+        FleetCap::builder(redis.client(), CAP)
+            .prefix("partial")
+            .ttl(Duration::from_secs(60))
+            .build()
+            .expect("a fleet cap")
+    };
+    let service = Duration::from_secs(1);
+    let a = Replica::start(build(), running.clone(), service).await;
+    let b = Replica::start(build(), running.clone(), service).await;
+    let acme = admission_core::Key::from("acme");
+    // Two, then two more half a service later: for that half, `a` holds the cap and
+    // runs two.
+    let mut held: Vec<_> = (0..2).map(|_| tokio::spawn(get(a.addr, "acme"))).collect();
+    tokio::time::sleep(service / 2).await;
+    held.extend((0..2).map(|_| tokio::spawn(get(a.addr, "acme"))));
+    eventually("the first two done", Duration::from_secs(2), || {
+        running.now() == 2 && a.fleet.held(&acme) == CAP
+    })
+    .await;
+    let asked = tokio::spawn(get(b.addr, "acme"));
+    eventually("two given back", Duration::from_millis(400), || {
+        a.fleet.held(&acme) == 2
+    })
+    .await;
+    assert_eq!(
+        a.fleet.snapshot().keys,
+        1,
+        "the key kept for its two in flight"
+    );
+    assert_eq!(asked.await.unwrap(), http::StatusCode::OK);
+    for status in held {
+        assert_eq!(status.await.unwrap(), http::StatusCode::OK);
+    }
+    assert!(running.most() <= CAP, "{} in flight", running.most());
+}
