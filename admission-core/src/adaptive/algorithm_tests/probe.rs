@@ -317,3 +317,32 @@ fn a_probe_of_a_spread_service_measures_100_cv_squared_samples() {
     let total: u64 = measured.iter().sum();
     assert!(total >= 400, "{measured:?}");
 }
+
+/// A no-load latency the user gives is taken as it is: the limit finds the server from
+/// above and below with no probe (never below the server's concurrency), and the
+/// estimate stays what was given.
+#[test]
+fn a_given_no_load_latency_is_never_probed_and_the_limit_finds_the_server() {
+    for start in [8, 256] {
+        let mut gradient = Gradient::default().no_load(10 * MS).probe_every(4);
+        let mut limit = start;
+        let mut lowest = u64::MAX;
+        for round in 0..300 {
+            limit = gradient.update(&saturated(limit, 64)).clamp(1, 10_000);
+            assert_eq!(gradient.probing(), None, "probed at round {round}");
+            if round > 100 {
+                lowest = lowest.min(limit);
+            }
+        }
+        assert_eq!(gradient.no_load_latency(), Some(10 * MS));
+        assert!((64..=96).contains(&limit), "from {start}: {limit}");
+        assert!(lowest >= 64, "from {start}: fell to {lowest}");
+    }
+    // What it costs, as documented: a service that slows reads as a queue, and the limit
+    // falls, with no probe to learn the new latency.
+    let mut gradient = Gradient::default().no_load(10 * MS);
+    let limit = run(&mut gradient, 64, 64, 200);
+    let slowed = run_at(&mut gradient, limit, 64, 20 * MS, 100);
+    assert!(slowed < 48, "{slowed}");
+    assert_eq!(gradient.no_load_latency(), Some(10 * MS));
+}

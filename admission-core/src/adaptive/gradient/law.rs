@@ -221,6 +221,9 @@ impl Gradient {
         fell: bool,
         faster: bool,
     ) -> Option<u64> {
+        if self.fixed {
+            return None; // the user gave the estimate
+        }
         let since = self.probes.since();
         let early = (fell || faster) && since >= EARLY_AFTER;
         let due = if self.confirmed {

@@ -112,6 +112,8 @@ pub struct Gradient {
     noload: Option<f64>,
     /// Whether a probe, or a round with more in flight, has confirmed the estimate.
     confirmed: bool,
+    /// Given by the user ([`no_load`](Self::no_load)): never measured, never probed.
+    fixed: bool,
     spread: ServiceSpread,
     /// Seconds since the limit last changed.
     since_change: f64,
@@ -143,6 +145,7 @@ impl Default for Gradient {
             limit: 0.0,
             noload: None,
             confirmed: false,
+            fixed: false,
             spread: ServiceSpread::default(),
             since_change: 0.0,
             round: Window::default(),
@@ -197,6 +200,33 @@ impl Gradient {
     /// the limit backs off (default 0.01).
     pub fn threshold(mut self, share: f64) -> Self {
         self.threshold = share.clamp(0.0, 1.0);
+        self
+    }
+
+    /// The service's latency with no queue, where you know it (a fixed sleep, a
+    /// computation of known cost): the controller then takes it as given, and neither
+    /// measures nor probes it. By default it takes the first hundred samples' mean and
+    /// probes the estimate every [`probe_every`](Self::probe_every) rounds, and sooner
+    /// when the server seems to change.
+    ///
+    /// What it costs: nothing of the probes' (each holds the limit below the server for a
+    /// few rounds, shedding meanwhile); but a service that slows then reads as a queue,
+    /// and the limit falls with it (toward the server's concurrency times the given
+    /// latency over the new one), since no probe learns the new latency. A service that
+    /// quickens leaves the limit high, with a queue. Give it only where the service's
+    /// own time does not move. A latency of zero is taken as one nanosecond.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use admission_core::adaptive::{Algorithm, Gradient};
+    ///
+    /// let gradient = Gradient::default().no_load(Duration::from_millis(40));
+    /// assert_eq!(gradient.no_load_latency(), Some(Duration::from_millis(40)));
+    /// ```
+    pub fn no_load(mut self, latency: std::time::Duration) -> Self {
+        self.noload = Some(latency.as_secs_f64().max(1e-9));
+        self.confirmed = true;
+        self.fixed = true;
         self
     }
 
