@@ -14,10 +14,11 @@ use parking_lot::RwLock;
 
 use crate::config::Config;
 use crate::listen::listen;
+use crate::names::{nameable, replica_name};
 use crate::script;
 use crate::state::{Counters, Inner, TICKS};
 use crate::store::Backend;
-use crate::upkeep::{nameable, replica_name, upkeep};
+use crate::upkeep::upkeep;
 
 /// A cap on each key's requests in flight across every replica that shares a Redis (or
 /// Valkey): each replica holds a lease of slots for each key with work in flight and

@@ -98,6 +98,7 @@
 mod config;
 mod fleet;
 mod listen;
+mod names;
 pub mod script;
 mod state;
 mod store;

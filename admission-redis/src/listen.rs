@@ -3,7 +3,6 @@
 //! replica that gives slots back says so, and the waiter asks again. A free slot moves
 //! between replicas in a few round trips, not at the holder's next renewal.
 
-use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
@@ -11,8 +10,8 @@ use admission_core::Key;
 use futures_core::Stream;
 use tokio::sync::{Notify, oneshot};
 
+use crate::names::{key_named, lease_name};
 use crate::state::{Inner, expiry};
-use crate::upkeep::lease_name;
 
 impl Inner {
     /// Registers a wait for slots of `key` given back (see [`freed`](Self::freed)).
@@ -166,28 +165,9 @@ pub(crate) async fn listen(inner: Weak<Inner>, mut stop: oneshot::Receiver<()>) 
     }
 }
 
-/// The key a lease name under `prefix` names (see [`lease_name`]).
-pub(crate) fn key_named(prefix: &str, name: &[u8]) -> Option<Key> {
-    let rest = name.strip_prefix(prefix.as_bytes())?;
-    let tag = rest.strip_prefix(b":{")?.strip_suffix(b"}")?;
-    if let Some(ip) = tag.strip_prefix(b"ip:") {
-        let ip: IpAddr = std::str::from_utf8(ip).ok()?.parse().ok()?;
-        Some(Key::from(ip))
-    } else if tag == b"missing" {
-        Some(Key::MISSING)
-    } else {
-        tag.strip_prefix(b"key:").map(Key::from)
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use std::net::{IpAddr, Ipv6Addr};
-
     use admission_core::Key;
-
-    use super::key_named;
-    use crate::upkeep::lease_name;
 
     /// A wait registered twice is one entry, removed with the last of its waits.
     #[tokio::test]
@@ -203,24 +183,5 @@ mod tests {
         assert_eq!(inner.waiting.lock().get(&key).map(|(_, n)| *n), Some(1));
         inner.done_waiting(key);
         assert!(inner.waiting.lock().is_empty());
-    }
-
-    #[test]
-    fn a_lease_name_names_its_key_back() {
-        let keys = [
-            Key::from(IpAddr::V6(Ipv6Addr::LOCALHOST)),
-            Key::from("acme"),
-            Key::from("has space:and colon"),
-            Key::from("{braces}}"),
-            Key::MISSING,
-        ];
-        for key in keys {
-            let name = lease_name("fleet", &key).unwrap();
-            assert_eq!(key_named("fleet", &name), Some(key), "{key:?}");
-            assert_eq!(key_named("other", &name), None);
-        }
-        assert_eq!(key_named("fleet", b"fleet:{ip:not-an-ip}"), None);
-        assert_eq!(key_named("fleet", b"fleet:{else}"), None);
-        assert_eq!(key_named("fleet", b"fleet:{key:open"), None);
     }
 }

@@ -4,12 +4,13 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::Weak;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use admission_core::Key;
 
 use crate::config::Fallback;
+use crate::names::lease_name;
 use crate::state::{Inner, Lease, TICKS, expiry};
 
 impl Inner {
@@ -400,66 +401,6 @@ pub(crate) async fn upkeep(inner: Weak<Inner>, attached: tokio::sync::oneshot::R
     }
 }
 
-/// Whether another replica can name `key`: not a digest (see [`lease_name`]).
-#[inline]
-pub(crate) fn nameable(key: &Key) -> bool {
-    key.as_bytes().is_some() || key.ip().is_some() || *key == Key::MISSING
-}
-
-/// The Redis name of `key`'s leases under `prefix`; `None` for a key held as a digest,
-/// whose secret is the process's own, so that no other replica could name it. The key
-/// is the name's hash tag (in braces): on a cluster, its slot follows the key, whatever
-/// braces the key itself holds.
-pub(crate) fn lease_name(prefix: &str, key: &Key) -> Option<Vec<u8>> {
-    let mut name = Vec::with_capacity(prefix.len() + 58);
-    name.extend_from_slice(prefix.as_bytes());
-    if let Some(ip) = key.ip() {
-        name.extend_from_slice(format!(":{{ip:{ip}}}").as_bytes());
-    } else if *key == Key::MISSING {
-        name.extend_from_slice(b":{missing}");
-    } else {
-        name.extend_from_slice(b":{key:");
-        name.extend_from_slice(key.as_bytes()?);
-        name.push(b'}');
-    }
-    Some(name)
-}
-
 fn millis(duration: Duration) -> u64 {
     u64::try_from(duration.as_millis()).unwrap_or(u64::MAX)
-}
-
-/// A name no other replica has: the host's process id, the time, and an address.
-pub(crate) fn replica_name() -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap_or_default();
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    format!("{}-{}-{n}", std::process::id(), now.as_nanos())
-}
-
-#[cfg(test)]
-mod tests {
-    use std::net::{IpAddr, Ipv4Addr};
-
-    use admission_core::Key;
-
-    use super::{lease_name, nameable};
-
-    #[test]
-    fn a_key_is_named_by_its_value_and_a_digest_not_at_all() {
-        let ip = Key::from(IpAddr::V4(Ipv4Addr::LOCALHOST));
-        let text = Key::from("127.0.0.1");
-        let long = Key::from("k".repeat(100).as_str());
-        for key in [ip, text, Key::MISSING] {
-            assert!(nameable(&key), "{key:?}");
-        }
-        assert!(!nameable(&long));
-        let name = |key: &Key| lease_name("p", key).map(|n| String::from_utf8(n).unwrap());
-        assert_eq!(name(&ip).as_deref(), Some("p:{ip:127.0.0.1}"));
-        assert_eq!(name(&text).as_deref(), Some("p:{key:127.0.0.1}"));
-        assert_eq!(name(&Key::MISSING).as_deref(), Some("p:{missing}"));
-        assert_eq!(name(&long), None);
-    }
 }
