@@ -30,6 +30,28 @@ async fn replicas(
     (replicas, running)
 }
 
+/// Two replicas sharing a cap of `cap` under `prefix`, leases of `ttl`, each request's
+/// handler taking `service`.
+async fn two(
+    redis: &Redis,
+    prefix: &str,
+    cap: usize,
+    ttl: Duration,
+    service: Duration,
+) -> (Replica, Replica, Arc<Running>) {
+    let running = Arc::new(Running::default());
+    let build = || {
+        FleetCap::builder(redis.client(), cap)
+            .prefix(prefix)
+            .ttl(ttl)
+            .build()
+            .expect("a fleet cap")
+    };
+    let a = Replica::start(build(), running.clone(), service).await;
+    let b = Replica::start(build(), running.clone(), service).await;
+    (a, b, running)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_hold_a_tenant_to_its_cap_evenly_or_skewed() {
     let Some(redis) = Redis::start("three_replicas") else {
@@ -656,17 +678,14 @@ async fn a_slot_free_on_one_replica_moves_to_another_at_once() {
         return;
     };
     const CAP: usize = 4;
-    let running = Arc::new(Running::default());
-    let build = || {
-        FleetCap::builder(redis.client(), CAP)
-            .prefix("moves")
-            .ttl(Duration::from_secs(60))
-            .build()
-            .expect("a fleet cap")
-    };
-    let service = Duration::from_millis(100);
-    let a = Replica::start(build(), running.clone(), service).await;
-    let b = Replica::start(build(), running.clone(), service).await;
+    let (a, b, running) = two(
+        &redis,
+        "moves",
+        CAP,
+        Duration::from_secs(60),
+        Duration::from_millis(100),
+    )
+    .await;
     let acme = admission_core::Key::from("acme");
     for (from, to) in [(&a, &b), (&b, &a), (&a, &b)] {
         // The whole cap on one replica, then nothing in flight anywhere.
@@ -701,7 +720,12 @@ async fn a_slot_free_on_one_replica_moves_to_another_at_once() {
     assert!(running.most() <= CAP, "{} in flight", running.most());
     // Busy slots are not given back: the cap held by requests in flight on `a` leaves
     // `b` refused, after a wait of at most the grant timeout.
-    let busy = Replica::start(build(), running.clone(), Duration::from_secs(2)).await;
+    let busy = FleetCap::builder(redis.client(), CAP)
+        .prefix("moves")
+        .ttl(Duration::from_secs(60))
+        .build()
+        .expect("a fleet cap");
+    let busy = Replica::start(busy, running.clone(), Duration::from_secs(2)).await;
     let held: Vec<_> = (0..CAP)
         .map(|_| tokio::spawn(get(busy.addr, "globex")))
         .collect();
@@ -798,17 +822,7 @@ async fn the_channel_is_listened_to_again_once_redis_returns() {
     };
     const CAP: usize = 4;
     let ttl = Duration::from_secs(6);
-    let running = Arc::new(Running::default());
-    let build = || {
-        FleetCap::builder(redis.client(), CAP)
-            .prefix("relisten")
-            .ttl(ttl)
-            .build()
-            .expect("a fleet cap")
-    };
-    let service = Duration::from_millis(50);
-    let a = Replica::start(build(), running.clone(), service).await;
-    let b = Replica::start(build(), running.clone(), service).await;
+    let (a, b, _) = two(&redis, "relisten", CAP, ttl, Duration::from_millis(50)).await;
     let both = [&a, &b];
     eventually("both counted", Duration::from_secs(3), || {
         both.iter().all(|r| r.fleet.snapshot().replicas == 2)
@@ -856,17 +870,9 @@ async fn a_holder_gives_back_only_what_it_does_not_use() {
         return;
     };
     const CAP: usize = 4;
-    let running = Arc::new(Running::default());
-    let build = || {
-        FleetCap::builder(redis.client(), CAP)
-            .prefix("partial")
-            .ttl(Duration::from_secs(60))
-            .build()
-            .expect("a fleet cap")
-    };
     let service = Duration::from_secs(1);
-    let a = Replica::start(build(), running.clone(), service).await;
-    let b = Replica::start(build(), running.clone(), service).await;
+    let ttl = Duration::from_secs(60);
+    let (a, b, running) = two(&redis, "partial", CAP, ttl, service).await;
     let acme = admission_core::Key::from("acme");
     // Two, then two more half a service later: for that half, `a` holds the cap and
     // runs two.
