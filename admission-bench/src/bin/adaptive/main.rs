@@ -21,7 +21,8 @@
 //! service `SLOWDOWN` times slower from 20 s) and prints each phase's mean limit over
 //! the workers, seed by seed (`--trace-one` traces seed `SEEDS` instead): where the
 //! latency no longer answers to the limit, the law holds at its fixed point below the
-//! server (#74).
+//! server until a check finds no queue there (#74). `--flat` runs the flat-latency
+//! scenarios instead of the main set (`--held-out --flat` judges them, apart).
 
 use std::process::ExitCode;
 use std::sync::Mutex;
@@ -34,7 +35,7 @@ mod scenarios;
 mod targets;
 mod trace;
 
-use scenarios::{scenarios, starts};
+use scenarios::{flat_scenarios, scenarios, starts};
 use targets::{Ask, Target, figure, mean, oracle, side, table, verdicts};
 
 /// The limiters of one scenario: the adaptive rows first, then the static sweep (in
@@ -229,7 +230,11 @@ fn main() -> ExitCode {
         None if quick => &SEEDS[..1],
         None => &SEEDS,
     };
-    let scenarios = scenarios();
+    let scenarios = if args.iter().any(|a| a == "--flat") {
+        flat_scenarios()
+    } else {
+        scenarios()
+    };
     if args.iter().any(|a| a == "--held-out") {
         return held_out::run(&scenarios, &args);
     }

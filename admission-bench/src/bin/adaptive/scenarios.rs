@@ -112,6 +112,36 @@ pub(super) fn scenarios() -> Vec<Scenario> {
     ]
 }
 
+/// Flat latency, judged apart (`--flat`) until `Gradient` meets its targets there (#74):
+/// every request takes the same time (a sleep, a cache hit), or that plus a timer's jitter
+/// (a tenth of it), so the latency barely spreads; capacity to a quarter and back, and
+/// back with the service slower (the latency at the old limit no longer answers to it).
+pub(super) fn flat_scenarios() -> Vec<Scenario> {
+    let long = |name: &str| Scenario {
+        seconds: 32.0,
+        warmup: 5.0,
+        ..Scenario::steady(name, 64, 10.0 * MS, 2.0)
+    };
+    vec![
+        Scenario {
+            workers: vec![(0.0, 64), (12.0, 16), (22.0, 64)],
+            distribution: Service::Constant { jitter: 0.0 },
+            ..long("flat 10 ms, 2x, capacity falls to a quarter at 12 s, back at 22 s")
+        },
+        Scenario {
+            workers: vec![(0.0, 64), (12.0, 16), (22.0, 64)],
+            distribution: Service::Constant { jitter: 0.1 },
+            ..long("flat 10 ms + timer jitter, 2x, capacity to a quarter at 12 s, back at 22 s")
+        },
+        Scenario {
+            workers: vec![(0.0, 64), (12.0, 16), (22.0, 64)],
+            slowdown: vec![(0.0, 1.0), (22.0, 1.5)],
+            distribution: Service::Constant { jitter: 0.1 },
+            ..long("flat + jitter, capacity to a quarter at 12 s, back 1.5x slower at 22 s")
+        },
+    ]
+}
+
 /// Where the adaptive limiters start: far below (C/6, at least 2) and far above (4C).
 pub(super) fn starts(scenario: &Scenario) -> [u64; 2] {
     let c = scenario.workers[0].1;

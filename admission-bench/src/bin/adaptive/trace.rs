@@ -48,7 +48,8 @@ impl Algorithm for Traced {
 }
 
 pub(super) fn trace(name: &str, above: bool, seed: u64) -> ExitCode {
-    let Some(scenario) = scenarios().into_iter().find(|s| s.name.contains(name)) else {
+    let all = scenarios().into_iter().chain(super::flat_scenarios());
+    let Some(scenario) = all.into_iter().find(|s| s.name.contains(name)) else {
         eprintln!("no scenario's name contains {name:?}");
         return ExitCode::FAILURE;
     };

@@ -12,6 +12,7 @@ mod law;
 mod noise;
 mod probe;
 mod skew;
+mod strand;
 mod window;
 
 const MS: Duration = Duration::from_millis(1);

@@ -37,6 +37,12 @@ impl Growth {
         self.streak = 0;
     }
 
+    /// A check found the limit below the server: the next steps up are sure, as after a
+    /// second round in a row with no queue.
+    pub(super) fn room(&mut self) {
+        self.streak = self.streak.max(2);
+    }
+
     /// Whether the limit is growing: a round with no queue since it last stopped.
     pub(super) fn growing(&self) -> bool {
         self.streak > 0

@@ -2,6 +2,7 @@
 //! estimate, backed off on overload, held or grown; the step toward it; and whether a
 //! probe is due.
 
+use super::check::Found;
 use super::noise::{self, beyond_doubt, queued};
 use super::{Gradient, seconds};
 use crate::adaptive::Window;
@@ -22,6 +23,8 @@ const CLEAR_SAMPLES: u64 = 100;
 const GRADIENT_FLOOR: f64 = 0.5;
 /// The overloaded share's noise: three standard errors of the share the last probe saw.
 const OVERLOAD_SIGMAS: f64 = 3.0;
+/// The law holds the limit where its target is within this share of it.
+const HOLDS: f64 = 0.1;
 /// An early probe (a fall in throughput, a faster round) waits this many rounds after
 /// the last.
 const EARLY_AFTER: u32 = 4;
@@ -112,6 +115,15 @@ impl Gradient {
     pub(super) fn decide(&mut self, window: &Window, mean: f64, noload: f64) -> u64 {
         let round = self.read(window, mean);
         let latency = self.read_latency(window, noload, mean);
+        if let Some(found) = self.check_step(window, latency) {
+            self.probes.count_round();
+            if let Found::NoQueue(latency) = found {
+                self.noload = Some(latency.max(noload));
+                self.stale.after_probe();
+                self.growth.room();
+            }
+            return self.limit as u64;
+        }
         let quick = self.note_quick(&round, &window.spread);
         let rose = self.note_rise(&round, noload, latency);
         let target = self.target(&round, window, noload, latency);
@@ -126,7 +138,9 @@ impl Gradient {
         self.probes.count_round();
         let fell = self.note_fall(&round, latency, rose);
         let faster = self.reads_faster(&round, noload, latency) || self.stale.quick_twice();
-        self.probe_if_due(&round, noload, latency, fell, faster)
+        let knee = noload * (1.0 + self.tolerance);
+        self.check_if_due(window, latency, knee)
+            .or_else(|| self.probe_if_due(&round, noload, latency, fell, faster))
             .unwrap_or(self.limit as u64)
     }
 
@@ -138,6 +152,7 @@ impl Gradient {
             > baseline + self.threshold + OVERLOAD_SIGMAS * (baseline / round.samples()).sqrt()
         {
             self.growth.stop();
+            self.observe_check(false, false, window, 0.0);
             return round.limit * self.backoff;
         }
         let knee = noload * (1.0 + self.tolerance);
@@ -163,6 +178,13 @@ impl Gradient {
             wider,
         };
         self.first.note_queued(law.queued);
+        let holds = (law.target / round.limit - 1.0).abs() <= HOLDS;
+        self.observe_check(
+            law.queued && round.saturated && round.binds,
+            holds,
+            window,
+            latency,
+        );
         self.confirm_first(round, window, noload, latency, law.queued, wider);
         if law.target < round.limit {
             self.growth.stop();

@@ -40,11 +40,14 @@ pub enum Mechanism {
     /// A probe set off by a fall with the latency near the estimate is sized from the
     /// geometric mean of the two.
     DriftSizing,
+    /// A queue the law holds (or cuts toward, the latency unmoved) is checked by a round
+    /// without the allowance; a latency that stays is the no-load latency.
+    Check,
 }
 
 impl Mechanism {
     /// Every mechanism, in the order the ablation table lists them.
-    pub const ALL: [Mechanism; 12] = [
+    pub const ALL: [Mechanism; 13] = [
         Self::Descent,
         Self::ProbeQueueSpread,
         Self::Ramp,
@@ -57,6 +60,7 @@ impl Mechanism {
         Self::FirstWider,
         Self::Settle,
         Self::DriftSizing,
+        Self::Check,
     ];
 
     pub(super) fn bit(self) -> u32 {

@@ -1,5 +1,6 @@
 use super::{Algorithm, Window};
 
+mod check;
 mod first;
 mod growth;
 mod law;
@@ -53,6 +54,15 @@ use noise::ServiceSpread;
 ///   rounds the work fills falls by a tenth (fewer at once, or each slower: the probe
 ///   tells which), or a round reads faster than `n`, or, behind the queue the stale knee
 ///   allows, spreads less (a queue moves every quartile alike).
+/// - **A queue the law holds, checked.** At its fixed point the law keeps a queue of
+///   `√` the concurrency and reads it round after round; an estimate grown stale (the
+///   service slowed as the server grew) reads the same with no queue at all, and would
+///   hold the limit below the server. After three such rounds (the law holding the
+///   limit, or cutting it with the latency unmoved), where the rounds' noise allows, the
+///   limit goes for one round to `limit × knee / m`: a queue's latency falls with it (at
+///   no cost in throughput, the server still full), and a latency that stays is the
+///   service's at no load, which becomes `n`; the limit then grows as after two rounds
+///   with no queue.
 /// - **A skewed service.** Where the median is under half the mean, a round is read by
 ///   its median (which a queue moves and the long requests barely do).
 ///
@@ -125,6 +135,7 @@ pub struct Gradient {
     first: first::First,
     stale: stale::Stale,
     growth: growth::Growth,
+    check: check::Check,
     /// Mechanisms turned off (bits of [`Mechanism`]).
     off: u32,
 }
@@ -154,6 +165,7 @@ impl Default for Gradient {
             first: first::First::default(),
             stale: stale::Stale::default(),
             growth: growth::Growth::default(),
+            check: check::Check::default(),
             off: 0,
         }
     }

@@ -416,15 +416,14 @@ impl Gradient {
 
     /// Whether a probe's reading `k` times the estimate `n` spreads as a slower service's
     /// latencies do rather than as a queue's: a coefficient of variation at least the
-    /// service's (the larger of the rounds' and the last probe's) over `√k`, the
+    /// service's (as the last probe read it, else the rounds') over `√k`, the
     /// geometric midpoint of a slower service's (the same) and a queue's (`1 / k` of it).
     /// Where either is unmeasured, the throughput alone decides.
     fn spreads_as_a_service(&self, latency: f64, n: f64) -> bool {
         let rounds = self.spread.measured_cv(super::noise::SPREAD_SAMPLES);
-        let service = match (rounds, self.probes.quiet.map(|quiet| quiet.cv)) {
-            (Some(rounds), Some(quiet)) => Some(rounds.max(quiet)),
-            (rounds, quiet) => rounds.or(quiet),
-        };
+        // (The last probe's where there is one: the rounds' takes in the queues that
+        // built and drained since, and reads a flat service as spread.)
+        let service = self.probes.quiet.map(|quiet| quiet.cv).or(rounds);
         service
             .zip(self.probes.probed.spread.bucketed_cv())
             .is_none_or(|(service, probe)| probe >= service * (n / latency).sqrt())

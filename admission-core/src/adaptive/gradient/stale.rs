@@ -9,6 +9,8 @@ use super::noise::margin;
 use super::{Gradient, Mechanism, Round};
 use crate::adaptive::Spread;
 
+/// Latencies are bucketed eight to a doubling (`Spread`).
+const BUCKETS_PER_DOUBLING: f64 = 8.0;
 /// The interquartile range under this share of the last probe's: the service quickened.
 const QUICK: f64 = 0.6;
 /// A probe begun for a quicker service queued when its mean is this much over what its
@@ -86,7 +88,11 @@ impl Gradient {
     /// What a spread of latencies says the service takes now, as a share of what it took
     /// at the last probe: their interquartile range over the probe's.
     fn service_share(&self, spread: &Spread) -> Option<f64> {
-        let quiet = self.probes.quiet().filter(|quiet| quiet.iqr > 0.0)?;
+        // (A range narrower than a bucket, an eighth of the mean, is the buckets' noise.)
+        let quiet = self
+            .probes
+            .quiet()
+            .filter(|quiet| quiet.iqr >= quiet.mean * 1e6 / BUCKETS_PER_DOUBLING)?;
         Some(spread.interquartile()? / quiet.iqr)
     }
 
