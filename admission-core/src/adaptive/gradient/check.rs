@@ -43,10 +43,12 @@ pub(super) struct Check {
 struct Pending {
     /// The limit to go back to.
     resume: f64,
-    /// The limit in force in that round, its latency and the latency's relative noise.
+    /// The limit in force in that round, its latency and the latency's relative noise,
+    /// and its throughput.
     limit: u64,
     latency: f64,
     noise: f64,
+    throughput: f64,
 }
 
 /// What a check found.
@@ -54,9 +56,11 @@ struct Pending {
 pub(super) enum Found {
     /// The latency fell with the limit: the queue is there.
     Queue,
-    /// The latency stayed: the service's own at no load, this.
+    /// The latency stayed, and the throughput fell with the limit: the service's own
+    /// latency at no load, this.
     NoQueue(f64),
-    /// The limit in force did not fall (the bounds held it): nothing learnt.
+    /// The limit in force did not fall (the bounds held it), or the readings disagree
+    /// (the server changed meanwhile): nothing learnt.
     Nothing,
 }
 
@@ -125,6 +129,7 @@ impl Gradient {
             limit: from,
             latency,
             noise,
+            throughput: window.throughput(),
         });
         self.limit = to as f64;
         self.changed();
@@ -146,9 +151,12 @@ impl Gradient {
             // two rounds' noise (one that rose is a server that changed meanwhile).
             let noise = (pending.noise.powi(2) + self.check_noise(window).powi(2)).sqrt();
             let moved = latency / pending.latency - 1.0;
+            // (And the throughput fell with the limit, by half the drop at least: a
+            // queue's stays, the server full.)
+            let fell = window.throughput() <= pending.throughput * (1.0 + share) / 2.0;
             if moved < -STAY_SIGMAS * noise {
                 Found::Queue
-            } else if moved <= STAY_SIGMAS * noise {
+            } else if moved <= STAY_SIGMAS * noise && fell {
                 Found::NoQueue(latency)
             } else {
                 Found::Nothing

@@ -99,3 +99,20 @@ fn a_descent_with_the_latency_unmoved_is_checked_and_one_that_follows_the_limit_
     gradient.observe_check(false, false, &window(14, &[(10.0, 200)]), 0.010);
     assert_eq!((gradient.check.queued, gradient.check.anchor), (0, None));
 }
+
+#[test]
+fn a_latency_that_stays_with_the_throughput_held_learns_nothing() {
+    let (mut gradient, round) = due();
+    gradient.check_if_due(&round, 0.015, 0.011);
+    // As many answers a second at 14 as at 20: the server full, whatever the latency
+    // says (a noisy clock, a server that changed meanwhile).
+    let found = gradient.check_step(&window(14, &[(15.0, 200)]), 0.015);
+    assert_eq!(found, Some(Found::Nothing));
+    // A latency that rose: the same.
+    let (mut rose, round) = due();
+    rose.check_if_due(&round, 0.015, 0.011);
+    assert_eq!(
+        rose.check_step(&window(14, &[(20.0, 140)]), 0.020),
+        Some(Found::Nothing)
+    );
+}
