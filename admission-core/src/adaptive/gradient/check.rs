@@ -8,7 +8,7 @@
 //! latency that does not move is the service's own, at no load, and becomes the estimate.
 
 use super::noise::SPREAD_SAMPLES;
-use super::{Gradient, Mechanism};
+use super::{Gradient, Mechanism, Move};
 use crate::adaptive::Window;
 
 /// Rounds in a row the law reads a queue at a limit the work fills before a check.
@@ -106,9 +106,9 @@ impl Gradient {
     /// to the law's concurrency without the allowance: `limit × knee / latency`.
     pub(super) fn check_if_due(&mut self, window: &Window, latency: f64, knee: f64) -> Option<u64> {
         let check = &self.check;
-        if self.fixed
+        if self.estimate.is_given()
             || !self.on(Mechanism::Check)
-            || !self.confirmed
+            || !self.estimate.confirmed()
             || check.queued < AFTER
             || !check.steady
         {
@@ -131,8 +131,7 @@ impl Gradient {
             noise,
             throughput: window.throughput(),
         });
-        self.limit = to as f64;
-        self.changed();
+        self.move_limit(to as f64, Move::Check);
         Some(to)
     }
 
@@ -140,8 +139,7 @@ impl Gradient {
     /// found. The limit goes back to where it was.
     pub(super) fn check_step(&mut self, window: &Window, latency: f64) -> Option<Found> {
         let pending = self.check.pending.take()?;
-        self.limit = pending.resume;
-        self.changed();
+        self.move_limit(pending.resume, Move::Check);
         (self.check.queued, self.check.anchor) = (0, None);
         let share = window.limit as f64 / pending.limit as f64;
         let found = if share >= 1.0 {

@@ -53,10 +53,10 @@ impl Gradient {
         if self.round.samples < FIRST_SAMPLES {
             return;
         }
-        self.noload = seconds(self.round.mean_latency());
+        self.estimate.first(seconds(self.round.mean_latency()));
         // (At least the most in flight: the first round's throughput counts the time
         // before its first answers, and reads low.)
-        self.first.in_flight = (self.round.throughput() * self.noload.unwrap_or(0.0))
+        self.first.in_flight = (self.round.throughput() * self.estimate.latency().unwrap_or(0.0))
             .max(self.round.max_in_flight as f64);
         self.first.unconfirmed = self.round;
         self.first.cv = self.round.spread.bucketed_cv().zip(Some(window.limit));
@@ -68,7 +68,7 @@ impl Gradient {
     /// not a queue (which narrows the spread) but the long requests the first samples
     /// missed. Not under a limit cut since: a draining queue spreads wide too.
     pub(super) fn wider(&self, queued: bool, round: &Window, noload: f64, latency: f64) -> bool {
-        !self.confirmed
+        !self.estimate.confirmed()
             && queued
             && self.on(Mechanism::FirstWider)
             && self
@@ -95,26 +95,20 @@ impl Gradient {
         queued: bool,
         wider: bool,
     ) {
-        if self.confirmed {
+        if self.estimate.confirmed() {
             return;
         }
         if !queued && round.throughput * latency >= CONFIRM_IN_FLIGHT * self.first.in_flight {
-            self.confirmed = true;
-            if latency > noload {
-                self.noload = Some(latency);
-            }
-            if self.shape.is_none() {
-                let estimate = self.noload.unwrap_or(noload);
-                self.shape = seconds(self.first.unconfirmed.median_latency())
-                    .map(|median| median / estimate);
-            }
+            let median = seconds(self.first.unconfirmed.median_latency());
+            self.estimate.confirm(latency.max(noload), median);
         } else if wider
             || self.on(Mechanism::FirstAverage)
                 && !queued
                 && window.max_in_flight as f64 <= SAME_IN_FLIGHT * self.first.in_flight
         {
             self.first.unconfirmed.merge(window);
-            self.noload = seconds(self.first.unconfirmed.mean_latency());
+            self.estimate
+                .averaged(seconds(self.first.unconfirmed.mean_latency()));
         }
     }
 
@@ -126,7 +120,7 @@ impl Gradient {
         noise: f64,
         wider: bool,
     ) -> bool {
-        !self.confirmed
+        !self.estimate.confirmed()
             && (wider || latency < UNCONFIRMED_CUT * knee * (1.0 + QUEUE_SIGMAS * noise))
     }
 }

@@ -4,7 +4,7 @@
 
 use super::check::Found;
 use super::noise::{self, beyond_doubt, queued};
-use super::{Gradient, seconds};
+use super::{Gradient, Move, seconds};
 use crate::adaptive::Window;
 
 /// A cut waits for the work to fill the limit: its most in flight at 90% of it ...
@@ -118,7 +118,7 @@ impl Gradient {
         if let Some(found) = self.check_step(window, latency) {
             self.probes.count_round();
             if let Found::NoQueue(latency) = found {
-                self.noload = Some(latency.max(noload));
+                self.estimate.checked(latency);
                 self.stale.after_probe();
                 self.growth.room();
             }
@@ -225,11 +225,8 @@ impl Gradient {
         } else {
             self.smoothing
         };
-        self.limit = (limit + step * (target - limit)).max(1.0);
+        self.move_limit((limit + step * (target - limit)).max(1.0), Move::Law);
         self.growth.stepped(sure && target > limit);
-        if self.limit as u64 != limit as u64 {
-            self.changed();
-        }
     }
 
     /// Starts a probe when one is due (on schedule, the limit settled), early (the
@@ -243,17 +240,17 @@ impl Gradient {
         fell: bool,
         faster: bool,
     ) -> Option<u64> {
-        if self.fixed {
+        if self.estimate.is_given() {
             return None; // the user gave the estimate
         }
         let since = self.probes.since();
         let early = (fell || faster) && since >= EARLY_AFTER;
-        let due = if self.confirmed {
+        let due = if self.estimate.confirmed() {
             since >= self.probe_every && !self.growth.growing() && self.settled()
         } else {
             self.first.queued_twice() || since >= self.probe_every
         };
-        let first = !self.confirmed && self.first.queued_twice();
+        let first = !self.estimate.confirmed() && self.first.queued_twice();
         if !((round.saturated && round.binds && (due || early)) || first) {
             return None;
         }
@@ -269,11 +266,12 @@ impl Gradient {
         let sized = self.sizing_latency(fell && !due, noload, latency);
         // An unconfirmed estimate may read low: the first probe is sized from the limit.
         let concurrency = self
-            .confirmed
+            .estimate
+            .confirmed()
             .then(|| round.throughput * sized.min(latency));
         let before = round.saturated.then_some(round.throughput);
         // (A first probe's limit is the start's, not one the server ran.)
-        let began_at = self.confirmed.then_some(round.limit);
+        let began_at = self.estimate.confirmed().then_some(round.limit);
         Some(self.start_probe(from, concurrency, latency, before, began_at))
     }
 }

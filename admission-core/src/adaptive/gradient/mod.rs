@@ -1,6 +1,7 @@
 use super::{Algorithm, Window};
 
 mod check;
+mod estimate;
 mod first;
 mod growth;
 mod law;
@@ -12,6 +13,7 @@ mod stale;
 #[cfg(all(test, not(admission_loom)))]
 mod testing;
 
+use estimate::Estimate;
 use law::{Law, Round};
 #[doc(hidden)]
 pub use mechanism::Mechanism;
@@ -118,19 +120,13 @@ pub struct Gradient {
     threshold: f64,
     /// The controller's limit, fractional.
     limit: f64,
-    /// The no-load latency estimate, in seconds.
-    noload: Option<f64>,
-    /// Whether a probe, or a round with more in flight, has confirmed the estimate.
-    confirmed: bool,
-    /// Given by the user ([`no_load`](Self::no_load)): never measured, never probed.
-    fixed: bool,
+    /// The no-load latency, whether it is confirmed, and the service's shape.
+    estimate: Estimate,
     spread: ServiceSpread,
     /// Seconds since the limit last changed.
     since_change: f64,
     /// The windows since then that show the limit in force, merged.
     round: Window,
-    /// The median latency over the mean at no load (a skewed service's is low).
-    shape: Option<f64>,
     probes: probe::Probes,
     first: first::First,
     stale: stale::Stale,
@@ -138,6 +134,22 @@ pub struct Gradient {
     check: check::Check,
     /// Mechanisms turned off (bits of [`Mechanism`]).
     off: u32,
+}
+
+/// Why the limit moved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Move {
+    /// A round's step toward the law's target (`law.rs`).
+    Law,
+    /// The limit in force is not the controller's, rounded: the bounds clamped it, or an
+    /// operator handed it back.
+    InForce,
+    /// A probe ended: the limit resumes where the round before it says the server is
+    /// (`probe.rs`).
+    ProbeEnds,
+    /// A check begins, at the law's concurrency without the allowance, or ends, back
+    /// where it was (`check.rs`).
+    Check,
 }
 
 fn seconds(duration: Option<std::time::Duration>) -> Option<f64> {
@@ -154,13 +166,10 @@ impl Default for Gradient {
             backoff: 0.9,
             threshold: 0.01,
             limit: 0.0,
-            noload: None,
-            confirmed: false,
-            fixed: false,
+            estimate: Estimate::default(),
             spread: ServiceSpread::default(),
             since_change: 0.0,
             round: Window::default(),
-            shape: None,
             probes: probe::Probes::default(),
             first: first::First::default(),
             stale: stale::Stale::default(),
@@ -236,9 +245,7 @@ impl Gradient {
     /// assert_eq!(gradient.no_load_latency(), Some(Duration::from_millis(40)));
     /// ```
     pub fn no_load(mut self, latency: std::time::Duration) -> Self {
-        self.noload = Some(latency.as_secs_f64().max(1e-9));
-        self.confirmed = true;
-        self.fixed = true;
+        self.estimate = Estimate::given(latency.as_secs_f64().max(1e-9));
         self
     }
 
@@ -254,7 +261,18 @@ impl Gradient {
         self.off & mechanism.bit() == 0
     }
 
-    /// The limit changed: what follows is measured afresh.
+    /// The limit moves, and says why: the only place it is written. What follows is
+    /// measured afresh, except after a step of the law that left the limit in force as
+    /// it was (a fraction of a slot).
+    fn move_limit(&mut self, limit: f64, why: Move) {
+        let before = self.limit as u64;
+        self.limit = limit;
+        if why != Move::Law || limit as u64 != before {
+            self.changed();
+        }
+    }
+
+    /// What follows is measured afresh: the limit moved, or a probe's phase changed.
     fn changed(&mut self) {
         self.since_change = 0.0;
         self.round = Window::default();
@@ -278,10 +296,9 @@ impl Algorithm for Gradient {
         // Start from the limit in force unless it is our own, rounded (clamped by the
         // bounds, or handed back by an operator).
         if (self.limit - window.limit as f64).abs() >= 1.0 {
-            self.limit = window.limit as f64;
-            self.changed();
+            self.move_limit(window.limit as f64, Move::InForce);
         }
-        let Some(noload) = self.noload else {
+        let Some(noload) = self.estimate.latency() else {
             self.first_samples(window);
             return window.limit;
         };
@@ -295,6 +312,8 @@ impl Algorithm for Gradient {
     }
 
     fn no_load_latency(&self) -> Option<std::time::Duration> {
-        self.noload.map(std::time::Duration::from_secs_f64)
+        self.estimate
+            .latency()
+            .map(std::time::Duration::from_secs_f64)
     }
 }

@@ -3,7 +3,7 @@
 
 use super::noise::{SAMPLES_PER_CV2, margin};
 use super::skew::SKEWED;
-use super::{Gradient, Mechanism, seconds};
+use super::{Gradient, Mechanism, Move, seconds};
 use crate::adaptive::Window;
 
 /// A probe measures until it has this many samples (more where the latencies spread
@@ -260,11 +260,13 @@ impl Gradient {
         let latencies = (MEASURE_LATENCIES * cv * cv).min(MEASURE_LATENCIES_CAP);
         let long = reading.elapsed >= latencies * reading.mean();
         let decided = self
-            .noload
+            .estimate
+            .latency()
             .is_some_and(|n| (reading.mean() / n - 1.0).abs() > DECIDED + 3.0 * reading.noise());
         let margin = margin(std::f64::consts::SQRT_2 * reading.noise());
         let high = self
-            .noload
+            .estimate
+            .latency()
             .is_some_and(|n| reading.mean() > n * (1.0 + margin));
         !decided
             && (reading.samples < enough || !(long || high))
@@ -277,7 +279,7 @@ impl Gradient {
     /// `1 / shape` times). Updates the shape.
     fn probe_latency(&mut self, reading: &Reading) -> f64 {
         let median = seconds(self.probes.probed.median_latency());
-        let latency = match (self.shape, median) {
+        let latency = match (self.estimate.shape(), median) {
             (Some(shape), Some(median)) if shape < SKEWED => {
                 (median / shape).min(reading.mean() * (1.0 + 3.0 * reading.noise()))
             }
@@ -285,7 +287,7 @@ impl Gradient {
         };
         if let Some(median) = median {
             let shape = median / reading.mean().max(f64::MIN_POSITIVE);
-            self.shape = Some(self.shape.map_or(shape, |old| (old + shape) / 2.0));
+            self.estimate.shaped(shape);
         }
         latency
     }
@@ -322,19 +324,19 @@ impl Gradient {
         // Lower than the estimate: by more than its noise, or (where both probes queued,
         // or the probe reads sharp enough to tell a step) below the midpoint of a step.
         let sharp = std::f64::consts::SQRT_2 * reading.noise() < (1.0 - DESCENT) / 4.0;
-        let lower = self.noload.is_none_or(|n| {
+        let lower = self.estimate.latency().is_none_or(|n| {
             latency < (1.0 - margin) * n
                 || ((held || (probe.descended && sharp)) && latency < (1.0 + DESCENT) / 2.0 * n)
         });
         let filled = self.probes.probed.max_in_flight as f64 >= FILLED * probe.limit as f64;
         // Far above the estimate and spread as a queue (it may have queued at a server
         // that shrank as it began), or a service that quickened behind a queue.
-        let queued = self.noload.is_some_and(|n| {
+        let queued = self.estimate.latency().is_some_and(|n| {
             self.on(Mechanism::ProbeQueueSpread)
                 && latency > MAX_RAISE * n
                 && !self.spreads_as_a_service(latency, n)
         }) || self.quickened(latency);
-        let descend = lower || !self.confirmed || queued;
+        let descend = lower || !self.estimate.confirmed() || queued;
         if descend && self.on(Mechanism::Descent) && filled && probe.limit > 1 {
             return self.descend(&reading, probe, latency, queued);
         }
@@ -347,8 +349,7 @@ impl Gradient {
     fn descend(&mut self, reading: &Reading, probe: Probe, latency: f64, queued: bool) -> u64 {
         // (A confirmed estimate descends only on a reading below it, or one that queued:
         // either way the reading is the estimate now.)
-        self.noload = Some(latency);
-        self.confirmed = true;
+        self.estimate.descended(latency);
         self.probes.chain = Some((reading.throughput(), reading.samples));
         if queued {
             self.probes.shrunk = Some(reading.throughput());
@@ -386,12 +387,7 @@ impl Gradient {
                 mean: latency,
             });
         self.stale.after_probe();
-        self.noload = Some(match self.noload {
-            Some(n) if latency > (1.0 + margin) * n => latency,
-            Some(n) if !lower => (n + latency) / 2.0,
-            _ => latency,
-        });
-        self.confirmed = true;
+        self.estimate.probed(latency, margin, lower);
         self.probes.phase = Phase::Normal;
         self.probes.chain = None;
         self.probes.since = if soon {
@@ -399,18 +395,16 @@ impl Gradient {
         } else {
             0
         };
-        let noload = self.noload.unwrap_or(latency);
+        let noload = self.estimate.latency().unwrap_or(latency);
         // (A server that shrank as the probe began answers what its queued probe did.)
         let before = probe
             .before
             .map(|b| self.probes.shrunk.take().map_or(b, |s| b.min(s)));
-        self.limit = match before {
+        let limit = match before {
             Some(throughput) => Self::allowance(throughput * noload * (1.0 + self.tolerance)),
             None => probe.resume,
-        }
-        .max(probe.limit as f64)
-        .max(1.0);
-        self.changed();
+        };
+        self.move_limit(limit.max(probe.limit as f64).max(1.0), Move::ProbeEnds);
         self.limit as u64
     }
 

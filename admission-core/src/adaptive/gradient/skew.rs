@@ -14,7 +14,7 @@ impl Gradient {
     /// Whether the service reads as skewed, as the probes (or the first estimate's
     /// rounds) have it.
     pub(super) fn skewed(&self) -> bool {
-        self.on(Mechanism::Skew) && self.shape.is_some_and(|shape| shape < SKEWED)
+        self.on(Mechanism::Skew) && self.estimate.shape().is_some_and(|shape| shape < SKEWED)
     }
 
     /// How long a round must span since the limit changed: the latency, or for a skewed
@@ -35,7 +35,7 @@ impl Gradient {
     /// share above the median, plus the round's median (the mean the round would show
     /// without its tail's noise); otherwise its mean.
     pub(super) fn read_latency(&self, round: &Window, noload: f64, mean: f64) -> f64 {
-        match (self.shape, round.median_latency()) {
+        match (self.estimate.shape(), round.median_latency()) {
             (Some(shape), Some(median)) if shape < SKEWED && self.on(Mechanism::Skew) => {
                 noload * (1.0 - shape) + median.as_secs_f64()
             }
@@ -46,7 +46,7 @@ impl Gradient {
     /// The service's median over its mean at no load, as read so far.
     #[cfg(all(test, not(admission_loom)))]
     pub(in crate::adaptive) fn shape(&self) -> Option<f64> {
-        self.shape
+        self.estimate.shape()
     }
 }
 

@@ -1,3 +1,4 @@
+use super::super::estimate::Estimate;
 use super::super::noise::ServiceSpread;
 use super::super::testing::window;
 use super::*;
@@ -6,7 +7,8 @@ use super::*;
 /// at 20, and three rounds read queued at 15 ms with the law holding: a check is due.
 fn due() -> (Gradient, Window) {
     let mut gradient = Gradient::default();
-    (gradient.noload, gradient.confirmed, gradient.limit) = (Some(0.010), true, 20.0);
+    gradient.estimate.set(Some(0.010), true);
+    gradient.limit = 20.0;
     gradient.spread = ServiceSpread::with_cv(0.02);
     let round = window(20, &[(15.0, 200)]);
     for _ in 0..AFTER {
@@ -68,17 +70,18 @@ fn no_check_where_the_drop_is_within_the_noise_or_the_estimate_is_given() {
     let (mut near, round) = due();
     assert_eq!(near.check_if_due(&round, 0.0115, 0.011), None);
     let (mut given, round) = due();
-    given.fixed = true;
+    given.estimate = Estimate::given(0.010);
     assert_eq!(given.check_if_due(&round, 0.015, 0.011), None);
     let (mut unconfirmed, round) = due();
-    unconfirmed.confirmed = false;
+    unconfirmed.estimate.set(Some(0.010), false);
     assert_eq!(unconfirmed.check_if_due(&round, 0.015, 0.011), None);
 }
 
 #[test]
 fn a_descent_with_the_latency_unmoved_is_checked_and_one_that_follows_the_limit_is_not() {
     let mut gradient = Gradient::default();
-    (gradient.noload, gradient.confirmed, gradient.limit) = (Some(0.010), true, 20.0);
+    gradient.estimate.set(Some(0.010), true);
+    gradient.limit = 20.0;
     gradient.spread = ServiceSpread::with_cv(0.02);
     // The law cuts 20, 17, 14 with the latency at 15 ms: nothing answers to the cuts.
     for limit in [20, 17, 14] {
@@ -87,7 +90,7 @@ fn a_descent_with_the_latency_unmoved_is_checked_and_one_that_follows_the_limit_
     }
     assert!(gradient.check.steady);
     let mut following = Gradient::default();
-    (following.noload, following.confirmed) = (Some(0.010), true);
+    following.estimate.set(Some(0.010), true);
     following.spread = ServiceSpread::with_cv(0.02);
     // A queue: the latency falls with the limit.
     for (limit, ms) in [(20, 15.0), (17, 12.75), (14, 10.5)] {

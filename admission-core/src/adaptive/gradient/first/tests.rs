@@ -1,13 +1,14 @@
 //! The unconfirmed estimate: what confirms it, what is averaged into it, and what it
 //! holds the limit against.
 
+use super::super::estimate::Estimate;
 use super::super::testing::{round, skewed, window};
 use super::*;
 
 /// An unconfirmed controller whose first samples read 10 ms with `in_flight` at once.
 fn unconfirmed(in_flight: f64) -> Gradient {
     let mut gradient = Gradient {
-        noload: Some(0.010),
+        estimate: Estimate::at(Some(0.010), false, None),
         ..Gradient::default()
     };
     gradient.first.in_flight = in_flight;
@@ -27,8 +28,8 @@ fn a_round_with_half_as_much_again_in_flight_and_no_queue_confirms_and_may_raise
         false,
         false,
     );
-    assert!(gradient.confirmed);
-    assert_eq!(gradient.noload, Some(0.020));
+    assert!(gradient.estimate.confirmed());
+    assert_eq!(gradient.estimate.latency(), Some(0.020));
     // Faster than the estimate: confirmed, but not lowered (only a probe lowers it).
     let mut gradient = unconfirmed(10.0);
     gradient.confirm_first(
@@ -39,8 +40,8 @@ fn a_round_with_half_as_much_again_in_flight_and_no_queue_confirms_and_may_raise
         false,
         false,
     );
-    assert!(gradient.confirmed);
-    assert_eq!(gradient.noload, Some(0.010));
+    assert!(gradient.estimate.confirmed());
+    assert_eq!(gradient.estimate.latency(), Some(0.010));
 }
 
 #[test]
@@ -58,8 +59,8 @@ fn a_round_with_as_much_in_flight_is_averaged_in() {
             false,
             false,
         );
-        assert!(!gradient.confirmed);
-        gradient.noload.unwrap()
+        assert!(!gradient.estimate.confirmed());
+        gradient.estimate.latency().unwrap()
     };
     // Within 10% of as many in flight: a reading of the same.
     assert!((average(109) - 0.011).abs() < 1e-6, "{}", average(109));

@@ -1,14 +1,14 @@
 //! The law's decisions at their boundaries: when overload backs off, how far a step
 //! goes, when a round closes.
 
+use super::super::estimate::Estimate;
 use super::super::testing::{round, window};
 use super::*;
 
 /// A confirmed controller at an estimate of 10 ms.
 fn confirmed() -> Gradient {
     Gradient {
-        noload: Some(0.010),
-        confirmed: true,
+        estimate: Estimate::at(Some(0.010), true, None),
         ..Gradient::default()
     }
 }

@@ -1,5 +1,6 @@
 //! A probe's reading: what it gathers, when it has enough, what it concludes.
 
+use super::super::estimate::Estimate;
 use super::super::testing::{skewed, window};
 use super::*;
 
@@ -20,8 +21,7 @@ fn reading(samples: u64, mean: f64, windows: u32, elapsed: f64) -> Reading {
 /// A probe at `limit`, filled, by a controller whose confirmed estimate is 10 ms.
 fn probing(limit: u64, descended: bool) -> (Gradient, Probe) {
     let mut gradient = Gradient {
-        noload: Some(0.010),
-        confirmed: true,
+        estimate: Estimate::at(Some(0.010), true, None),
         ..Gradient::default()
     };
     gradient.probes.probed = Window {
@@ -73,10 +73,10 @@ fn a_skewed_services_probe_reads_its_median_over_the_services_shape() {
     gradient.probes.probed = skewed(10);
     let mean = gradient.probes.probed.mean_latency().unwrap().as_secs_f64();
     let sum = reading(100, mean, 1, 0.1);
-    gradient.shape = Some(0.3);
+    gradient.estimate.set_shape(Some(0.3));
     let read = gradient.probe_latency(&sum);
     assert!(read < 0.8 * mean, "{read} of {mean}");
-    gradient.shape = Some(0.9);
+    gradient.estimate.set_shape(Some(0.9));
     assert_eq!(gradient.probe_latency(&sum), mean);
 }
 
@@ -130,7 +130,7 @@ fn a_probe_at_one_concludes() {
     let (mut gradient, probe) = probing(1, false);
     assert_eq!(gradient.measured(reading(1000, 0.005, 10, 1.0), probe), 100);
     assert_eq!(gradient.probing(), None);
-    assert_eq!(gradient.noload, Some(0.005));
+    assert_eq!(gradient.estimate.latency(), Some(0.005));
 }
 
 #[test]
@@ -140,7 +140,7 @@ fn a_probe_that_queued_takes_its_reading_and_descends() {
         gradient.descend(&reading(1000, 0.030, 10, 1.0), probe, 0.030, true),
         35
     );
-    assert_eq!(gradient.noload, Some(0.030));
+    assert_eq!(gradient.estimate.latency(), Some(0.030));
 }
 
 #[test]
@@ -149,9 +149,9 @@ fn a_lower_reading_is_the_estimate_and_the_limit_resumes_at_the_servers_concurre
     probe.before = Some(1000.0);
     // 1,000 a second at 8 ms, with the tolerance's 10%: 8.8, and √ of it queued.
     assert_eq!(gradient.conclude(probe, 0.008, 0.05, true, false), 11);
-    assert_eq!(gradient.noload, Some(0.008));
+    assert_eq!(gradient.estimate.latency(), Some(0.008));
     // Within the noise: averaged in.
     let (mut gradient, probe) = probing(5, false);
     gradient.conclude(probe, 0.012, 0.5, false, false);
-    assert_eq!(gradient.noload, Some(0.011));
+    assert_eq!(gradient.estimate.latency(), Some(0.011));
 }

@@ -1,5 +1,6 @@
 //! A skewed service: its rounds span its long requests, and it is read by its median.
 
+use super::super::estimate::Estimate;
 use super::super::testing::{skewed, window};
 use super::*;
 
@@ -20,11 +21,11 @@ fn only_a_skewed_service_is_read_by_its_median() {
     let w = skewed(100);
     let mean = w.mean_latency().unwrap().as_secs_f64();
     let mut gradient = Gradient {
-        shape: Some(0.9),
+        estimate: Estimate::at(None, false, Some(0.9)),
         ..Gradient::default()
     };
     assert_eq!(gradient.read_latency(&w, 0.005, mean), mean);
-    gradient.shape = Some(0.2);
+    gradient.estimate.set_shape(Some(0.2));
     let read = gradient.read_latency(&w, 0.005, mean);
     // The estimate's share above its median (80% of 5 ms), plus the median (about 1 ms).
     assert!((0.0045..0.0055).contains(&read), "{read}");
