@@ -112,6 +112,7 @@ pub use aimd::Aimd;
 pub use builder::AdaptiveBuilder;
 pub use gradient::Gradient;
 #[doc(hidden)]
+#[cfg(any(test, feature = "ablation"))]
 pub use gradient::Mechanism;
 pub use limit::{AdaptiveLimit, AdaptiveSnapshot, LatencyEstimate};
 

@@ -7,10 +7,11 @@
 //! `FirstWider`). The law (`law.rs`) asks them and checks no switch itself.
 
 /// One of [`Gradient`](super::Gradient)'s mechanisms, by name: turned off with
-/// `Gradient::without`, for measuring what each earns (`admission-bench`'s ablation
-/// table). Not for production use: every mechanism is on by default for a reason that
-/// table gives.
+/// `Gradient::without` (feature `ablation`), for measuring what each earns
+/// (`admission-bench`'s ablation table). Not for production use: every mechanism is on,
+/// for a reason that table gives.
 #[doc(hidden)]
+#[cfg_attr(not(any(test, feature = "ablation")), allow(unreachable_pub))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Mechanism {
@@ -45,6 +46,7 @@ pub enum Mechanism {
     Check,
 }
 
+#[cfg(any(test, feature = "ablation"))]
 impl Mechanism {
     /// Every mechanism, in the order the ablation table lists them.
     pub const ALL: [Mechanism; 13] = [

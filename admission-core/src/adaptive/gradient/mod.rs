@@ -15,7 +15,9 @@ mod testing;
 
 use estimate::Estimate;
 use law::{Law, Round};
-#[doc(hidden)]
+#[cfg(not(any(test, feature = "ablation")))]
+use mechanism::Mechanism;
+#[cfg(any(test, feature = "ablation"))]
 pub use mechanism::Mechanism;
 use noise::ServiceSpread;
 
@@ -133,6 +135,7 @@ pub struct Gradient {
     growth: growth::Growth,
     check: check::Check,
     /// Mechanisms turned off (bits of [`Mechanism`]).
+    #[cfg(any(test, feature = "ablation"))]
     off: u32,
 }
 
@@ -175,6 +178,7 @@ impl Default for Gradient {
             stale: stale::Stale::default(),
             growth: growth::Growth::default(),
             check: check::Check::default(),
+            #[cfg(any(test, feature = "ablation"))]
             off: 0,
         }
     }
@@ -249,16 +253,26 @@ impl Gradient {
         self
     }
 
-    /// Turns a mechanism off, to measure what it earns. Not for production use.
+    /// Turns a mechanism off, to measure what it earns (feature `ablation`, not for
+    /// production use).
     #[doc(hidden)]
+    #[cfg(any(test, feature = "ablation"))]
     pub fn without(mut self, mechanism: Mechanism) -> Self {
         self.off |= mechanism.bit();
         self
     }
 
-    /// Whether a mechanism is on.
+    /// Whether a mechanism is on: always, but where the feature `ablation` (or a test)
+    /// turns one off.
+    #[inline(always)]
     fn on(&self, mechanism: Mechanism) -> bool {
-        self.off & mechanism.bit() == 0
+        #[cfg(any(test, feature = "ablation"))]
+        return self.off & mechanism.bit() == 0;
+        #[cfg(not(any(test, feature = "ablation")))]
+        {
+            let _ = mechanism;
+            true
+        }
     }
 
     /// The limit moves, and says why: the only place it is written. What follows is
