@@ -346,3 +346,42 @@ fn a_given_no_load_latency_is_never_probed_and_the_limit_finds_the_server() {
     assert!(slowed < 48, "{slowed}");
     assert_eq!(gradient.no_load_latency(), Some(10 * MS));
 }
+
+/// The rounds from one scheduled probe to the next, over `probes` probes, of a server of
+/// 64 at `ms` whose limit sits at its concurrency.
+fn intervals(gradient: Gradient, ms: f64, probes: usize) -> Vec<u32> {
+    let mut gradient = gradient;
+    let (mut limit, mut rounds, mut since, mut was) = (64, Vec::new(), 0u32, false);
+    let service = MS.mul_f64(ms);
+    while rounds.len() < probes + 2 {
+        limit = run_at(&mut gradient, limit, 64, service, 1);
+        let probing = gradient.probing().is_some();
+        if probing && !was {
+            rounds.push(since);
+            since = 0;
+        }
+        if !probing {
+            since += 1;
+        }
+        was = probing;
+    }
+    // (The first probe's, from the start, and the second's, which checks a first that
+    // descended ten rounds on.)
+    rounds.split_off(2)
+}
+
+/// Jittered by a quarter, scheduled probes come 75 to 125 rounds apart, not every 100
+/// alike, so replicas started together do not shed together; replicas whose first
+/// samples differ draw differently, and one sequence of windows always draws the same.
+#[test]
+fn scheduled_probes_are_jittered_and_drawn_from_the_first_samples() {
+    let jittered = || Gradient::default().probe_jitter(0.25);
+    let first = intervals(jittered(), 10.0, 6);
+    assert!(first.iter().all(|&r| (70..=130).contains(&r)), "{first:?}");
+    assert!(first.iter().max() > first.iter().min(), "{first:?}");
+    assert_eq!(intervals(jittered(), 10.0, 6), first);
+    assert_ne!(intervals(jittered(), 10.1, 6), first);
+    let fixed = intervals(Gradient::default(), 10.0, 4);
+    let (low, high) = (fixed.iter().min().unwrap(), fixed.iter().max().unwrap());
+    assert!(high - low <= 2, "{fixed:?}");
+}

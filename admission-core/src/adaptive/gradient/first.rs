@@ -54,6 +54,7 @@ impl Gradient {
             return;
         }
         self.estimate.first(seconds(self.round.mean_latency()));
+        self.seed_jitter(self.round.latency_total.as_nanos());
         // (At least the most in flight: the first round's throughput counts the time
         // before its first answers, and reads low.)
         self.first.in_flight = (self.round.throughput() * self.estimate.latency().unwrap_or(0.0))

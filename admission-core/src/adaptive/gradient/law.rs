@@ -246,9 +246,9 @@ impl Gradient {
         let since = self.probes.since();
         let early = (fell || faster) && since >= EARLY_AFTER;
         let due = if self.estimate.confirmed() {
-            since >= self.probe_every && !self.growth.growing() && self.settled()
+            since >= self.scheduled && !self.growth.growing() && self.settled()
         } else {
-            self.first.queued_twice() || since >= self.probe_every
+            self.first.queued_twice() || since >= self.scheduled
         };
         let first = !self.estimate.confirmed() && self.first.queued_twice();
         if !((round.saturated && round.binds && (due || early)) || first) {

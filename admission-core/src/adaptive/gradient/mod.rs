@@ -117,6 +117,11 @@ pub struct Gradient {
     tolerance: f64,
     smoothing: f64,
     probe_every: u32,
+    probe_jitter: f64,
+    /// Rounds from the last probe to the next scheduled one: `probe_every`, jittered.
+    scheduled: u32,
+    /// The jitter's generator (xorshift), seeded by the first samples; 0 until then.
+    draws: u64,
     probe: f64,
     backoff: f64,
     threshold: f64,
@@ -165,6 +170,9 @@ impl Default for Gradient {
             tolerance: 0.1,
             smoothing: 0.5,
             probe_every: 100,
+            probe_jitter: 0.0,
+            scheduled: 100,
+            draws: 0,
             probe: 0.9,
             backoff: 0.9,
             threshold: 0.01,
@@ -203,6 +211,23 @@ impl Gradient {
     /// Rounds between probes of the no-load latency (default 100; at least 4).
     pub fn probe_every(mut self, windows: u32) -> Self {
         self.probe_every = windows.max(4);
+        self.scheduled = self.probe_every;
+        self
+    }
+
+    /// How far each interval between scheduled probes strays from
+    /// [`probe_every`](Self::probe_every), at random (default 0: none; at most 0.5;
+    /// 0.25 makes it 75 to 125 rounds). Each probe sheds for a few rounds, and replicas
+    /// started together probe in step, shedding together; jittered, they drift apart.
+    /// The draws are seeded by the first samples' latencies, which differ from one
+    /// server to the next, so one sequence of windows always gives the same decisions.
+    ///
+    /// What it costs: a probe drawn early sheds sooner, one drawn late leaves a stale
+    /// estimate longer. On the simulator's held-out seeds 0.25 misses more targets than
+    /// none, most where the service's time changes (`admission-bench`'s README). Set it
+    /// where replicas probing together matter more.
+    pub fn probe_jitter(mut self, share: f64) -> Self {
+        self.probe_jitter = share.clamp(0.0, 0.5);
         self
     }
 
@@ -284,6 +309,37 @@ impl Gradient {
         if why != Move::Law || limit as u64 != before {
             self.changed();
         }
+    }
+
+    /// Seeds the probes' jitter from the first samples' latencies (their sum, in
+    /// nanoseconds), and draws the first interval.
+    fn seed_jitter(&mut self, nanos: u128) {
+        // (splitmix64's finaliser: nearby sums give unrelated seeds.)
+        let mut z = (nanos as u64) ^ 0x9e37_79b9_7f4a_7c15;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        self.draws = (z ^ (z >> 31)) | 1;
+        self.draw_schedule();
+    }
+
+    /// The next interval between scheduled probes: `probe_every`, give or take
+    /// `probe_jitter` of it, at least 4 rounds.
+    fn draw_schedule(&mut self) {
+        let mut x = self.draws;
+        if x != 0 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            self.draws = x;
+        }
+        // Uniform in [-1, 1) (0 before the seed).
+        let unit = if x == 0 {
+            0.0
+        } else {
+            (x >> 11) as f64 / (1u64 << 52) as f64 - 1.0
+        };
+        let every = self.probe_every as f64 * (1.0 + self.probe_jitter * unit);
+        self.scheduled = (every.round() as u32).max(4);
     }
 
     /// What follows is measured afresh: the limit moved, or a probe's phase changed.

@@ -390,8 +390,9 @@ impl Gradient {
         self.estimate.probed(latency, margin, lower);
         self.probes.phase = Phase::Normal;
         self.probes.chain = None;
+        self.draw_schedule();
         self.probes.since = if soon {
-            self.probe_every.saturating_sub(SOON)
+            self.scheduled.saturating_sub(SOON)
         } else {
             0
         };
