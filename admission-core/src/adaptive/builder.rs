@@ -26,6 +26,12 @@ impl AdaptiveBuilder {
     /// The bounds the limit stays within, whatever the algorithm says (defaults: 1 and
     /// 10 000). The minimum is what a struggling server is still sent; the maximum, what
     /// a fast one may be sent at most.
+    ///
+    /// The floor is only a floor: how low [`Gradient`](super::Gradient)'s probe of the
+    /// no-load latency goes is its own setting ([`Gradient::probe`](super::Gradient::probe),
+    /// a share of the server's concurrency), not the minimum. A probe the floor holds up
+    /// measures what runs at the floor; where that is above the server's concurrency, the
+    /// estimate reads a queue, so keep the floor below what the server runs at once.
     pub fn bounds(mut self, min: u64, max: u64) -> Self {
         self.min = min;
         self.max = max;

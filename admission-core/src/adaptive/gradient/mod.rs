@@ -232,7 +232,10 @@ impl Gradient {
     }
 
     /// The share of the server's estimated concurrency a probe lowers the limit to
-    /// (default 0.9; between 0.1 and 1).
+    /// (default 0.9; between 0.1 and 1), for the few rounds it takes to drain the queue
+    /// and measure: lower drains faster and sheds more. It is separate from the floor
+    /// ([`AdaptiveBuilder::bounds`](super::AdaptiveBuilder::bounds)), which holds a probe
+    /// up where it is higher.
     pub fn probe(mut self, share: f64) -> Self {
         self.probe = share.clamp(0.1, 1.0);
         self
