@@ -4,6 +4,8 @@
 //! `cargo run --release -p admission-bench --bin figures` writes `docs/figures/`;
 //! `-- --short` (CI) runs fewer seeds, writes to `target/figures/` and checks the same
 //! claims; `-- --only adaptive|load|attacks` draws one group. Both exit non-zero if a claim fails. A progress line goes to stderr.
+//! `-- --real-adaptive-loop N` runs only the adaptive figure's real server, `N` times
+//! (default 200), and prints the spread of each phase's settled mean (not in CI).
 
 use std::error::Error;
 use std::path::PathBuf;
@@ -52,6 +54,20 @@ pub(crate) fn alone<T>(run: impl Future<Output = T>) -> Result<T, Box<dyn Error>
 
 fn main() -> ExitCode {
     let started = Instant::now();
+    if let Some(at) = std::env::args().position(|a| a == "--real-adaptive-loop") {
+        let runs = std::env::args()
+            .nth(at + 1)
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(200);
+        return match adaptive::real_loop(runs) {
+            Ok(0) => ExitCode::SUCCESS,
+            Ok(_) => ExitCode::FAILURE,
+            Err(err) => {
+                eprintln!("figures: {err}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let mode = if std::env::args().any(|a| a == "--short") {
         Mode::Short
     } else {
