@@ -1,6 +1,6 @@
 //! The law, once per round: the target from the latency's gradient over the no-load
 //! estimate, backed off on overload, held or grown; the step toward it; and whether a
-//! probe is due.
+//! check or a probe is due.
 
 use super::check::Found;
 use super::noise::{self, beyond_doubt, queued};
@@ -111,7 +111,8 @@ impl Gradient {
         }
     }
 
-    /// One round's decision: the limit it sets, or a probe's.
+    /// One round's decision: the limit it sets, or a check's or a probe's. A round read
+    /// under a check is the check's alone.
     pub(super) fn decide(&mut self, window: &Window, mean: f64, noload: f64) -> u64 {
         let round = self.read(window, mean);
         let latency = self.read_latency(window, noload, mean);

@@ -3,8 +3,9 @@
 //! Each is switched only in its own file, which keeps its state: `probe.rs` (`Descent`,
 //! `ProbeQueueSpread`, `DriftSizing`), `growth.rs` (`Ramp`, `CapacityBack`'s climb,
 //! `Settle`), `stale.rs` (`FallProbe`, `FasterProbe`, `Quicker`, and the rise
-//! `CapacityBack` reads), `skew.rs` (`Skew`) and `first.rs` (`FirstAverage`,
-//! `FirstWider`). The law (`law.rs`) asks them and checks no switch itself.
+//! `CapacityBack` reads), `skew.rs` (`Skew`), `first.rs` (`FirstAverage`,
+//! `FirstWider`) and `check.rs` (`Check`). The law (`law.rs`) asks them and checks no
+//! switch itself. Without the `ablation` feature, every switch reads `true`.
 
 /// One of [`Gradient`](super::Gradient)'s mechanisms, by name: turned off with
 /// `Gradient::without` (feature `ablation`), for measuring what each earns

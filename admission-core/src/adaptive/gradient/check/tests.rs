@@ -17,6 +17,15 @@ fn due() -> (Gradient, Window) {
     (gradient, round)
 }
 
+/// A check begun from `due` (the limit to 14), and what it found in a round at `limit`
+/// of `samples` latencies of `ms`.
+fn checked(limit: u64, ms: f64, samples: u64) -> (Gradient, Option<Found>) {
+    let (mut gradient, round) = due();
+    gradient.check_if_due(&round, 0.015, 0.011);
+    let found = gradient.check_step(&window(limit, &[(ms, samples)]), ms / 1e3);
+    (gradient, found)
+}
+
 #[test]
 fn a_check_lowers_the_limit_to_the_law_s_concurrency_without_the_allowance() {
     let (mut gradient, round) = due();
@@ -31,32 +40,28 @@ fn a_check_lowers_the_limit_to_the_law_s_concurrency_without_the_allowance() {
 
 #[test]
 fn a_latency_that_stays_as_the_limit_falls_is_no_queue_and_the_limit_comes_back() {
-    let (mut gradient, round) = due();
-    gradient.check_if_due(&round, 0.015, 0.011);
-    let found = gradient.check_step(&window(14, &[(15.0, 140)]), 0.015);
+    let (mut gradient, found) = checked(14, 15.0, 140);
     assert_eq!(found, Some(Found::NoQueue(0.015)));
     assert_eq!(gradient.limit, 20.0);
     assert_eq!(gradient.check.queued, 0);
     // One round only: the next reads as any other.
-    assert_eq!(gradient.check_step(&round, 0.015), None);
+    assert_eq!(
+        gradient.check_step(&window(20, &[(15.0, 200)]), 0.015),
+        None
+    );
 }
 
 #[test]
 fn a_latency_that_falls_with_the_limit_is_a_queue() {
-    let (mut gradient, round) = due();
-    gradient.check_if_due(&round, 0.015, 0.011);
     // 15 ms × 14 / 20: what a queue gives.
-    let found = gradient.check_step(&window(14, &[(10.5, 140)]), 0.0105);
+    let (gradient, found) = checked(14, 10.5, 140);
     assert_eq!(found, Some(Found::Queue));
     assert_eq!(gradient.limit, 20.0);
 }
 
 #[test]
 fn a_check_the_bounds_held_up_learns_nothing() {
-    let (mut gradient, round) = due();
-    gradient.check_if_due(&round, 0.015, 0.011);
-    let found = gradient.check_step(&window(20, &[(15.0, 200)]), 0.015);
-    assert_eq!(found, Some(Found::Nothing));
+    assert_eq!(checked(20, 15.0, 200).1, Some(Found::Nothing));
 }
 
 #[test]
@@ -105,17 +110,9 @@ fn a_descent_with_the_latency_unmoved_is_checked_and_one_that_follows_the_limit_
 
 #[test]
 fn a_latency_that_stays_with_the_throughput_held_learns_nothing() {
-    let (mut gradient, round) = due();
-    gradient.check_if_due(&round, 0.015, 0.011);
     // As many answers a second at 14 as at 20: the server full, whatever the latency
     // says (a noisy clock, a server that changed meanwhile).
-    let found = gradient.check_step(&window(14, &[(15.0, 200)]), 0.015);
-    assert_eq!(found, Some(Found::Nothing));
+    assert_eq!(checked(14, 15.0, 200).1, Some(Found::Nothing));
     // A latency that rose: the same.
-    let (mut rose, round) = due();
-    rose.check_if_due(&round, 0.015, 0.011);
-    assert_eq!(
-        rose.check_step(&window(14, &[(20.0, 140)]), 0.020),
-        Some(Found::Nothing)
-    );
+    assert_eq!(checked(14, 20.0, 140).1, Some(Found::Nothing));
 }
