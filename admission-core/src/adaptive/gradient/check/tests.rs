@@ -116,3 +116,28 @@ fn a_latency_that_stays_with_the_throughput_held_learns_nothing() {
     // A latency that rose: the same.
     assert_eq!(checked(14, 20.0, 140).1, Some(Found::Nothing));
 }
+
+/// A controller at a confirmed 10 ms, its service's latencies barely spread.
+fn fresh() -> Gradient {
+    let mut gradient = Gradient::default();
+    gradient.estimate.set(Some(0.010), true);
+    gradient.spread = ServiceSpread::with_cv(0.02);
+    gradient
+}
+
+#[test]
+fn a_round_neither_held_nor_cut_a_tenth_or_whose_latency_jumped_is_not_steady() {
+    // The law moves the limit by less than a tenth and does not hold it.
+    let mut moving = fresh();
+    for limit in [20, 19, 19] {
+        moving.observe_check(true, false, &window(limit, &[(15.0, 200)]), 0.015);
+    }
+    assert!(!moving.check.steady);
+    // Held, but the latency jumped from one round to the next; then held at it.
+    let mut jumped = fresh();
+    jumped.observe_check(true, true, &window(20, &[(15.0, 200)]), 0.015);
+    jumped.observe_check(true, true, &window(20, &[(20.0, 200)]), 0.020);
+    assert!(!jumped.check.steady);
+    jumped.observe_check(true, true, &window(20, &[(20.0, 200)]), 0.020);
+    assert!(jumped.check.steady);
+}
