@@ -135,3 +135,58 @@ impl Estimate {
         self.shape = shape;
     }
 }
+
+#[cfg(all(test, not(admission_loom)))]
+mod tests {
+    use super::Estimate;
+
+    #[test]
+    fn a_given_estimate_takes_no_transition() {
+        let mut given = Estimate::given(0.010);
+        given.first(Some(0.020));
+        given.averaged(Some(0.020));
+        given.confirm(0.020, Some(0.010));
+        given.descended(0.020);
+        given.probed(0.020, 0.05, false);
+        given.checked(0.020);
+        assert_eq!(given.latency(), Some(0.010));
+        assert!(given.confirmed() && given.is_given());
+    }
+
+    #[test]
+    fn only_an_unconfirmed_estimate_is_averaged_or_confirmed_and_only_a_confirmed_one_checked() {
+        let mut first = Estimate::default();
+        first.first(Some(0.010));
+        first.averaged(None);
+        assert_eq!(first.latency(), Some(0.010));
+        first.averaged(Some(0.012));
+        assert_eq!(first.latency(), Some(0.012));
+        // Unconfirmed, a check's reading is not taken.
+        first.checked(0.020);
+        assert_eq!(first.latency(), Some(0.012));
+        // Confirmed at the higher of the two, the shape the median over it.
+        first.confirm(0.015, Some(0.0075));
+        assert_eq!(first.latency(), Some(0.015));
+        assert_eq!(first.shape(), Some(0.5));
+        // Confirmed, neither averaging nor a second confirmation moves it.
+        first.averaged(Some(0.011));
+        first.confirm(0.030, Some(0.001));
+        assert_eq!((first.latency(), first.shape()), (Some(0.015), Some(0.5)));
+        // A check rises to its reading, and never lowers the estimate.
+        first.checked(0.018);
+        assert_eq!(first.latency(), Some(0.018));
+        first.checked(0.016);
+        assert_eq!(first.latency(), Some(0.018));
+    }
+
+    #[test]
+    fn a_probe_takes_a_reading_above_its_margin_averages_one_within_it_and_takes_a_lower_one() {
+        let mut estimate = Estimate::at(Some(0.010), true, None);
+        estimate.probed(0.0104, 0.05, false);
+        assert!((estimate.latency().unwrap() - 0.0102).abs() < 1e-12);
+        estimate.probed(0.020, 0.05, false);
+        assert_eq!(estimate.latency(), Some(0.020));
+        estimate.probed(0.015, 0.05, true);
+        assert_eq!(estimate.latency(), Some(0.015));
+    }
+}
