@@ -123,6 +123,13 @@ impl Probes {
         &self.probed
     }
 
+    /// Sets the latencies at no load the last probe read, for a test of another
+    /// mechanism.
+    #[cfg(all(test, not(admission_loom)))]
+    pub(super) fn set_quiet(&mut self, quiet: Quiet) {
+        self.quiet = Some(quiet);
+    }
+
     /// Sets what the last probe saw, for a test of another mechanism.
     #[cfg(all(test, not(admission_loom)))]
     pub(super) fn set_last(&mut self, from: Option<f64>, baseline: f64) {

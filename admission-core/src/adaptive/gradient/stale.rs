@@ -88,11 +88,12 @@ impl Gradient {
     /// What a spread of latencies says the service takes now, as a share of what it took
     /// at the last probe: their interquartile range over the probe's.
     fn service_share(&self, spread: &Spread) -> Option<f64> {
-        // (A range narrower than a bucket, an eighth of the mean, is the buckets' noise.)
+        // (A range narrower than two buckets, a quarter of the mean, is the buckets'
+        // noise: a flat service's latencies fall in one or two.)
         let quiet = self
             .probes
             .quiet()
-            .filter(|quiet| quiet.iqr >= quiet.mean * 1e6 / BUCKETS_PER_DOUBLING)?;
+            .filter(|quiet| quiet.iqr >= 2.0 * quiet.mean * 1e6 / BUCKETS_PER_DOUBLING)?;
         Some(spread.interquartile()? / quiet.iqr)
     }
 

@@ -131,3 +131,21 @@ fn the_recent_spread_follows_how_much_the_rounds_vary() {
     let recent = gradient.stale.recent.unwrap();
     assert!((0.0..0.001).contains(&recent.spread), "{}", recent.spread);
 }
+
+#[test]
+fn a_quiet_range_under_two_buckets_reads_no_service_share() {
+    use super::super::probe::Quiet;
+    use super::super::testing::window;
+    // 10 ms at no load: a bucket is 1.25 ms wide there, two are 2.5 ms.
+    let share = |iqr_us: f64| {
+        let mut gradient = Gradient::default();
+        gradient.probes.set_quiet(Quiet {
+            cv: 0.05,
+            iqr: iqr_us,
+            mean: 0.010,
+        });
+        gradient.service_share(&window(8, &[(8.0, 50), (12.0, 50)]).spread)
+    };
+    assert_eq!(share(2_000.0), None);
+    assert!(share(2_600.0).is_some());
+}
