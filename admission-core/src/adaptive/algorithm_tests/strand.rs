@@ -4,7 +4,10 @@
 
 use proptest::prelude::*;
 
-use super::*;
+use std::time::Duration;
+
+use super::normal;
+use crate::adaptive::{Algorithm, Gradient, Outcome, Window};
 
 /// A server of `capacity` workers whose every request takes `service` seconds, give or
 /// take 2% (a sleep, a cache hit: a flat latency): a window of 100 ms at `limit`, the

@@ -1,7 +1,9 @@
 use super::super::estimate::Estimate;
 use super::super::noise::ServiceSpread;
 use super::super::testing::window;
-use super::*;
+use super::{AFTER, Found};
+use crate::adaptive::Window;
+use crate::adaptive::gradient::Gradient;
 
 /// A confirmed estimate of 10 ms of a service whose latencies barely spread, the limit
 /// at 20, and three rounds read queued at 15 ms with the law holding: a check is due.
