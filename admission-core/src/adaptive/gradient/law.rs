@@ -65,6 +65,11 @@ pub(super) struct Law {
     pub(super) queued: bool,
     /// Unconfirmed, and spread as the service rather than a queue.
     pub(super) wider: bool,
+    /// More of the round's requests overloaded than the probes' baseline explains: the
+    /// target is the backoff's.
+    pub(super) overloaded: bool,
+    /// The target is within a tenth of the limit: the law holds it.
+    pub(super) holds: bool,
 }
 
 impl Gradient {
@@ -145,17 +150,13 @@ impl Gradient {
             .unwrap_or(self.limit as u64)
     }
 
-    /// The round's target: backed off on overload, else the law's, held or grown.
-    fn target(&mut self, round: &Round, window: &Window, noload: f64, latency: f64) -> f64 {
-        let overloaded = window.overloaded as f64 / round.samples();
+    /// The law's reading of a round: a function of the round and the estimates (the
+    /// no-load latency, the service's spread, the probes' overload baseline) that
+    /// changes nothing. What the other mechanisms note from it is `target`'s.
+    pub(super) fn law(&self, round: &Round, window: &Window, noload: f64, latency: f64) -> Law {
         let baseline = self.probes.baseline();
-        if overloaded
-            > baseline + self.threshold + OVERLOAD_SIGMAS * (baseline / round.samples()).sqrt()
-        {
-            self.growth.stop();
-            self.observe_check(false, false, window, 0.0);
-            return round.limit * self.backoff;
-        }
+        let overloaded = window.overloaded as f64 / round.samples()
+            > baseline + self.threshold + OVERLOAD_SIGMAS * (baseline / round.samples()).sqrt();
         let knee = noload * (1.0 + self.tolerance);
         let gradient = (knee / latency).clamp(GRADIENT_FLOOR, 1.0 + self.tolerance);
         // The queue test reads the spread as measured where it is below the 1 the count
@@ -169,24 +170,41 @@ impl Gradient {
             });
         let queued = queued(latency, knee, noise);
         let wider = self.wider(queued, window, noload, latency);
-        let law = Law {
+        let target = if overloaded {
+            round.limit * self.backoff
+        } else {
+            Self::allowance(round.limit * gradient)
+        };
+        Law {
             noload,
             latency,
             knee,
             noise,
-            target: Self::allowance(round.limit * gradient),
+            target,
             queued: queued && !wider,
             wider,
-        };
+            overloaded,
+            holds: (target / round.limit - 1.0).abs() <= HOLDS,
+        }
+    }
+
+    /// The round's target: backed off on overload, else the law's, held or grown; and
+    /// what the first estimate, the check and the growth note from the law's reading.
+    fn target(&mut self, round: &Round, window: &Window, noload: f64, latency: f64) -> f64 {
+        let law = self.law(round, window, noload, latency);
+        if law.overloaded {
+            self.growth.stop();
+            self.observe_check(false, false, window, 0.0);
+            return law.target;
+        }
         self.first.note_queued(law.queued);
-        let holds = (law.target / round.limit - 1.0).abs() <= HOLDS;
         self.observe_check(
             law.queued && round.saturated && round.binds,
-            holds,
+            law.holds,
             window,
             latency,
         );
-        self.confirm_first(round, window, noload, latency, law.queued, wider);
+        self.confirm_first(round, window, noload, latency, law.queued, law.wider);
         if law.target < round.limit {
             self.growth.stop();
             self.cut(round, &law)

@@ -15,6 +15,8 @@ fn law(latency: f64) -> Law {
         target: Gradient::allowance(32.0 * (1.1 / latency).min(1.1)),
         queued: false,
         wider: false,
+        overloaded: false,
+        holds: false,
     }
 }
 
