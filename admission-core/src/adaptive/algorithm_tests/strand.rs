@@ -4,28 +4,8 @@
 
 use proptest::prelude::*;
 
-use std::time::Duration;
-
-use super::normal;
-use crate::adaptive::{Algorithm, Gradient, Outcome, Window};
-
-/// A server of `capacity` workers whose every request takes `service` seconds, give or
-/// take 2% (a sleep, a cache hit: a flat latency): a window of 100 ms at `limit`, the
-/// work filling it (Little's law gives the queue's wait).
-fn flat(limit: u64, capacity: u64, service: f64, seed: &mut u64) -> Window {
-    let latency = service * (limit as f64 / capacity as f64).max(1.0);
-    let samples = (limit.min(capacity) as f64 / service * 0.1).max(1.0) as u64;
-    let mut window = Window::new(limit, Duration::from_millis(100));
-    for _ in 0..samples {
-        let jitter = 1.0 + 0.02 * normal(seed) / 3f64.sqrt();
-        window.add(
-            Duration::from_secs_f64(latency * jitter),
-            Outcome::Success,
-            limit,
-        );
-    }
-    window
-}
+use super::flat;
+use crate::adaptive::{Algorithm, Gradient};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]

@@ -35,6 +35,8 @@ pub(super) struct Round {
     pub(super) limit: f64,
     pub(super) window_limit: u64,
     pub(super) count: u64,
+    /// Its mean latency.
+    pub(super) mean: f64,
     /// The mean's relative noise: the service's spread over √samples.
     pub(super) noise: f64,
     pub(super) throughput: f64,
@@ -107,6 +109,7 @@ impl Gradient {
             limit: self.limit,
             window_limit: window.limit,
             count: window.samples,
+            mean,
             noise: self.spread.cv() / samples.sqrt(),
             throughput,
             max_in_flight: window.max_in_flight,
@@ -291,7 +294,7 @@ impl Gradient {
         let before = round.saturated.then_some(round.throughput);
         // (A first probe's limit is the start's, not one the server ran.)
         let began_at = self.estimate.confirmed().then_some(round.limit);
-        Some(self.start_probe(from, concurrency, latency, before, began_at))
+        Some(self.start_probe(from, concurrency, latency, round.mean, before, began_at))
     }
 }
 

@@ -1,7 +1,7 @@
 //! The mechanisms by name, each of which can be turned off to measure what it earns.
 //!
 //! Each is switched only in its own file, which keeps its state: `probe.rs` (`Descent`,
-//! `ProbeQueueSpread`, `DriftSizing`), `growth.rs` (`Ramp`, `CapacityBack`'s climb,
+//! `ProbeQueueSpread`, `ProbeChanged`, `DriftSizing`), `growth.rs` (`Ramp`, `CapacityBack`'s climb,
 //! `Settle`), `stale.rs` (`FallProbe`, `FasterProbe`, `Quicker`, and the rise
 //! `CapacityBack` reads), `skew.rs` (`Skew`), `first.rs` (`FirstAverage`,
 //! `FirstWider`) and `check.rs` (`Check`). The law (`law.rs`) asks them and checks no
@@ -20,6 +20,9 @@ pub enum Mechanism {
     Descent,
     /// A probe far above the estimate whose latencies spread as a queue's is a queue.
     ProbeQueueSpread,
+    /// A probe whose latency rose over the round before it (the server changed as it
+    /// began) is dropped, and another comes soon.
+    ProbeChanged,
     /// Growth speeds up round after round with no queue (√limit, half, the limit).
     Ramp,
     /// Capacity that comes back (throughput rising, or no queue under half the last
@@ -50,9 +53,10 @@ pub enum Mechanism {
 #[cfg(any(test, feature = "ablation"))]
 impl Mechanism {
     /// Every mechanism, in the order the ablation table lists them.
-    pub const ALL: [Mechanism; 13] = [
+    pub const ALL: [Mechanism; 14] = [
         Self::Descent,
         Self::ProbeQueueSpread,
+        Self::ProbeChanged,
         Self::Ramp,
         Self::CapacityBack,
         Self::FallProbe,

@@ -48,7 +48,10 @@ use noise::ServiceSpread;
 ///   mean. Every [`probe_every`](Self::probe_every) rounds (sooner when throughput falls
 ///   or a round reads faster than `n`) the limit drops to [`probe`](Self::probe) of the
 ///   server's concurrency until the queue drains, and the latency then is `n`. A probe
-///   that reads lower probes 30% lower at once, until one finds no less.
+///   that reads lower probes 30% lower at once, until one finds no less; so does one
+///   whose latency rose over the round before it (a lower limit cannot raise an
+///   unchanged server's latency: the server shrank or slowed as the probe began, and
+///   only a step lower tells a queue from a slower service).
 /// - **A queue, or noise.** A round is queued only beyond two standard errors of its
 ///   mean (the latencies' spread over √samples), and beyond doubt at 1.5 times that.
 /// - **Growth.** Rounds with no queue grow the limit by √limit, then half of it, then

@@ -57,6 +57,8 @@ pub(super) struct Probe {
     descended: bool,
     /// The throughput of the saturated round before the probe, if it was.
     before: Option<f64>,
+    /// The mean latency of the round before the probe (in a descent, the last probe's).
+    mean: f64,
 }
 
 /// The probes' state.
@@ -187,12 +189,14 @@ impl Reading {
 impl Gradient {
     /// Lowers the limit to a probe's: `share` of `concurrency` (the server's, as the
     /// round before shows it) or of `limit`, and waits for the queue to drain. `began_at`:
-    /// the limit in force, where the estimate is confirmed.
+    /// the limit in force, where the estimate is confirmed; `mean`, the round's mean
+    /// latency (`latency` as the law read it).
     pub(super) fn start_probe(
         &mut self,
         limit: f64,
         concurrency: Option<f64>,
         latency: f64,
+        mean: f64,
         before: Option<f64>,
         began_at: Option<f64>,
     ) -> u64 {
@@ -209,6 +213,7 @@ impl Gradient {
                 limit: probe,
                 descended: false,
                 before,
+                mean,
             },
             left: DRAIN_LATENCIES * latency,
         };
@@ -246,13 +251,18 @@ impl Gradient {
                 Some(probe.limit)
             }
             Phase::Measuring { probe, mut reading } => {
+                // (A server that changed makes the windows before this one another's.)
+                let changed = self.server_changed(&probe, window, latency);
+                if changed {
+                    (reading, self.probes.probed) = (Reading::default(), Window::default());
+                }
                 reading.add(window, latency, self.spread.cv());
                 self.probes.probed.merge(window);
-                if self.measuring(&reading) {
+                if !changed && self.measuring(&reading) {
                     self.probes.phase = Phase::Measuring { probe, reading };
                     return Some(probe.limit);
                 }
-                Some(self.measured(reading, probe))
+                Some(self.measured(reading, probe, changed))
             }
         }
     }
@@ -311,7 +321,7 @@ impl Gradient {
 
     /// A probe's reading is in: the estimate follows it (or the probe goes lower), and
     /// the limit resumes.
-    fn measured(&mut self, reading: Reading, probe: Probe) -> u64 {
+    fn measured(&mut self, reading: Reading, probe: Probe, changed: bool) -> u64 {
         let latency = self.probe_latency(&reading);
         // The estimate is itself a reading about as noisy: their difference is √2 times
         // as noisy as one.
@@ -337,12 +347,15 @@ impl Gradient {
         });
         let filled = self.probes.probed.max_in_flight as f64 >= FILLED * probe.limit as f64;
         // Far above the estimate and spread as a queue (it may have queued at a server
-        // that shrank as it began), or a service that quickened behind a queue.
-        let queued = self.estimate.latency().is_some_and(|n| {
-            self.on(Mechanism::ProbeQueueSpread)
-                && latency > MAX_RAISE * n
-                && !self.spreads_as_a_service(latency, n)
-        }) || self.quickened(latency);
+        // that shrank as it began), above the round before it (the server changed as it
+        // began), or a service that quickened behind a queue.
+        let queued = changed
+            || self.estimate.latency().is_some_and(|n| {
+                self.on(Mechanism::ProbeQueueSpread)
+                    && latency > MAX_RAISE * n
+                    && !self.spreads_as_a_service(latency, n)
+            })
+            || self.quickened(latency);
         let descend = lower || !self.estimate.confirmed() || queued;
         if descend && self.on(Mechanism::Descent) && filled && probe.limit > 1 {
             return self.descend(&reading, probe, latency, queued);
@@ -366,6 +379,7 @@ impl Gradient {
             probe: Probe {
                 limit: next,
                 descended: true,
+                mean: reading.mean(),
                 ..probe
             },
             left: DRAIN_LATENCIES * latency,
@@ -414,6 +428,19 @@ impl Gradient {
         };
         self.move_limit(limit.max(probe.limit as f64).max(1.0), Move::ProbeEnds);
         self.limit as u64
+    }
+
+    /// Whether a probe's window (its mean latency `latency`) reads a server that changed
+    /// as the probe began: a lower limit cannot make an unchanged server's latency rise,
+    /// and this one rose over the round before the probe by more than `DECIDED` and three
+    /// times the window's noise (`ProbeChanged`). The probe then descends, as one that
+    /// queued does: a queue's latency falls a step lower, a slower service's stays.
+    fn server_changed(&self, probe: &Probe, window: &Window, latency: f64) -> bool {
+        let cv = self.spread.cv().max(window.latency_cv().unwrap_or(0.0));
+        let noise = std::f64::consts::SQRT_2 * cv / (window.samples.max(1) as f64).sqrt();
+        self.on(Mechanism::ProbeChanged)
+            && window.samples > 0
+            && latency > probe.mean * (1.0 + DECIDED.max(3.0 * noise))
     }
 
     /// Whether a probe's reading `k` times the estimate `n` spreads as a slower service's

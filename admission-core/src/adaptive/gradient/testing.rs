@@ -6,12 +6,14 @@ use super::Round;
 use crate::adaptive::{Outcome, Window};
 
 /// A saturated round at `limit` (its work filled it) of `samples` answered at
-/// `throughput` a second, its mean's relative noise `noise`.
+/// `throughput` a second, its mean's relative noise `noise` (its mean latency, Little's
+/// law's).
 pub(super) fn round(limit: f64, samples: u64, throughput: f64, noise: f64) -> Round {
     Round {
         limit,
         window_limit: limit as u64,
         count: samples,
+        mean: limit / throughput,
         noise,
         throughput,
         max_in_flight: limit as u64,

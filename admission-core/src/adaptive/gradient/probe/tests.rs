@@ -33,6 +33,7 @@ fn probing(limit: u64, descended: bool) -> (Gradient, Probe) {
         limit,
         descended,
         before: None,
+        mean: 0.012,
     };
     (gradient, probe)
 }
@@ -106,7 +107,7 @@ fn a_probe_measures_the_share_the_service_fails_with() {
     let (mut gradient, probe) = probing(10, false);
     let mut sum = reading(1000, 0.010, 10, 1.0);
     sum.overloaded = 10;
-    gradient.measured(sum, probe);
+    gradient.measured(sum, probe, false);
     assert_eq!(gradient.probes.baseline, 0.01);
 }
 
@@ -116,7 +117,7 @@ fn a_descent_goes_on_below_the_midpoint_of_a_step_only_if_its_probe_reads_sharp(
     // and of 400 (21%); only the second is sharp enough to tell a 30% step.
     let descends = |samples: u64, descended: bool| {
         let (mut gradient, probe) = probing(50, descended);
-        gradient.measured(reading(samples, 0.008, 10, 1.0), probe);
+        gradient.measured(reading(samples, 0.008, 10, 1.0), probe, false);
         gradient.probing() == Some(false)
     };
     assert!(descends(400, true));
@@ -128,7 +129,10 @@ fn a_descent_goes_on_below_the_midpoint_of_a_step_only_if_its_probe_reads_sharp(
 #[test]
 fn a_probe_at_one_concludes() {
     let (mut gradient, probe) = probing(1, false);
-    assert_eq!(gradient.measured(reading(1000, 0.005, 10, 1.0), probe), 100);
+    assert_eq!(
+        gradient.measured(reading(1000, 0.005, 10, 1.0), probe, false),
+        100
+    );
     assert_eq!(gradient.probing(), None);
     assert_eq!(gradient.estimate.latency(), Some(0.005));
 }
@@ -154,4 +158,36 @@ fn a_lower_reading_is_the_estimate_and_the_limit_resumes_at_the_servers_concurre
     let (mut gradient, probe) = probing(5, false);
     gradient.conclude(probe, 0.012, 0.5, false, false);
     assert_eq!(gradient.estimate.latency(), Some(0.011));
+}
+
+#[test]
+fn a_probe_whose_latency_rose_over_the_round_before_it_descends_from_that_window() {
+    // The round before the probe read 12 ms; the probe's first window 10 ms, its second
+    // 36 ms: the server shrank as it measured. The probe ends on the second window alone,
+    // read as a queue: the estimate takes it for now and a probe a step lower follows.
+    let (mut gradient, probe) = probing(50, false);
+    gradient.probes.phase = Phase::Measuring {
+        probe,
+        reading: Reading::default(),
+    };
+    assert_eq!(
+        gradient.probe_step(&window(50, &[(10.0, 100)]), 0.010),
+        Some(50)
+    );
+    let next = gradient.probe_step(&window(50, &[(36.0, 100)]), 0.036);
+    assert_eq!(next, Some(35));
+    assert_eq!(gradient.probing(), Some(false));
+    assert_eq!(gradient.estimate.latency(), Some(0.036));
+}
+
+#[test]
+fn a_probe_whose_latency_stays_near_the_round_before_it_measures_on() {
+    // 14 ms over 12: within a fourth, as a draining queue's last waits may read.
+    let (mut gradient, probe) = probing(50, false);
+    gradient.probes.phase = Phase::Measuring {
+        probe,
+        reading: Reading::default(),
+    };
+    gradient.probe_step(&window(50, &[(14.0, 160)]), 0.014);
+    assert_eq!(gradient.probing(), Some(true));
 }
