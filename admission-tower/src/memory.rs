@@ -28,12 +28,12 @@ use crate::BuildError;
 /// maximum request size).
 ///
 /// How to choose the share: the budget bounds the request bodies handed to handlers.
-/// Beside its body, each connection holds about 30 KiB of heap, idle or with a request in
-/// flight (hyper's buffers and the connection's task, served by
-/// `AdmissionLayer::serve` behind this layer: measured under
-/// 48 KiB by the `footprint` test), plus the kernel's socket buffers, which are not the
+/// Beside its body, each connection holds some tens of KiB of heap, idle or with a request
+/// in flight (hyper's buffers and the connection's task, served by
+/// `AdmissionLayer::serve` behind this layer; the `footprint` test holds it under
+/// 48 KiB), plus the kernel's socket buffers, which are not the
 /// process's heap but are charged to its cgroup; and your handlers hold what they
-/// allocate. So budget the rest first: connections (10,000 are about 300 MiB), the
+/// allocate. So budget the rest first: connections (10,000 are a few hundred MiB), the
 /// handlers' own state, caches. What is left is the share; a quarter suits a service whose
 /// handlers buffer bodies and hold little else. Follow the process's use where what the
 /// rest holds grows and shrinks.

@@ -83,8 +83,8 @@
 //! ledger's allocation, so a permit records through its ledger
 //! ([`CountPermit::record`](crate::CountPermit::record)) with no reference-count traffic.
 //! What a sample adds to an acquire and release, and the two clock reads a real sample
-//! takes, are measured by `admission-bench` (group `adaptive`; its README has the run CI
-//! checks, against a bound of 25 ns beyond the clock reads).
+//! takes, are measured by `admission-bench` (group `adaptive`; its README has the figures
+//! and the bound CI checks).
 //!
 //! Every atomic here is relaxed: the samples are statistics (each read-modify-write puts a
 //! sample in exactly one window, whatever the ordering), the window's state is under a
@@ -94,8 +94,7 @@
 //! an operator's capacity outlasts a controller setting it at the same time (dropping the
 //! check fails it), and that a controller dropped while a window closes neither deadlocks
 //! nor lingers (a window's closer takes the limit's lock and then the ledger's; removing
-//! the controller while holding the ledger's lock, as a first version did, deadlocks in
-//! that model).
+//! the controller while holding the ledger's lock deadlocks in that model).
 
 use std::fmt;
 

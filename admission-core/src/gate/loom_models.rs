@@ -11,7 +11,7 @@ fn fixed() -> std::hash::BuildHasherDefault<std::collections::hash_map::DefaultH
 /// No collateral refusals: key 1 is at its cap and a second request for it is
 /// refused, while key 2 is admitted on the one count slot left. The refused request
 /// never holds that slot, so key 2 is admitted in every interleaving (with the
-/// count taken before the key, as the gate once did, key 2 is refused in some).
+/// count taken before the key, key 2 is refused in some).
 #[test]
 fn gate_key_refusal_never_takes_the_count_slot_another_key_needs() {
     loom::model(|| {
