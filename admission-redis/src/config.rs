@@ -1,9 +1,11 @@
-//! `FleetCapBuilder`: a fleet-wide cap's settings, checked when built.
+//! `FleetCapBuilder`: a fleet-wide cap's settings, checked when built (`FleetCap` is built
+//! from them in `fleet.rs`).
 
 use std::fmt;
 use std::time::Duration;
 
-use crate::FleetCap;
+use crate::error::FleetError;
+use crate::store::Store;
 
 /// What a replica does while Redis is out of reach (or slower than the grant timeout):
 /// every key is held to a local cap, never to none.
@@ -29,10 +31,10 @@ pub enum Fallback {
     Local(usize),
 }
 
-/// A fleet-wide cap's settings: [`FleetCap::builder`].
+/// A fleet-wide cap's settings: [`FleetCap::builder`](crate::FleetCap::builder).
 #[derive(Clone)]
 pub struct FleetCapBuilder {
-    store: crate::Store,
+    store: Store,
     config: Config,
 }
 
@@ -49,59 +51,8 @@ pub(crate) struct Config {
     pub(crate) max_pending: usize,
 }
 
-/// A setting [`FleetCapBuilder::build`] refuses.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum FleetError {
-    /// A cap, chunk, time to live, grant timeout or most grants under way of 0: it would
-    /// refuse everything or never renew. Names the setting.
-    Zero(&'static str),
-    /// A grant timeout not below a third of the time to live: a slow Redis would let
-    /// leases expire between renewals.
-    SlowGrant,
-    /// The Redis client could not be set up (its URL, say).
-    Redis(redis::RedisError),
-    /// The thread that keeps the cap's clock could not be started.
-    Thread(std::io::Error),
-    /// `build` was called outside a tokio runtime: the cap's upkeep and its Redis
-    /// connection run on the runtime it is built in.
-    NoRuntime,
-}
-
-impl fmt::Display for FleetError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FleetError::Zero("cap") => f.write_str(
-                "a fleet cap of 0 would refuse every request: give the most a key may have in flight across the fleet, at least 1",
-            ),
-            FleetError::Zero(what) => write!(
-                f,
-                "a fleet cap's `{what}` of 0 would refuse every request or never renew: leave the setter out for its default, or give at least 1"
-            ),
-            FleetError::SlowGrant => {
-                f.write_str("the grant timeout must be below a third of the leases' time to live")
-            }
-            FleetError::Redis(_) => f.write_str("the Redis client could not be set up"),
-            FleetError::Thread(_) => f.write_str("the fleet cap's clock thread could not start"),
-            FleetError::NoRuntime => f.write_str(
-                "a fleet cap is built inside a tokio runtime (in `#[tokio::main]`, or after `Runtime::enter`): its upkeep runs there",
-            ),
-        }
-    }
-}
-
-impl std::error::Error for FleetError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            FleetError::Redis(error) => Some(error),
-            FleetError::Thread(error) => Some(error),
-            _ => None,
-        }
-    }
-}
-
 impl FleetCapBuilder {
-    pub(crate) fn new(store: crate::Store, cap: usize) -> Self {
+    pub(crate) fn new(store: Store, cap: usize) -> Self {
         Self {
             store,
             config: Config {
@@ -188,15 +139,8 @@ impl FleetCapBuilder {
         self
     }
 
-    /// The cap, its upkeep started on the current tokio runtime (call it inside one).
-    /// Nothing waits on Redis here: a replica built while Redis is out of reach starts on
-    /// its fallback (see [`Fallback::Share`] for the share it runs on then).
-    ///
-    /// # Errors
-    ///
-    /// [`FleetError`] names a setting of 0, a grant timeout not below a third of the time
-    /// to live, or a client that cannot be set up.
-    pub fn build(self) -> Result<FleetCap, FleetError> {
+    /// The settings and the store, once every setting is checked (`FleetCapBuilder::build`).
+    pub(crate) fn checked(self) -> Result<(Config, Store), FleetError> {
         let config = &self.config;
         for (what, value) in [
             ("cap", config.cap),
@@ -220,7 +164,7 @@ impl FleetCapBuilder {
         if tokio::runtime::Handle::try_current().is_err() {
             return Err(FleetError::NoRuntime);
         }
-        FleetCap::start(self.config, self.store)
+        Ok((self.config, self.store))
     }
 }
 

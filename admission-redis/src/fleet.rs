@@ -12,12 +12,13 @@ use admission_tower::{Leases, LeasesTaken, PerKey};
 use http::request::Parts;
 use parking_lot::RwLock;
 
-use crate::config::Config;
+use crate::config::{Config, FleetCapBuilder};
+use crate::error::FleetError;
 use crate::listen::listen;
 use crate::names::{nameable, replica_name};
 use crate::script;
 use crate::state::{Counters, Inner, TICKS};
-use crate::store::Backend;
+use crate::store::{Backend, Store};
 use crate::upkeep::upkeep;
 
 /// A cap on each key's requests in flight across every replica that shares a Redis (or
@@ -42,7 +43,7 @@ pub struct FleetSnapshot {
     /// The slots those leases hold, in all.
     pub slots: usize,
     /// The replicas last counted live in Redis (the builder's
-    /// [`replicas`](crate::FleetCapBuilder::replicas) until then; 0 if it gave none).
+    /// [`replicas`](FleetCapBuilder::replicas) until then; 0 if it gave none).
     pub replicas: usize,
     /// Whether Redis is out of reach and every key held to the fallback's cap.
     pub fallback: bool,
@@ -59,19 +60,34 @@ pub struct FleetSnapshot {
     pub given_back: u64,
 }
 
+impl FleetCapBuilder {
+    /// The cap, its upkeep started on the current tokio runtime (call it inside one).
+    /// Nothing waits on Redis here: a replica built while Redis is out of reach starts on
+    /// its fallback (see [`Fallback::Share`](crate::Fallback::Share) for the share it runs on then).
+    ///
+    /// # Errors
+    ///
+    /// [`FleetError`] names a setting of 0, a grant timeout not below a third of the time
+    /// to live, or a client that cannot be set up.
+    pub fn build(self) -> Result<FleetCap, FleetError> {
+        let (config, store) = self.checked()?;
+        FleetCap::start(config, store)
+    }
+}
+
 impl FleetCap {
     /// A fleet-wide cap of `cap` requests in flight per key, kept in `store`: a
     /// [`redis::Client`], or a Sentinel or Cluster [`Store`](crate::Store); see
-    /// [`FleetCapBuilder`](crate::FleetCapBuilder) for the rest.
-    pub fn builder(store: impl Into<crate::Store>, cap: usize) -> crate::FleetCapBuilder {
-        crate::FleetCapBuilder::new(store.into(), cap)
+    /// [`FleetCapBuilder`](FleetCapBuilder) for the rest.
+    pub fn builder(store: impl Into<Store>, cap: usize) -> FleetCapBuilder {
+        FleetCapBuilder::new(store.into(), cap)
     }
 
     /// Starts the cap's upkeep (heartbeats, renewals, returns) on the current tokio
     /// runtime, to run once a layer uses the cap. Nothing waits on Redis here: a replica
     /// started while Redis is out of reach starts on its fallback.
-    pub(crate) fn start(config: Config, store: crate::Store) -> Result<Self, crate::FleetError> {
-        let store = Backend::new(store, config.grant_timeout).map_err(crate::FleetError::Redis)?;
+    pub(crate) fn start(config: Config, store: Store) -> Result<Self, FleetError> {
+        let store = Backend::new(store, config.grant_timeout).map_err(FleetError::Redis)?;
         let replica = replica_name();
         let (stop, stopped) = tokio::sync::oneshot::channel();
         let (attach, attached) = tokio::sync::oneshot::channel();
@@ -166,7 +182,7 @@ impl FleetCap {
 
 /// The cap's clock: a thread that moves `tick` every sixth of the TTL until the cap is
 /// dropped.
-fn spawn_clock(inner: std::sync::Weak<Inner>) -> Result<(), crate::FleetError> {
+fn spawn_clock(inner: std::sync::Weak<Inner>) -> Result<(), FleetError> {
     let every = match inner.upgrade() {
         Some(inner) => inner.config.ttl / TICKS as u32,
         None => return Ok(()),
@@ -183,7 +199,7 @@ fn spawn_clock(inner: std::sync::Weak<Inner>) -> Result<(), crate::FleetError> {
             }
         })
         .map(drop)
-        .map_err(crate::FleetError::Thread)
+        .map_err(FleetError::Thread)
 }
 
 impl Leases for FleetCap {

@@ -96,6 +96,7 @@
 #![doc(html_root_url = "https://docs.rs/admission-redis/0.2")]
 
 mod config;
+mod error;
 mod fleet;
 mod listen;
 mod names;
@@ -104,7 +105,8 @@ mod state;
 mod store;
 mod upkeep;
 
-pub use config::{Fallback, FleetCapBuilder, FleetError};
+pub use config::{Fallback, FleetCapBuilder};
+pub use error::FleetError;
 pub use fleet::{FleetCap, FleetSnapshot};
 pub use store::Store;
 

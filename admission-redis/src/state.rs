@@ -12,6 +12,7 @@ use admission_core::{Key, KeyState, KeyedLedger};
 use parking_lot::RwLock;
 
 use crate::config::Config;
+use crate::store::Backend;
 
 /// Ticks of the cap's clock in a TTL.
 pub(crate) const TICKS: u64 = 6;
@@ -28,7 +29,7 @@ pub(crate) struct Inner {
     pub(crate) config: Config,
     /// This replica's name in Redis.
     pub(crate) replica: String,
-    pub(crate) store: crate::store::Backend,
+    pub(crate) store: Backend,
     pub(crate) grant: redis::Script,
     pub(crate) heartbeat: redis::Script,
     /// Each key with a lease, or with a grant under way.

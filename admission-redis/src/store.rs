@@ -7,6 +7,8 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, RedisResult, ScriptInvocation};
 
+use crate::error::FleetError;
+
 /// Where a [`FleetCap`](crate::FleetCap) keeps its leases: what
 /// [`FleetCap::builder`](crate::FleetCap::builder) takes.
 ///
@@ -88,24 +90,24 @@ impl Store {
     ///
     /// # Errors
     ///
-    /// [`FleetError::Redis`](crate::FleetError::Redis) for a URL that cannot be read, or
+    /// [`FleetError::Redis`](FleetError::Redis) for a URL that cannot be read, or
     /// no URL at all.
     #[cfg(feature = "cluster")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
     pub fn cluster<T: redis::IntoConnectionInfo>(
         nodes: impl IntoIterator<Item = T>,
-    ) -> Result<Self, crate::FleetError> {
+    ) -> Result<Self, FleetError> {
         let nodes = nodes
             .into_iter()
             .map(redis::IntoConnectionInfo::into_connection_info)
             .collect::<RedisResult<Vec<_>>>()
-            .map_err(crate::FleetError::Redis)?;
+            .map_err(FleetError::Redis)?;
         if nodes.is_empty() {
             let none = (
                 redis::ErrorKind::InvalidClientConfig,
                 "no cluster node given",
             );
-            return Err(crate::FleetError::Redis(none.into()));
+            return Err(FleetError::Redis(none.into()));
         }
         Ok(Store(Kind::Cluster(nodes)))
     }

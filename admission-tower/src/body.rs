@@ -159,7 +159,7 @@ impl<B: Body> ResponseBody<B> {
             Some(permit) => {
                 // On an h2 stream `serve` paces, its last frame may still wait on the
                 // client once handed over: held until the stream polls the body to its end.
-                let until_none = paced_by_serve();
+                let until_none = permit.served_stream();
                 // A body with something to send waits on its client from now: the server
                 // may never ask for it (hyper waits for room in an h2 window first). Under
                 // `serve` too: its own rate for the stream may be off, or another.
@@ -416,19 +416,6 @@ fn hand<D: Buf + From<Bytes>>(paced: &mut Paced, frame: Frame<D>, now: Instant) 
             paced.pace.handed(0, now);
             trailers
         }
-    }
-}
-
-/// Whether this runs in an h2 stream that `serve` paces (see `serve::stream`).
-#[inline]
-fn paced_by_serve() -> bool {
-    #[cfg(feature = "serve")]
-    {
-        crate::serve::in_stream()
-    }
-    #[cfg(not(feature = "serve"))]
-    {
-        false
     }
 }
 

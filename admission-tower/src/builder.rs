@@ -2,15 +2,13 @@
 
 use std::fmt;
 
-use admission_core::{Classes, Priority};
+use admission_core::{Classes, Gate, Priority};
 use admission_http::Refusals;
 use http::request::Parts;
 
 use crate::observe;
 use crate::shared::{BypassFn, ClassifyFn, HookFn};
-use crate::{Adaptive, ConnectionLimits, PerKey, RefusalEvent, Retries, SlowClients};
-
-pub use crate::limits::{NewGate, SharedGate};
+use crate::{Adaptive, ConnectionLimits, MemoryShare, PerKey, RefusalEvent, Retries, SlowClients};
 
 /// A layer's configuration: the limits, then one value per concern (each client's share,
 /// priority classes, the refusal's shape, an adaptive limit, slow clients), each
@@ -53,6 +51,21 @@ pub struct AdmissionBuilder<G = NewGate> {
     pub(crate) gate: G,
     pub(crate) settings: Settings,
 }
+
+/// Where a builder's gate comes from: built from its own limits
+/// ([`AdmissionLayer::builder`](crate::AdmissionLayer::builder)). Only such a builder has the limit setters.
+#[derive(Debug, Default)]
+pub struct NewGate {
+    pub(crate) count: Option<usize>,
+    pub(crate) bytes: Option<u64>,
+    pub(crate) memory: Option<MemoryShare>,
+    pub(crate) max_request_bytes: Option<u64>,
+}
+
+/// Where a builder's gate comes from: a gate shared with other layers and interceptors
+/// ([`AdmissionLayer::from_gate`](crate::AdmissionLayer::from_gate)), whose limits are its own.
+#[derive(Debug)]
+pub struct SharedGate(pub(crate) Gate);
 
 /// Everything a builder holds but its gate's source: one value, so that a builder can
 /// change its gate's source and keep the rest.

@@ -1,24 +1,10 @@
-//! Where a layer's gate comes from, the limit setters of a gate of its own, and `build`
-//! (which hands the rest to `assemble.rs`).
+//! The limit setters of a gate of the layer's own, and `build` (which hands the rest to
+//! `assemble.rs`).
 
 use admission_core::Gate;
 
-use crate::{AdmissionBuilder, AdmissionLayer, BuildError, MemoryShare};
-
-/// Where a builder's gate comes from: built from its own limits
-/// ([`AdmissionLayer::builder`]). Only such a builder has the limit setters.
-#[derive(Debug, Default)]
-pub struct NewGate {
-    count: Option<usize>,
-    bytes: Option<u64>,
-    memory: Option<MemoryShare>,
-    max_request_bytes: Option<u64>,
-}
-
-/// Where a builder's gate comes from: a gate shared with other layers and interceptors
-/// ([`AdmissionLayer::from_gate`]), whose limits are its own.
-#[derive(Debug)]
-pub struct SharedGate(pub(crate) Gate);
+use crate::builder::{AdmissionBuilder, NewGate, SharedGate};
+use crate::{AdmissionLayer, BuildError, MemoryShare};
 
 impl AdmissionBuilder<NewGate> {
     /// At most `limit` requests in flight (from the call until the response body ends);
@@ -28,8 +14,7 @@ impl AdmissionBuilder<NewGate> {
     /// How to choose it: against the resource the requests contend for (a pool of
     /// database connections, the workers of a CPU-bound handler), times what bursts need.
     /// A limit equal to the workers refuses a burst that the workers would have cleared in
-    /// a few milliseconds: with 10 workers of 10 ms and bursts of 100 requests every 50 ms,
-    /// a limit of 10 served 22% of capacity and a limit of 40 served 89%. Start at a few
+    /// a few milliseconds (admission-bench's bursts figure measures how much). Start at a few
     /// times the workers, watch the latency at the limit, and lower it until the latency
     /// is what clients accept. Where the right number moves (other tenants, autoscaled
     /// dependencies), let an [`adaptive`](Self::adaptive) limit find it instead.

@@ -15,6 +15,19 @@ use slab::Slab;
 
 use crate::observe::StallReport;
 
+/// A request's extension, which `serve` inserts in each HTTP/2 request it serves: the
+/// stream's response is polled by `serve`'s stream executor to its end (or dropped), at
+/// the stream's own pace, so its body holds its permits until the last poll, not just
+/// until it hands its last frame over (which may still wait on the client).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ServedStream;
+
+/// Whether a request's extensions say `serve` polls its response to its end.
+#[inline]
+pub(crate) fn served_stream(extensions: &http::Extensions) -> bool {
+    cfg!(feature = "serve") && extensions.get::<ServedStream>().is_some()
+}
+
 /// What a layer's response bodies keep to the minimum send rate with: the rate, and the
 /// count of responses whose permits the sweep took back.
 pub(crate) struct Pacer {

@@ -25,6 +25,8 @@ pub(crate) struct AdmissionPermit {
     _timer: Timer,
     /// The layer's minimum send rate for responses, if it keeps one.
     pacer: Option<PacerId>,
+    /// `serve` polls the response to its end ([`ServedStream`](crate::pacer::ServedStream)).
+    served_stream: bool,
 }
 
 enum Held {
@@ -152,14 +154,23 @@ impl AdmissionPermit {
             held,
             _timer: timer,
             pacer: None,
+            served_stream: false,
         }
     }
 
-    /// The permit of a response that keeps the minimum send rate of `pacer`.
+    /// The permit of a response that keeps the minimum send rate of `pacer`, and that
+    /// `serve` polls to its end if `served_stream`.
     #[inline]
-    pub(crate) fn paced(mut self, pacer: Option<PacerId>) -> Self {
+    pub(crate) fn paced(mut self, pacer: Option<PacerId>, served_stream: bool) -> Self {
         self.pacer = pacer;
+        self.served_stream = served_stream;
         self
+    }
+
+    /// Whether `serve` polls this permit's response to its end (an h2 stream it serves).
+    #[inline]
+    pub(crate) fn served_stream(&self) -> bool {
+        self.served_stream
     }
 
     /// The pacer of the layer this permit's response keeps the minimum send rate of, if

@@ -15,7 +15,7 @@ use tower_service::Service;
 use crate::discard::{self, Discard, Plan};
 use crate::future::ResponseFuture;
 use crate::late::LateRefusal;
-use crate::pacer::Pacing;
+use crate::pacer::{Pacing, served_stream};
 use crate::permit::{AdmissionPermit, Sample};
 use crate::shared::Shared;
 use crate::{AdmissionSnapshot, ResponseBody};
@@ -31,10 +31,9 @@ mod waiting;
 /// [`Wait`](crate::Wait), a request that finds the count full may instead wait for a
 /// slot, and the inner service, ready, goes with it into the response future (a clone
 /// takes its place, which is why `S` must be `Clone`), to be called once it is admitted.
-/// A refused request's body is never read and the inner service is never called. An admitted
-/// request's permits ride in the response future and then in the response body, and are
-/// released when the body ends, fails or is dropped (or when the future is dropped
-/// before it resolves).
+/// A refused request's body is never read and the inner service is never called. An
+/// admitted request's permits ride in the response future and then in the response body,
+/// released when the body ends, fails or is dropped (or the future before it resolves).
 ///
 /// The inner service receives the request body as a [`MeteredBody`], which charges a
 /// body that arrives without a `Content-Length` (or longer than it said) against the
@@ -208,12 +207,13 @@ where
             };
             return match acquired {
                 Ok(count) => {
+                    let served = served_stream(request.extensions());
                     let timer = shared.observer.admitted(&shared.gate, None);
                     let sample = Sample::start(shared.sample_at);
                     ResponseFuture::admitted(
                         self.inner.call(request.map(MeteredBody::unmetered)),
                         AdmissionPermit::new(count, None, None, None, timer, sample, None)
-                            .paced(shared.pacer.as_ref().map(Pacing::id)),
+                            .paced(shared.pacer.as_ref().map(Pacing::id), served),
                     )
                 }
                 Err(refused) => {
@@ -322,6 +322,7 @@ impl<S> Admission<S> {
         ReqBody::Data: Send + Sync,
     {
         let shared = &*self.shared;
+        let served = served_stream(&parts.extensions);
         let (count, bytes, keyed) = permit.into_parts();
         let (body, charge, late) = match (bytes, rate) {
             (Some(bytes), _) => {
@@ -365,7 +366,7 @@ impl<S> Admission<S> {
         let future = self.inner.call(Request::from_parts(parts, body));
         let watch = charge.is_some().then(|| self.shared.clone());
         let permit = AdmissionPermit::new(count, keyed, charge, late, timer, sample, watch)
-            .paced(shared.pacer.as_ref().map(Pacing::id));
+            .paced(shared.pacer.as_ref().map(Pacing::id), served);
         ResponseFuture::admitted(future, permit)
     }
 

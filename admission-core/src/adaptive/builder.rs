@@ -22,6 +22,22 @@ pub struct AdaptiveBuilder {
     pub(super) epoch: Option<Instant>,
 }
 
+impl AdaptiveLimit {
+    /// A builder for a limit that `algorithm` drives.
+    pub fn builder(algorithm: impl Algorithm) -> AdaptiveBuilder {
+        AdaptiveBuilder {
+            algorithm: Box::new(algorithm),
+            min: 1,
+            max: 10_000,
+            initial: 20,
+            window: Duration::from_millis(100),
+            min_samples: 50,
+            overload_latency: None,
+            epoch: None,
+        }
+    }
+}
+
 impl AdaptiveBuilder {
     /// The bounds the limit stays within, whatever the algorithm says (defaults: 1 and
     /// 10 000). The minimum is what a struggling server is still sent; the maximum, what

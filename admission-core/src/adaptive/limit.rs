@@ -1,11 +1,11 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use super::{AdaptiveBuilder, Algorithm, Outcome, Window};
+use super::{Outcome, Window};
 use crate::count::CountLedger;
 use crate::samples::Estimate;
 
-/// A count limit that an [`Algorithm`] moves, window by window, from the latency and
+/// A count limit that an [`Algorithm`](super::Algorithm) moves, window by window, from the latency and
 /// outcome of the work admitted under it (see the [module docs](crate::adaptive)).
 ///
 /// It drives a [`CountLedger`]'s capacity: admission stays the ledger's one
@@ -73,8 +73,8 @@ impl Drop for Guard {
 /// ([`AdaptiveLimit::latency`]).
 ///
 /// Fresh as of the last window's close ([`as_of`](Self::as_of)): windows close at the
-/// first sample after [`AdaptiveBuilder::window`] (100 ms) with at least
-/// [`AdaptiveBuilder::min_samples`] (50), so under load it is at most a window and a bit
+/// first sample after [`AdaptiveBuilder::window`](super::AdaptiveBuilder::window) (100 ms) with at least
+/// [`AdaptiveBuilder::min_samples`](super::AdaptiveBuilder::min_samples) (50), so under load it is at most a window and a bit
 /// old, and `typical` follows a change in the service within about four windows. With few
 /// requests (fewer than `min_samples` a window) windows last longer, and with none the
 /// estimate stays as it was: compare `as_of` with the clock before trusting an old one.
@@ -88,11 +88,11 @@ pub struct LatencyEstimate {
     /// the server included.
     pub typical: Duration,
     /// The algorithm's latency with nothing queued, where it keeps one
-    /// ([`Algorithm::no_load_latency`]; [`Gradient`](super::Gradient) measures it by
+    /// ([`Algorithm::no_load_latency`](super::Algorithm::no_load_latency); [`Gradient`](super::Gradient) measures it by
     /// probes, [`Aimd`](super::Aimd) keeps none): a lower bound on `typical`, as of the
     /// algorithm's last probe.
     pub no_load: Option<Duration>,
-    /// When the last window closed (on the limit's clock: see [`AdaptiveBuilder::epoch`]).
+    /// When the last window closed (on the limit's clock: see [`AdaptiveBuilder::epoch`](super::AdaptiveBuilder::epoch)).
     pub as_of: Instant,
 }
 
@@ -127,20 +127,6 @@ pub struct AdaptiveSnapshot {
 }
 
 impl AdaptiveLimit {
-    /// A builder for a limit that `algorithm` drives.
-    pub fn builder(algorithm: impl Algorithm) -> AdaptiveBuilder {
-        AdaptiveBuilder {
-            algorithm: Box::new(algorithm),
-            min: 1,
-            max: 10_000,
-            initial: 20,
-            window: Duration::from_millis(100),
-            min_samples: 50,
-            overload_latency: None,
-            epoch: None,
-        }
-    }
-
     /// The ledger whose capacity this limit drives.
     pub fn ledger(&self) -> &CountLedger {
         &self.guard.ledger
@@ -160,7 +146,7 @@ impl AdaptiveLimit {
     }
 
     /// Records one admitted piece of work that ended at `now` (on the limit's clock: see
-    /// [`AdaptiveBuilder::epoch`]). Call it once per admitted piece of work, while or just
+    /// [`AdaptiveBuilder::epoch`](super::AdaptiveBuilder::epoch)). Call it once per admitted piece of work, while or just
     /// after its permit is released.
     ///
     /// Costs one `fetch_add` on this thread's shard, a load or two, and, once per

@@ -1,6 +1,6 @@
 //! The driver: where a driven ledger's permits add their samples, and the window's close.
 
-use super::{Algorithm, BUCKETS, Outcome, Spread, Window};
+use super::{Algorithm, BUCKETS, COUNT_BITS, MAX_MICROS, Outcome, Spread, Window, micros, nanos};
 
 use std::cell::Cell;
 
@@ -45,14 +45,7 @@ pub(crate) struct Shard {
     pub(crate) buckets: [AtomicU32; BUCKETS],
 }
 
-/// The sample-count field of a shard's packed word.
-pub(crate) const COUNT_BITS: u32 = 24;
-
 pub(crate) const COUNT: u64 = (1 << COUNT_BITS) - 1;
-
-/// The largest latency one sample adds (about three days): the field cannot be overrun by
-/// one sample.
-pub(crate) const MAX_MICROS: u64 = (1 << (64 - COUNT_BITS - 2)) - 1;
 
 /// A shard whose fields reach half their room hands its samples to the open window early.
 pub(crate) const COUNT_FULL: u64 = 1 << (COUNT_BITS - 1);
@@ -300,26 +293,6 @@ impl Driver {
             as_of: self.epoch + Duration::from_nanos(self.as_of.load(Ordering::Relaxed)),
         })
     }
-}
-
-/// A latency in whole microseconds, capped so one sample cannot overrun its field. (In
-/// 64-bit arithmetic: `Duration::as_micros` divides a 128-bit number, a cost on every
-/// sample.)
-#[inline]
-pub(crate) fn micros(latency: Duration) -> u64 {
-    latency
-        .as_secs()
-        .saturating_mul(1_000_000)
-        .saturating_add(u64::from(latency.subsec_micros()))
-        .min(MAX_MICROS)
-}
-
-#[inline]
-pub(crate) fn nanos(duration: Duration) -> u64 {
-    duration
-        .as_secs()
-        .saturating_mul(1_000_000_000)
-        .saturating_add(u64::from(duration.subsec_nanos()))
 }
 
 /// Shards: four per core, rounded up to a power of two (at most 256), so that threads

@@ -12,8 +12,8 @@ mod driver;
 mod window;
 
 #[cfg(all(test, not(admission_loom)))]
-pub(crate) use driver::{COUNT_BITS, COUNT_FULL, MAX_MICROS, MICROS_FULL, Shard};
-pub(crate) use driver::{Control, Driver, Estimate, Steered, micros, nanos};
+pub(crate) use driver::{COUNT_FULL, MICROS_FULL, Shard};
+pub(crate) use driver::{Control, Driver, Estimate, Steered};
 pub use window::Window;
 pub(crate) use window::{BUCKETS, Spread};
 
@@ -83,4 +83,31 @@ impl<A: Algorithm + ?Sized> Algorithm for Box<A> {
     fn no_load_latency(&self) -> Option<Duration> {
         (**self).no_load_latency()
     }
+}
+
+/// The sample-count field of a shard's packed word.
+pub(crate) const COUNT_BITS: u32 = 24;
+
+/// The largest latency one sample adds (about three days): the field cannot be overrun by
+/// one sample.
+pub(crate) const MAX_MICROS: u64 = (1 << (64 - COUNT_BITS - 2)) - 1;
+
+/// A latency in whole microseconds, capped so one sample cannot overrun its field. (In
+/// 64-bit arithmetic: `Duration::as_micros` divides a 128-bit number, a cost on every
+/// sample.)
+#[inline]
+pub(crate) fn micros(latency: Duration) -> u64 {
+    latency
+        .as_secs()
+        .saturating_mul(1_000_000)
+        .saturating_add(u64::from(latency.subsec_micros()))
+        .min(MAX_MICROS)
+}
+
+#[inline]
+pub(crate) fn nanos(duration: Duration) -> u64 {
+    duration
+        .as_secs()
+        .saturating_mul(1_000_000_000)
+        .saturating_add(u64::from(duration.subsec_nanos()))
 }

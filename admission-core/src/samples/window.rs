@@ -2,7 +2,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::Outcome;
-use super::driver::micros;
+use super::micros;
 
 /// The samples of one window, as an [`Algorithm`](super::Algorithm) sees them.
 ///

@@ -11,8 +11,6 @@ use crate::{MinDataRate, RequestCharge};
 
 mod poll;
 
-pub(crate) use poll::Unread;
-
 pin_project! {
     /// A request body that grows its request's byte charge as data frames arrive beyond
     /// what was charged, and fails with [`BodyRefused`](crate::BodyRefused) when the ledger refuses.

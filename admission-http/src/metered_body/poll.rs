@@ -36,28 +36,6 @@ fn poll_source<B: Body>(
     inner.poll_frame(cx)
 }
 
-/// A request body read only to be discarded.
-pub(crate) trait Unread: Send {
-    /// Reads what has come: `Ready(true)` at the end, `Ready(false)` if it failed.
-    fn poll_discard(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool>;
-}
-
-impl<B: Body + Send> Unread for B {
-    fn poll_discard(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<bool> {
-        // A few frames a call, then yield: a client that sends fast cannot hold the task.
-        for _ in 0..16 {
-            match self.as_mut().poll_frame(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(None) => return Poll::Ready(true),
-                Poll::Ready(Some(Err(_))) => return Poll::Ready(false),
-                Poll::Ready(Some(Ok(_))) => {}
-            }
-        }
-        cx.waker().wake_by_ref();
-        Poll::Pending
-    }
-}
-
 impl<B> Body for MeteredBody<B>
 where
     B: Body,

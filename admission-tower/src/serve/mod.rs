@@ -33,7 +33,6 @@ mod tracker;
 use drive::Stage;
 pub use listener::{Handshake, Listener, Plain};
 use stream::StreamExecutor;
-pub(crate) use stream::in_stream;
 use tracked::Tracked;
 use tracker::Tracker;
 

@@ -40,9 +40,8 @@ thread_local! {
 }
 
 /// Whether this code runs in an h2 stream that [`StreamExecutor`] spawned: then the
-/// response made here is paced, and polled to its end or dropped. The layer's response
-/// body asks, to hold its permits until then (not just until it has handed over its
-/// last frame, which may still wait on the client).
+/// response made here is paced, and polled to its end or dropped. (The layer's response
+/// body learns the same from the request's `ServedStream` extension.)
 #[inline]
 pub(crate) fn in_stream() -> bool {
     STREAM.get().is_some()

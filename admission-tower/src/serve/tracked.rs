@@ -16,6 +16,7 @@ use tower_service::Service;
 
 use super::stream;
 use super::tracker::Tracker;
+use crate::pacer::ServedStream;
 use crate::patience::Pace;
 
 /// A request in flight on its connection, from its complete head until its response
@@ -75,6 +76,11 @@ where
         #[cfg(feature = "axum")]
         extensions.insert(axum::extract::ConnectInfo(self.address.clone()));
         extensions.insert(self.address.clone());
+        // Each h2 stream runs on a task the stream executor polls: the layer's response
+        // body learns it from here, rather than from the executor's thread-local.
+        if request.version() == http::Version::HTTP_2 {
+            request.extensions_mut().insert(ServedStream);
+        }
         TrackedFuture {
             inner: self.inner.call(request),
             in_flight: Some(InFlight(self.tracker.clone())),
