@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{FromRedisValue, RedisResult, ScriptInvocation};
 
+#[cfg(feature = "cluster")]
 use crate::error::FleetError;
 
 /// Where a [`FleetCap`](crate::FleetCap) keeps its leases: what
@@ -90,7 +91,7 @@ impl Store {
     ///
     /// # Errors
     ///
-    /// [`FleetError::Redis`](FleetError::Redis) for a URL that cannot be read, or
+    /// [`FleetError::Redis`](crate::FleetError::Redis) for a URL that cannot be read, or
     /// no URL at all.
     #[cfg(feature = "cluster")]
     #[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
