@@ -130,6 +130,8 @@ pub(crate) fn figure(mode: Mode, out: &Path) -> Result<Figure, Box<dyn Error>> {
                 },
             ],
             legend: SeriesLabelPosition::UpperRight,
+            log_y: false,
+            markers: false,
         }],
     )?;
     let figure = Figure {
@@ -187,6 +189,8 @@ pub(crate) fn figure(mode: Mode, out: &Path) -> Result<Figure, Box<dyn Error>> {
                 y: ("requests in flight", 0.0..280.0),
                 lines: limits,
                 legend: SeriesLabelPosition::UpperRight,
+                log_y: false,
+                markers: false,
             },
             Panel {
                 title: "Goodput each second: a static limit right for the quarter loses the rest",
@@ -194,6 +198,8 @@ pub(crate) fn figure(mode: Mode, out: &Path) -> Result<Figure, Box<dyn Error>> {
                 y: ("% of what could be answered", 0.0..110.0),
                 lines: goodput,
                 legend: SeriesLabelPosition::MiddleRight,
+                log_y: false,
+                markers: false,
             },
             Panel {
                 title: "Mean latency each second: one right for the whole queues the quarter",
@@ -201,6 +207,8 @@ pub(crate) fn figure(mode: Mode, out: &Path) -> Result<Figure, Box<dyn Error>> {
                 y: ("milliseconds", 0.0..60.0),
                 lines: latency,
                 legend: SeriesLabelPosition::UpperRight,
+                log_y: false,
+                markers: false,
             },
         ],
     )?;

@@ -91,22 +91,26 @@ fn draw(figure: &Figure, out: &Path) -> Result<(), Box<dyn Error>> {
             Panel {
                 title: "Goodput against offered load (a real server on loopback, 10 workers of 10 ms)",
                 x: ("offered load, x capacity", 0.0..most + 0.2),
-                y: ("% of what could be answered in time", 0.0..115.0),
+                y: ("% of what could be answered in time", 0.0..110.0),
                 lines: Server::ALL
                     .iter()
-                    .map(|&s| line(s, &|run| 100.0 * run.goodput.min(1.1)))
+                    .map(|&s| line(s, &|run| 100.0 * run.goodput))
                     .collect(),
                 legend: SeriesLabelPosition::LowerLeft,
+                log_y: false,
+                markers: true,
             },
             Panel {
                 title: "p99 latency from each request's scheduled time (clients give up at 1 s)",
                 x: ("offered load, x capacity", 0.0..most + 0.2),
-                y: ("milliseconds", 0.0..1_050.0),
+                y: ("milliseconds (log scale)", 5.0..2_000.0),
                 lines: Server::ALL
                     .iter()
-                    .map(|&s| line(s, &|run| 1e3 * run.p99))
+                    .map(|&s| line(s, &|run| (1e3 * run.p99).max(5.0)))
                     .collect(),
                 legend: SeriesLabelPosition::MiddleRight,
+                log_y: true,
+                markers: true,
             },
         ],
     )?;

@@ -4,6 +4,8 @@ use std::error::Error;
 use std::ops::Range;
 use std::path::Path;
 
+use plotters::coord::ranged1d::ValueFormatter;
+use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
 
 /// One line of a chart.
@@ -23,6 +25,11 @@ pub(crate) struct Panel<'a> {
     pub(crate) lines: Vec<Line>,
     /// Where the legend goes, clear of the lines.
     pub(crate) legend: SeriesLabelPosition,
+    /// The y axis on a log scale (its range's start above 0).
+    pub(crate) log_y: bool,
+    /// Each line's points marked, a shape a line, so that lines drawn over each other
+    /// are told apart (for panels of few points).
+    pub(crate) markers: bool,
 }
 
 pub(crate) const BLUE: RGBColor = RGBColor(31, 119, 180);
@@ -37,39 +44,97 @@ pub(crate) fn panels(path: &Path, panels: &[Panel<'_>]) -> Result<(), Box<dyn Er
     let root = SVGBackend::new(path, (900, height)).into_drawing_area();
     root.fill(&WHITE)?;
     for (area, panel) in root.split_evenly((panels.len(), 1)).iter().zip(panels) {
-        let mut chart = ChartBuilder::on(area)
+        let mut chart = ChartBuilder::on(area);
+        chart
             .caption(panel.title, ("sans-serif", 18))
             .margin(12)
             .x_label_area_size(36)
-            .y_label_area_size(56)
-            .build_cartesian_2d(panel.x.1.clone(), panel.y.1.clone())?;
-        chart
-            .configure_mesh()
-            .x_desc(panel.x.0)
-            .y_desc(panel.y.0)
-            .light_line_style(WHITE.mix(0.0))
-            .draw()?;
-        for line in &panel.lines {
-            let style = if line.reference {
-                line.color.stroke_width(1)
-            } else {
-                line.color.stroke_width(2)
-            };
-            let color = line.color;
-            chart
-                .draw_series(LineSeries::new(line.points.iter().copied(), style))?
-                .label(line.name.as_str())
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+            .y_label_area_size(56);
+        if panel.log_y {
+            let y = (panel.y.1.clone()).log_scale();
+            draw(chart.build_cartesian_2d(panel.x.1.clone(), y)?, panel)?;
+        } else {
+            draw(
+                chart.build_cartesian_2d(panel.x.1.clone(), panel.y.1.clone())?,
+                panel,
+            )?;
         }
-        chart
-            .configure_series_labels()
-            .position(panel.legend.clone())
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()?;
     }
     root.present()?;
     Ok(())
+}
+
+/// One panel's mesh, lines, markers and legend, on a linear or a log y axis.
+fn draw<'a, DB, Y>(
+    mut chart: ChartContext<'a, DB, Cartesian2d<RangedCoordf64, Y>>,
+    panel: &Panel<'_>,
+) -> Result<(), Box<dyn Error>>
+where
+    DB: DrawingBackend + 'a,
+    DB::ErrorType: 'static,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    chart
+        .configure_mesh()
+        .x_desc(panel.x.0)
+        .y_desc(panel.y.0)
+        .light_line_style(WHITE.mix(0.0))
+        .draw()?;
+    let mut shape = 0;
+    for line in &panel.lines {
+        let style = if line.reference {
+            line.color.stroke_width(1)
+        } else {
+            line.color.stroke_width(2)
+        };
+        let color = line.color;
+        let marked = panel.markers && !line.reference;
+        let this = shape;
+        shape += usize::from(marked);
+        let series = chart
+            .draw_series(LineSeries::new(line.points.iter().copied(), style))?
+            .label(line.name.as_str());
+        if marked {
+            series.legend(move |(x, y)| {
+                EmptyElement::at((x, y))
+                    + PathElement::new(vec![(0, 0), (20, 0)], color)
+                    + marker(this, (10, 0), color)
+            });
+        } else {
+            series.legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
+        }
+        if marked {
+            chart.draw_series(
+                line.points
+                    .iter()
+                    .map(move |&point| marker(this, point, color)),
+            )?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(panel.legend.clone())
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()?;
+    Ok(())
+}
+
+/// The `shape`-th marker at `at`: a filled circle, a triangle, a cross, a ring, in turn.
+fn marker<C, DB: DrawingBackend>(shape: usize, at: C, color: RGBColor) -> DynElement<'static, DB, C>
+where
+    C: Clone + 'static,
+    Circle<C, i32>: IntoDynElement<'static, DB, C>,
+    TriangleMarker<C, i32>: IntoDynElement<'static, DB, C>,
+    Cross<C, i32>: IntoDynElement<'static, DB, C>,
+{
+    let filled = color.filled();
+    match shape % 4 {
+        0 => Circle::new(at, 4, filled).into_dyn(),
+        1 => TriangleMarker::new(at, 5, filled).into_dyn(),
+        2 => Cross::new(at, 4, color.stroke_width(2)).into_dyn(),
+        _ => Circle::new(at, 4, color.stroke_width(2)).into_dyn(),
+    }
 }
 
 /// A bar chart: one bar a name, its value, in one panel of several side by side.

@@ -217,15 +217,19 @@ pub(crate) async fn run(
                 })
                 .await;
                 let ok = matches!(answer, Ok(Some(StatusCode::OK)));
-                (counted, ok, due.elapsed().min(GIVE_UP))
+                (counted, ok, due.elapsed().min(GIVE_UP), Instant::now())
             }));
         }
     }
-    let (mut ok, mut latencies) = (0usize, Vec::new());
+    // Goodput: the answers in time that came within the measured seconds (whenever their
+    // requests were sent), over what the server could answer in those seconds. Counting
+    // the answers to the requests sent in them instead would count a queue's last second
+    // of work after the seconds end, and read over 100%.
+    let (window, mut ok, mut latencies) = (warmup..warmup + measured, 0usize, Vec::new());
     for request in requests {
-        let (counted, answered, latency) = request.await.expect("the request's task");
+        let (counted, answered, latency, at) = request.await.expect("the request's task");
+        ok += usize::from(answered && window.contains(&at.duration_since(started)));
         if counted {
-            ok += usize::from(answered);
             latencies.push(latency.as_secs_f64());
         }
     }
