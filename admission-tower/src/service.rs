@@ -4,10 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use admission_core::{Gate, Priority, Refused};
+use admission_core::{Gate, Refused};
 use admission_http::{MeteredBody, Refusal, RequestCharge, content_length};
 use bytes::Bytes;
-use http::request::Parts;
 use http::{Request, Response};
 use http_body::Body;
 use tower_service::Service;
@@ -19,8 +18,10 @@ use crate::pacer::{Pacing, served_stream};
 use crate::permit::{AdmissionPermit, Sample};
 use crate::shared::Shared;
 use crate::{AdmissionSnapshot, ResponseBody};
+use pending::{Inner, Pending, RequestBody};
 
 mod leased;
+mod pending;
 #[cfg(feature = "tokio")]
 mod waiting;
 
@@ -173,11 +174,8 @@ impl<S: Clone> Clone for Admission<S> {
 
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Admission<S>
 where
-    S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
-    S: Clone + Send + 'static,
-    S::Future: 'static,
-    ReqBody: Body + Send + Unpin + 'static,
-    ReqBody::Data: Send + Sync,
+    S: Inner<ReqBody, Response = Response<ResBody>>,
+    ReqBody: RequestBody,
     ResBody: Body,
     ResBody::Data: From<Bytes>,
 {
@@ -217,13 +215,13 @@ where
                     )
                 }
                 Err(refused) => {
-                    let (parts, body) = request.into_parts();
+                    let pending = Pending::new(request, None, None);
                     let refusal = Refusal::Refused(refused);
                     #[cfg(feature = "tokio")]
                     if self.waits(refusal, None) {
-                        return self.wait_for_slot(parts, body, None, None);
+                        return self.wait_for_slot(pending);
                     }
-                    self.refuse(parts, body, refusal, None)
+                    self.refuse(pending, refusal)
                 }
             };
         }
@@ -235,16 +233,10 @@ impl<S> Admission<S> {
     /// Admission that reads the head: a bypass, a key, a declared length, a dry run.
     /// Out of line, so that `call` stays small for the paths that read nothing.
     #[inline(never)]
-    fn call_with_head<ReqBody, ResBody>(
-        &mut self,
-        request: Request<ReqBody>,
-    ) -> ResponseFuture<S::Future>
+    fn call_with_head<ReqBody>(&mut self, request: Request<ReqBody>) -> ResponseFuture<S::Future>
     where
-        S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
-        S: Clone + Send + 'static,
-        S::Future: 'static,
-        ReqBody: Body + Send + Unpin + 'static,
-        ReqBody::Data: Send + Sync,
+        S: Inner<ReqBody>,
+        ReqBody: RequestBody,
     {
         let shared = &*self.shared;
         let (parts, body) = request.into_parts();
@@ -260,44 +252,43 @@ impl<S> Admission<S> {
             shared.slow.body_rate_for(&parts)
         };
         let admitted = shared.admit(&parts, priority, rate);
-        self.decide(admitted, parts, body, priority, rate, true)
+        let pending = Pending {
+            parts,
+            body,
+            read: None,
+            priority,
+            rate,
+        };
+        self.decide(admitted, pending, true)
     }
 
     /// What becomes of a request from what admission said: it starts, waits for a slot,
     /// asks its key's lease to grow (if `may_grow`: once), or is refused.
     #[inline]
-    fn decide<ReqBody, ResBody>(
+    fn decide<ReqBody>(
         &mut self,
         admitted: Result<(admission_core::GatePermit, u64), Refusal>,
-        parts: Parts,
-        body: ReqBody,
-        priority: Option<Priority>,
-        rate: Option<admission_http::MinDataRate>,
+        pending: Pending<ReqBody>,
         may_grow: bool,
     ) -> ResponseFuture<S::Future>
     where
-        S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
-        S: Clone + Send + 'static,
-        S::Future: 'static,
-        ReqBody: Body + Send + Unpin + 'static,
-        ReqBody::Data: Send + Sync,
+        S: Inner<ReqBody>,
+        ReqBody: RequestBody,
     {
         match admitted {
-            Ok((permit, declared)) => {
-                self.start(parts, body, None, permit, declared, priority, rate)
-            }
+            Ok((permit, declared)) => self.start(pending, permit, declared),
             #[cfg(feature = "tokio")]
-            Err(refusal) if self.waits(refusal, priority) => {
+            Err(refusal) if self.waits(refusal, pending.priority) => {
                 // A key whose lease is full would be refused where the wait starts.
-                if may_grow && self.shared.lease_full(&parts) {
-                    return self.grow_lease(parts, body, priority, rate);
+                if may_grow && self.shared.lease_full(&pending.parts) {
+                    return self.grow_lease(pending);
                 }
-                self.wait_for_slot(parts, body, priority, rate)
+                self.wait_for_slot(pending)
             }
             Err(Refusal::Refused(Refused::Key)) if may_grow && self.shared.leased() => {
-                self.grow_lease(parts, body, priority, rate)
+                self.grow_lease(pending)
             }
-            Err(refusal) => self.refuse(parts, body, refusal, priority),
+            Err(refusal) => self.refuse(pending, refusal),
         }
     }
 
@@ -305,22 +296,23 @@ impl<S> Admission<S> {
     /// as the policy says, given first what was `read` of it while it waited, and kept if
     /// the handler drops it unfinished (so that a client who goes is seen); its permits in
     /// the response future.
-    #[allow(clippy::too_many_arguments)] // one call site each for waiting and not
-    fn start<ReqBody, ResBody>(
+    fn start<ReqBody>(
         &mut self,
-        parts: Parts,
-        body: ReqBody,
-        read: Option<admission_http::ReadFrames<ReqBody>>,
+        pending: Pending<ReqBody>,
         permit: admission_core::GatePermit,
         declared: u64,
-        priority: Option<Priority>,
-        rate: Option<admission_http::MinDataRate>,
     ) -> ResponseFuture<S::Future>
     where
-        S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
-        ReqBody: Body + Send + Unpin + 'static,
-        ReqBody::Data: Send + Sync,
+        S: Service<Request<MeteredBody<ReqBody>>>,
+        ReqBody: RequestBody,
     {
+        let Pending {
+            parts,
+            body,
+            read,
+            priority,
+            rate,
+        } = pending;
         let shared = &*self.shared;
         let served = served_stream(&parts.extensions);
         let (count, bytes, keyed) = permit.into_parts();
@@ -376,16 +368,14 @@ impl<S> Admission<S> {
     #[inline(never)]
     fn refuse<ReqBody>(
         &mut self,
-        parts: Parts,
-        body: ReqBody,
+        pending: Pending<ReqBody>,
         refusal: Refusal,
-        priority: Option<Priority>,
     ) -> ResponseFuture<S::Future>
     where
         S: Service<Request<MeteredBody<ReqBody>>>,
         ReqBody: Body + Send + 'static,
     {
-        self.refuse_after(parts, body, refusal, priority, std::time::Duration::ZERO)
+        self.refuse_after(pending, refusal, std::time::Duration::ZERO)
     }
 
     /// [`refuse`](Self::refuse), after the request waited `waited` for a count slot.
@@ -393,16 +383,20 @@ impl<S> Admission<S> {
     #[inline(never)]
     fn refuse_after<ReqBody>(
         &mut self,
-        parts: Parts,
-        body: ReqBody,
+        pending: Pending<ReqBody>,
         refusal: Refusal,
-        priority: Option<Priority>,
         waited: std::time::Duration,
     ) -> ResponseFuture<S::Future>
     where
         S: Service<Request<MeteredBody<ReqBody>>>,
         ReqBody: Body + Send + 'static,
     {
+        let Pending {
+            parts,
+            body,
+            priority,
+            ..
+        } = pending;
         let shared = &*self.shared;
         shared.refused_after(&parts, refusal, priority, waited);
         if shared.dry_run {

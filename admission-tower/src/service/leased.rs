@@ -1,14 +1,8 @@
 //! A request its key's lease refused: the lease is asked to grow, once, and the request
 //! admitted on what it then holds, or refused.
 
-use admission_core::Priority;
-use admission_http::{MeteredBody, MinDataRate};
-use http::request::Parts;
-use http::{Request, Response};
-use http_body::Body;
-use tower_service::Service;
-
 use super::Admission;
+use super::pending::{Inner, Pending, RequestBody};
 use crate::future::ResponseFuture;
 
 impl<S> Admission<S> {
@@ -17,30 +11,24 @@ impl<S> Admission<S> {
     /// ready, goes with the request into the response future, as for a wait.
     #[cold]
     #[inline(never)]
-    pub(super) fn grow_lease<ReqBody, ResBody>(
+    pub(super) fn grow_lease<ReqBody>(
         &mut self,
-        parts: Parts,
-        body: ReqBody,
-        priority: Option<Priority>,
-        rate: Option<MinDataRate>,
+        pending: Pending<ReqBody>,
     ) -> ResponseFuture<S::Future>
     where
-        S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
-        S: Clone + Send + 'static,
-        S::Future: 'static,
-        ReqBody: Body + Send + Unpin + 'static,
-        ReqBody::Data: Send + Sync,
+        S: Inner<ReqBody>,
+        ReqBody: RequestBody,
     {
         let leases = self
             .shared
             .keys
             .as_ref()
             .and_then(|keys| keys.leases.as_ref());
-        let key = self.shared.key_of(&parts);
+        let key = self.shared.key_of(&pending.parts);
         let (Some(leases), Some(key)) = (leases, key) else {
             // Refused by a key, so both are there; refused as it was if not.
             let refusal = admission_http::Refusal::Refused(admission_core::Refused::Key);
-            return self.refuse(parts, body, refusal, priority);
+            return self.refuse(pending, refusal);
         };
         let grow = leases.grow(&key);
         let inner = self.inner.clone();
@@ -51,8 +39,10 @@ impl<S> Admission<S> {
         };
         ResponseFuture::waiting(Box::pin(async move {
             grow.await;
-            let admitted = admission.shared.admit(&parts, priority, rate);
-            admission.decide(admitted, parts, body, priority, rate, false)
+            let admitted = admission
+                .shared
+                .admit(&pending.parts, pending.priority, pending.rate);
+            admission.decide(admitted, pending, false)
         }))
     }
 }

@@ -3,13 +3,11 @@
 use std::sync::Arc;
 
 use admission_core::{Priority, Refused};
-use admission_http::{MeteredBody, ReadAhead, Refusal};
+use admission_http::{ReadAhead, Refusal};
 use http::request::Parts;
-use http::{Request, Response};
-use http_body::Body;
-use tower_service::Service;
 
 use super::Admission;
+use super::pending::{Inner, Pending, RequestBody};
 use crate::future::ResponseFuture;
 use crate::shared::{Shared, WaitEnd};
 use crate::wait::READ_AHEAD;
@@ -30,19 +28,13 @@ impl<S> Admission<S> {
     /// and calls it once a slot is handed over, or refuses when the wait runs out.
     #[cold]
     #[inline(never)]
-    pub(super) fn wait_for_slot<ReqBody, ResBody>(
+    pub(super) fn wait_for_slot<ReqBody>(
         &mut self,
-        parts: Parts,
-        body: ReqBody,
-        priority: Option<Priority>,
-        rate: Option<admission_http::MinDataRate>,
+        pending: Pending<ReqBody>,
     ) -> ResponseFuture<S::Future>
     where
-        S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
-        S: Clone + Send + 'static,
-        S::Future: 'static,
-        ReqBody: Body + Send + Unpin + 'static,
-        ReqBody::Data: Send + Sync,
+        S: Inner<ReqBody>,
+        ReqBody: RequestBody,
     {
         let wait = self.shared.wait.as_ref().expect("a wait");
         let estimate = self
@@ -51,13 +43,13 @@ impl<S> Admission<S> {
             .as_ref()
             .and_then(|limit| limit.latency())
             .map(|latency| latency.typical);
-        let Some(budget) = wait.budget(&parts, estimate) else {
+        let Some(budget) = wait.budget(&pending.parts, estimate) else {
             // Its client would give up before an answer: refused now, not after waiting.
             self.shared
                 .waits
                 .deadline
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            return self.refuse(parts, body, Refusal::Refused(Refused::Count), priority);
+            return self.refuse(pending, Refusal::Refused(Refused::Count));
         };
         let inner = self.inner.clone();
         let ready = std::mem::replace(&mut self.inner, inner);
@@ -67,6 +59,13 @@ impl<S> Admission<S> {
         };
         // The body is read ahead while the request waits, so that a client who goes is
         // seen; not one whose client waits to be told to send it.
+        let Pending {
+            parts,
+            body,
+            priority,
+            rate,
+            ..
+        } = pending;
         let limit = if expects_continue(&parts) {
             0
         } else {
@@ -84,14 +83,19 @@ impl<S> Admission<S> {
             waiting.ended();
             let waited = started.elapsed();
             let (body, read) = ahead.split();
+            let pending = Pending {
+                parts,
+                body,
+                read: Some(read),
+                priority,
+                rate,
+            };
             match admitted {
                 Ok((permit, declared)) => {
                     shared.waited(waited);
-                    admission.start(parts, body, Some(read), permit, declared, priority, rate)
+                    admission.start(pending, permit, declared)
                 }
-                Err(WaitEnd::Refused(refusal)) => {
-                    admission.refuse_after(parts, body, refusal, priority, waited)
-                }
+                Err(WaitEnd::Refused(refusal)) => admission.refuse_after(pending, refusal, waited),
                 Err(WaitEnd::Gone) => ResponseFuture::gone(),
             }
         }))
