@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use admission_redis::{Fallback, FleetCap};
-use support::{Redis, Replica, Running, eventually, get, load};
+use support::{Redis, Replica, Running, eventually_within, get, load};
 
 const SERVICE: Duration = Duration::from_millis(10);
 
@@ -68,7 +68,7 @@ async fn three_replicas_hold_a_tenant_to_its_cap_evenly_or_skewed() {
         let addrs = addrs.clone();
         async move { load(&addrs, 48, "acme", Duration::from_millis(2500)).await }
     });
-    eventually(
+    eventually_within(
         "every replica holds a part",
         Duration::from_millis(2400),
         || replicas.iter().all(|r| r.fleet.held(&"acme".into()) >= 2),
@@ -143,7 +143,7 @@ async fn a_replica_that_dies_gives_its_share_back_within_the_ttl() {
     // replica's leases expire: within the TTL and a renewal round.
     let survivor_fleet = survivor.fleet.clone();
     let waiter = tokio::spawn(async move {
-        eventually("the survivor holds the cap", Duration::from_secs(5), || {
+        eventually_within("the survivor holds the cap", Duration::from_secs(5), || {
             survivor_fleet.held(&"acme".into()) == CAP
         })
         .await;
@@ -171,7 +171,7 @@ async fn redis_stopped_mid_load_falls_back_and_rejoins_when_it_returns() {
     let (replicas, running) = replicas(&redis, "stopped", CAP, ttl).await;
     let addrs: Vec<_> = replicas.iter().map(|replica| replica.addr).collect();
     // Each replica has counted three live before the load.
-    eventually("three replicas counted", Duration::from_secs(3), || {
+    eventually_within("three replicas counted", Duration::from_secs(3), || {
         replicas.iter().all(|r| r.fleet.snapshot().replicas == 3)
     })
     .await;
@@ -181,7 +181,7 @@ async fn redis_stopped_mid_load_falls_back_and_rejoins_when_it_returns() {
     });
     tokio::time::sleep(Duration::from_millis(700)).await;
     redis.stop();
-    eventually(
+    eventually_within(
         "every replica on its fallback",
         Duration::from_secs(2),
         || replicas.iter().all(|r| r.fleet.snapshot().fallback),
@@ -206,7 +206,7 @@ async fn redis_stopped_mid_load_falls_back_and_rejoins_when_it_returns() {
     assert!(outage.slowest < Duration::from_secs(1), "{outage:?}");
 
     redis.restart();
-    eventually("every replica back", Duration::from_secs(3), || {
+    eventually_within("every replica back", Duration::from_secs(3), || {
         replicas.iter().all(|r| !r.fleet.snapshot().fallback)
     })
     .await;
@@ -347,7 +347,7 @@ async fn a_partition_that_heals_counts_nothing_twice_past_the_ttl() {
     }
     let addrs: Vec<_> = replicas.iter().map(|replica| replica.addr).collect();
     let (cut_off, others) = (&replicas[0].fleet, [&replicas[1].fleet, &replicas[2].fleet]);
-    eventually("three replicas counted", Duration::from_secs(3), || {
+    eventually_within("three replicas counted", Duration::from_secs(3), || {
         replicas.iter().all(|r| r.fleet.snapshot().replicas == 3)
     })
     .await;
@@ -355,7 +355,7 @@ async fn a_partition_that_heals_counts_nothing_twice_past_the_ttl() {
         let addrs = addrs.clone();
         async move { load(&addrs, 36, "acme", Duration::from_millis(3000)).await }
     });
-    eventually(
+    eventually_within(
         "the replica to be cut off holds a part",
         Duration::from_secs(2),
         || cut_off.held(&"acme".into()) > 0,
@@ -364,7 +364,7 @@ async fn a_partition_that_heals_counts_nothing_twice_past_the_ttl() {
     partition.cut();
     let cut = Instant::now();
     // The cut-off replica goes on its fallback (cap / 3) at its next call to Redis.
-    eventually(
+    eventually_within(
         "the cut-off replica on its fallback",
         Duration::from_secs(2),
         || cut_off.snapshot().fallback,
@@ -373,7 +373,7 @@ async fn a_partition_that_heals_counts_nothing_twice_past_the_ttl() {
     assert_eq!(cut_off.held(&"acme".into()), CAP / 3);
     // Its leases expire within the TTL: the others may then hold the whole cap between
     // them, and never more.
-    eventually("the others hold the cap", Duration::from_secs(3), || {
+    eventually_within("the others hold the cap", Duration::from_secs(3), || {
         others.iter().map(|f| f.held(&"acme".into())).sum::<usize>() == CAP
     })
     .await;
@@ -393,7 +393,7 @@ async fn a_partition_that_heals_counts_nothing_twice_past_the_ttl() {
     );
 
     partition.heal();
-    eventually("the cut-off replica back", Duration::from_secs(3), || {
+    eventually_within("the cut-off replica back", Duration::from_secs(3), || {
         !cut_off.snapshot().fallback
     })
     .await;
@@ -453,7 +453,7 @@ async fn keys_with_nothing_in_flight_are_forgotten_on_both_sides() {
         "leases in Redis as the load ends"
     );
     // Given back within a few renewal rounds (two idle, one to set Redis), then forgotten.
-    eventually(
+    eventually_within(
         "every replica forgets every key",
         Duration::from_secs(3),
         || replicas.iter().all(|r| r.fleet.snapshot().keys == 0),
@@ -486,7 +486,7 @@ async fn a_slow_redis_stalls_no_request_past_the_grant_timeout() {
     };
     let (replicas, _running) = replicas(&redis, "slow", 8, Duration::from_secs(3)).await;
     let replica = &replicas[0];
-    eventually("the replicas counted", Duration::from_secs(2), || {
+    eventually_within("the replicas counted", Duration::from_secs(2), || {
         replicas.iter().all(|r| r.fleet.snapshot().replicas == 3)
     })
     .await;
@@ -508,7 +508,7 @@ async fn a_slow_redis_stalls_no_request_past_the_grant_timeout() {
     assert!(tally.slowest < Duration::from_millis(600), "{tally:?}");
     assert!(replica.fleet.snapshot().fallback);
     sleeper.join().unwrap();
-    eventually("back once Redis answers", Duration::from_secs(3), || {
+    eventually_within("back once Redis answers", Duration::from_secs(3), || {
         !replica.fleet.snapshot().fallback
     })
     .await;
@@ -619,7 +619,7 @@ async fn a_replica_back_before_the_others_grows_no_further_than_its_share() {
         Replica::start(build(), running.clone(), SERVICE).await,
     ];
     let all = || std::iter::once(&first).chain(others.iter());
-    eventually("three replicas counted", Duration::from_secs(4), || {
+    eventually_within("three replicas counted", Duration::from_secs(4), || {
         all().all(|r| r.fleet.snapshot().replicas == 3)
     })
     .await;
@@ -631,7 +631,7 @@ async fn a_replica_back_before_the_others_grows_no_further_than_its_share() {
     });
     tokio::time::sleep(Duration::from_millis(500)).await;
     redis.stop();
-    eventually(
+    eventually_within(
         "every replica on its fallback",
         Duration::from_secs(2),
         || all().all(|r| r.fleet.snapshot().fallback),
@@ -696,7 +696,7 @@ async fn a_slot_free_on_one_replica_moves_to_another_at_once() {
             assert_eq!(status.await.unwrap(), http::StatusCode::OK);
         }
         assert_eq!(from.fleet.held(&acme), CAP, "it held the whole cap");
-        eventually("nothing in flight", Duration::from_secs(1), || {
+        eventually_within("nothing in flight", Duration::from_secs(1), || {
             from.layer.gate().count().in_flight() == 0
         })
         .await;
@@ -712,7 +712,7 @@ async fn a_slot_free_on_one_replica_moves_to_another_at_once() {
         assert!(from.fleet.snapshot().given_back >= 1);
         // It gave back all it held (nothing in flight there), and forgot the key.
         assert_eq!(from.fleet.held(&acme), 0);
-        eventually("the key forgotten", Duration::from_secs(1), || {
+        eventually_within("the key forgotten", Duration::from_secs(1), || {
             from.fleet.snapshot().keys == 0
         })
         .await;
@@ -729,7 +729,7 @@ async fn a_slot_free_on_one_replica_moves_to_another_at_once() {
     let held: Vec<_> = (0..CAP)
         .map(|_| tokio::spawn(get(busy.addr, "globex")))
         .collect();
-    eventually("the cap in flight", Duration::from_secs(2), || {
+    eventually_within("the cap in flight", Duration::from_secs(2), || {
         running.now() == CAP
     })
     .await;
@@ -797,7 +797,7 @@ async fn replicas_started_without_redis_never_pass_the_cap() {
     // Redis comes up: the first replicas join and serve the cap.
     redis.restart();
     running.reset();
-    eventually("back on leases", Duration::from_secs(3), || {
+    eventually_within("back on leases", Duration::from_secs(3), || {
         replicas
             .iter()
             .all(|replica| !replica.fleet.snapshot().fallback)
@@ -824,7 +824,7 @@ async fn the_channel_is_listened_to_again_once_redis_returns() {
     let ttl = Duration::from_secs(6);
     let (a, b, _) = two(&redis, "relisten", CAP, ttl, Duration::from_millis(50)).await;
     let both = [&a, &b];
-    eventually("both counted", Duration::from_secs(3), || {
+    eventually_within("both counted", Duration::from_secs(3), || {
         both.iter().all(|r| r.fleet.snapshot().replicas == 2)
     })
     .await;
@@ -836,7 +836,7 @@ async fn the_channel_is_listened_to_again_once_redis_returns() {
     redis.restart();
     // Two rounds answered since (a replica back from its fallback grows no further than
     // its share until the round after), by then past the listeners' pause too.
-    eventually("two rounds answered", Duration::from_secs(9), || {
+    eventually_within("two rounds answered", Duration::from_secs(9), || {
         both.iter()
             .zip(&before)
             .all(|(r, b)| answered(r) >= b + 2 && !r.fleet.snapshot().fallback)
@@ -848,7 +848,7 @@ async fn the_channel_is_listened_to_again_once_redis_returns() {
     for status in fill {
         assert_eq!(status.await.unwrap(), http::StatusCode::OK);
     }
-    eventually("nothing in flight", Duration::from_secs(1), || {
+    eventually_within("nothing in flight", Duration::from_secs(1), || {
         a.layer.gate().count().in_flight() == 0
     })
     .await;
@@ -879,12 +879,12 @@ async fn a_holder_gives_back_only_what_it_does_not_use() {
     let mut held: Vec<_> = (0..2).map(|_| tokio::spawn(get(a.addr, "acme"))).collect();
     tokio::time::sleep(service / 2).await;
     held.extend((0..2).map(|_| tokio::spawn(get(a.addr, "acme"))));
-    eventually("the first two done", Duration::from_secs(2), || {
+    eventually_within("the first two done", Duration::from_secs(2), || {
         running.now() == 2 && a.fleet.held(&acme) == CAP
     })
     .await;
     let asked = tokio::spawn(get(b.addr, "acme"));
-    eventually("two given back", Duration::from_millis(400), || {
+    eventually_within("two given back", Duration::from_millis(400), || {
         a.fleet.held(&acme) == 2
     })
     .await;

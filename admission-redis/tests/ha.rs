@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use admission_redis::{FleetCap, Store};
-use support::{Cluster, Replica, Running, Sentinels, eventually, get, load};
+use support::{Cluster, Replica, Running, Sentinels, eventually_within, get, load};
 
 const SERVICE: Duration = Duration::from_millis(10);
 
@@ -66,7 +66,7 @@ async fn a_cluster_holds_each_key_to_its_cap_and_moves_free_slots() {
     for status in fill {
         assert_eq!(status.await.unwrap(), http::StatusCode::OK);
     }
-    eventually(
+    eventually_within(
         "a holds the cap, nothing in flight",
         Duration::from_secs(1),
         || a.fleet.held(&key) == CAP && a.layer.gate().count().in_flight() == 0,
@@ -102,7 +102,7 @@ async fn a_sentinel_failover_keeps_the_cap_and_rejoins_on_the_new_primary() {
         replicas.push(Replica::start(fleet, running.clone(), SERVICE).await);
     }
     let addrs: Vec<_> = replicas.iter().map(|replica| replica.addr).collect();
-    eventually("two replicas counted", Duration::from_secs(3), || {
+    eventually_within("two replicas counted", Duration::from_secs(3), || {
         replicas.iter().all(|r| r.fleet.snapshot().replicas == 2)
     })
     .await;
@@ -118,7 +118,7 @@ async fn a_sentinel_failover_keeps_the_cap_and_rejoins_on_the_new_primary() {
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     sentinels.kill_primary();
-    eventually("both on their fallback", Duration::from_secs(2), || {
+    eventually_within("both on their fallback", Duration::from_secs(2), || {
         replicas.iter().all(|r| r.fleet.snapshot().fallback)
     })
     .await;
@@ -132,7 +132,7 @@ async fn a_sentinel_failover_keeps_the_cap_and_rejoins_on_the_new_primary() {
     let switch = running.most();
     running.reset();
     sentinels.await_failover();
-    eventually(
+    eventually_within(
         "both back, on the new primary",
         Duration::from_secs(5),
         || replicas.iter().all(|r| !r.fleet.snapshot().fallback),

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use admission_redis::{FleetCap, FleetError};
 use metrics_exporter_prometheus::PrometheusBuilder;
-use support::{Redis, Replica, Running, eventually, load};
+use support::{Redis, Replica, Running, eventually_within, load};
 
 /// The value of the one series of `metric` for cap `name` (and `outcome`, if given).
 fn value(rendered: &str, metric: &str, name: &str, outcome: Option<&str>) -> Option<f64> {
@@ -47,7 +47,7 @@ async fn the_series_say_when_the_fleet_runs_on_its_fallback_and_when_it_is_back(
     .await;
     let served = load(&[replica.addr], 4, "acme", Duration::from_millis(400)).await;
     assert!(served.ok > 0);
-    eventually("a round recorded the slots", Duration::from_secs(2), || {
+    eventually_within("a round recorded the slots", Duration::from_secs(2), || {
         value(&handle.render(), "admission_fleet_slots", "observed", None).is_some_and(|v| v > 0.0)
     })
     .await;
@@ -67,7 +67,7 @@ async fn the_series_say_when_the_fleet_runs_on_its_fallback_and_when_it_is_back(
 
     redis.stop();
     let _ = load(&[replica.addr], 4, "acme", Duration::from_millis(300)).await;
-    eventually("on the fallback", Duration::from_secs(2), || {
+    eventually_within("on the fallback", Duration::from_secs(2), || {
         value(
             &handle.render(),
             "admission_fleet_fallback",
@@ -85,7 +85,7 @@ async fn the_series_say_when_the_fleet_runs_on_its_fallback_and_when_it_is_back(
     assert!(errors.is_some_and(|errors| errors >= 1.0));
 
     redis.restart();
-    eventually("back", Duration::from_secs(3), || {
+    eventually_within("back", Duration::from_secs(3), || {
         value(
             &handle.render(),
             "admission_fleet_fallback",
@@ -105,7 +105,7 @@ async fn the_series_say_when_the_fleet_runs_on_its_fallback_and_when_it_is_back(
         .per_key(unnamed.per_key(|_: &http::request::Parts| None))
         .build()
         .unwrap();
-    eventually(
+    eventually_within(
         "a heartbeat counted under the layer's name",
         Duration::from_secs(2),
         || {

@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use admission_redis::FleetCap;
-use support::{Redis, Replica, Running, eventually, get, load};
+use support::{Redis, Replica, Running, eventually_within, get, load};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Metadata, Subscriber, span};
 
@@ -102,7 +102,7 @@ async fn a_replica_says_when_it_falls_back_rejoins_and_is_refused_a_grant() {
 
     redis.stop();
     let _ = load(&[a.addr], 1, "globex", Duration::from_millis(150)).await;
-    eventually("a warning", Duration::from_secs(2), || {
+    eventually_within("a warning", Duration::from_secs(2), || {
         !events.at(Level::WARN).is_empty()
     })
     .await;
@@ -122,7 +122,7 @@ async fn a_replica_says_when_it_falls_back_rejoins_and_is_refused_a_grant() {
     );
 
     redis.restart();
-    eventually("both back", Duration::from_secs(3), || {
+    eventually_within("both back", Duration::from_secs(3), || {
         events.at(Level::INFO).len() == 2
     })
     .await;

@@ -23,8 +23,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::{Instant, sleep, timeout};
 use tower::Layer;
 
-#[path = "support/heap.rs"]
-mod heap;
+use admission_testkit::heap;
+admission_testkit::count_the_heap!();
 
 use heap::live;
 

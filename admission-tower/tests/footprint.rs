@@ -4,8 +4,8 @@
 
 #![cfg(all(feature = "serve", feature = "axum"))]
 
-#[path = "support/heap.rs"]
-mod heap;
+use admission_testkit::heap;
+admission_testkit::count_the_heap!();
 
 use std::time::Duration;
 

@@ -27,16 +27,13 @@ use tokio::time::sleep;
 mod downloads;
 #[path = "support/events.rs"]
 mod events;
-#[path = "support/eventually.rs"]
-mod eventually;
-#[path = "support/h2.rs"]
-mod h2;
-#[path = "support/heap.rs"]
-mod heap;
+use admission_testkit::h2;
+use admission_testkit::heap;
+admission_testkit::count_the_heap!();
 
+use admission_testkit::eventually;
 use downloads::{BIG, CHUNK, CHUNKS};
 use events::Heartbeats;
-use eventually::eventually;
 use h2::{INITIAL_WINDOW_SIZE, Log, ask, client, get_on, preface_with, slow_reader, window_update};
 
 /// The requests the layer admits at once: as many as one attacking connection asks for.

@@ -29,13 +29,10 @@ use tower::{Layer, ServiceExt};
 mod downloads;
 #[path = "support/events.rs"]
 mod events;
-#[path = "support/eventually.rs"]
-mod eventually;
-#[path = "support/h2.rs"]
-mod h2;
+use admission_testkit::h2;
 
+use admission_testkit::{eventually, holds_within};
 use events::Heartbeats;
-use eventually::{eventually, holds_within};
 use h2::{ask, slow_reader};
 
 /// 1 KiB/s after a second: the rate of the tests that stall.

@@ -25,15 +25,12 @@ use tokio::time::{Instant, sleep, timeout};
 
 #[path = "support/events.rs"]
 mod events;
-#[path = "support/eventually.rs"]
-mod eventually;
-#[path = "support/h2.rs"]
-mod h2;
-#[path = "support/heap.rs"]
-mod heap;
+use admission_testkit::h2;
+use admission_testkit::heap;
+admission_testkit::count_the_heap!();
 
+use admission_testkit::eventually;
 use events::Heartbeats;
-use eventually::eventually;
 use h2::{
     CONTINUATION, END_HEADERS, END_STREAM, GOAWAY, HEADERS, PING, RST_STREAM, frame, frames,
     get_block, preface,

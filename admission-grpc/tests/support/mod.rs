@@ -287,17 +287,8 @@ pub async fn pour(channel: &Channel) -> Result<Streaming<HealthCheckRequest>, St
     .map(Response::into_inner)
 }
 
-/// Waits (at most 5 s) for `condition`.
-pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while !condition() {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out waiting: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
+#[allow(unused_imports)] // Not every test file waits.
+pub use admission_testkit::eventually;
 
 /// Opens an `Ack` stream; each payload the test sends on the returned sender goes out
 /// as one message, when the test sends it.

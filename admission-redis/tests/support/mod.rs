@@ -187,14 +187,8 @@ pub async fn get(addr: SocketAddr, tenant: &str) -> StatusCode {
     status
 }
 
-/// Waits (at most `within`) for `condition`.
-pub async fn eventually(what: &str, within: Duration, mut condition: impl FnMut() -> bool) {
-    let deadline = Instant::now() + within;
-    while !condition() {
-        assert!(Instant::now() < deadline, "timed out waiting: {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+#[allow(unused_imports)] // Not every test file waits.
+pub use admission_testkit::eventually_within;
 
 /// A TCP proxy to Redis that can be cut (every connection dropped, new ones closed at
 /// once) and healed: a network partition between one replica and Redis.

@@ -42,9 +42,8 @@ use std::time::Duration;
 use suite::{CONNECTIONS_PER_ADDRESS, COUNT, LOAD, PER_ADDRESS, Server, WORK, attack};
 
 // The tests' heap counter, shared.
-#[path = "../../tests/support/heap.rs"]
-#[allow(dead_code)]
-mod heap;
+use admission_testkit::heap;
+admission_testkit::count_the_heap!();
 
 /// The heap the attacks may add over the quiet run's peak: what the docs bound, for the
 /// attacks this run makes. Each zero-window stream h2 holds at most 96 KiB of (its send

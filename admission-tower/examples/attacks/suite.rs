@@ -19,8 +19,7 @@ pub(crate) mod attack;
 #[path = "load.rs"]
 pub(crate) mod load;
 // The tests' h2 frames by hand, shared.
-#[path = "../../tests/support/h2.rs"]
-mod h2;
+use admission_testkit::h2;
 
 /// Requests in flight, and per client address.
 pub(crate) const COUNT: usize = 128;

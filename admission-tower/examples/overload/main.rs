@@ -23,8 +23,7 @@
 
 mod attack;
 // The tests' h2 frames by hand, shared.
-#[path = "../../tests/support/h2.rs"]
-mod h2;
+use admission_testkit::h2;
 mod load;
 mod report;
 mod server;

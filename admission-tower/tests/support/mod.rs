@@ -4,10 +4,8 @@
 // Each test file uses part of this module, and test helpers need no docs.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
-mod eventually;
-
-#[allow(unused_imports)] // Not every test file uses both.
-pub use eventually::{eventually, holds_within};
+#[allow(unused_imports)] // Not every test file uses each.
+pub use admission_testkit::{eventually, holds_within, serve, serve_on};
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -24,9 +22,8 @@ use http::{Request, Response, StatusCode};
 use http_body::{Body, Frame};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::service::TowerToHyperService;
-use tokio::net::{TcpListener, TcpStream};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 /// A response body fed by the test through a channel; ends when the sender drops.
@@ -122,59 +119,6 @@ pub fn app(
             Ok::<_, Infallible>(Response::new(body))
         }
     })
-}
-
-/// Serves `service` over HTTP/1.1 on `127.0.0.1:0` until the test's runtime ends.
-pub async fn serve<S, B>(service: S) -> SocketAddr
-where
-    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    serve_on(service, false).await
-}
-
-/// Serves `service` over HTTP/1.1, or HTTP/2 if `h2` (prior knowledge), on
-/// `127.0.0.1:0` until the test's runtime ends.
-pub async fn serve_on<S, B>(service: S, h2: bool) -> SocketAddr
-where
-    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
-{
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else {
-                return;
-            };
-            let service = TowerToHyperService::new(service.clone());
-            tokio::spawn(async move {
-                let io = TokioIo::new(stream);
-                let _ = if h2 {
-                    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                        .serve_connection(io, service)
-                        .await
-                } else {
-                    hyper::server::conn::http1::Builder::new()
-                        .serve_connection(io, service)
-                        .await
-                };
-            });
-        }
-    });
-    addr
 }
 
 /// One request on its own connection. The connection lives as long as the returned

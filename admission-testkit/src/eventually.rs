@@ -1,13 +1,16 @@
 //! Waiting for what a test expects to become true.
 
-#![allow(unreachable_pub)]
-
 use std::time::Duration;
 
 /// Waits (at most 5 s) for `condition`, polling every few milliseconds; `what` names it
 /// if it never holds.
 pub async fn eventually(what: &str, condition: impl FnMut() -> bool) {
-    let within = Duration::from_secs(5);
+    eventually_within(what, Duration::from_secs(5), condition).await;
+}
+
+/// Waits at most `within` for `condition`, polling every few milliseconds; `what` names
+/// it if it never holds.
+pub async fn eventually_within(what: &str, within: Duration, condition: impl FnMut() -> bool) {
     assert!(
         holds_within(within, condition).await,
         "not within {within:?}: {what}"

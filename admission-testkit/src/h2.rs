@@ -2,9 +2,6 @@
 //! pings and opens flow-control windows on a schedule of the test's, for the tests that
 //! attack `serve` below what a real client library would send.
 
-// Each test file uses part of this module, and test helpers need no docs.
-#![allow(dead_code, unreachable_pub, missing_docs)]
-
 use std::net::SocketAddr;
 use std::time::Duration;
 

@@ -1,12 +1,13 @@
 //! A global allocator that counts the bytes live on the heap, for the tests that check
 //! that closed connections and attacks leave nothing behind. Each test binary that
-//! includes it (`#[path = "support/heap.rs"] mod heap;`) counts its own heap.
+//! calls [`count_the_heap!`](crate::count_the_heap) counts its own heap.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
-/// Counts the bytes live on the heap, to see that closed connections leave nothing.
-struct Counting;
+/// Counts the bytes live on the heap, to see that closed connections leave nothing:
+/// installed as a test binary's allocator by [`count_the_heap!`](crate::count_the_heap).
+pub struct Counting;
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
 static PEAK: AtomicIsize = AtomicIsize::new(0);
@@ -30,16 +31,22 @@ unsafe impl GlobalAlloc for Counting {
     }
 }
 
-#[global_allocator]
-static ALLOCATOR: Counting = Counting;
+/// Makes [`Counting`] this binary's allocator: call once, at a test file's top level.
+#[macro_export]
+macro_rules! count_the_heap {
+    () => {
+        #[global_allocator]
+        static ALLOCATOR: $crate::heap::Counting = $crate::heap::Counting;
+    };
+}
 
-pub(crate) fn live() -> isize {
+/// The bytes live on the heap now.
+pub fn live() -> isize {
     LIVE.load(Ordering::Relaxed)
 }
 
 /// The most bytes live at once since the last call, and starts the next period at what
 /// is live now.
-#[allow(dead_code)] // The attacks example's; the tests read what is live.
-pub(crate) fn peak() -> usize {
+pub fn peak() -> usize {
     PEAK.swap(live(), Ordering::Relaxed).max(0) as usize
 }

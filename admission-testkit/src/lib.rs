@@ -1,0 +1,15 @@
+//! The workspace's test helpers, shared by every crate's tests and examples (not
+//! published): a server on loopback ([`serve`], [`serve_on`]), h2 written by hand
+//! ([`h2`]), waiting for what a test expects ([`eventually`]), and a heap counter
+//! ([`heap`], installed by [`count_the_heap!`]).
+
+// Test helpers: each test binary uses part of them.
+#![allow(missing_docs, dead_code)]
+
+mod eventually;
+pub mod h2;
+pub mod heap;
+mod serve;
+
+pub use eventually::{eventually, eventually_within, holds_within};
+pub use serve::{serve, serve_on};

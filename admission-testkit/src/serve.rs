@@ -1,0 +1,65 @@
+//! A server on loopback for a test: a tower service on `127.0.0.1:0`, over HTTP/1.1 or
+//! h2, until the test's runtime ends.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+
+use http::{Request, Response};
+use http_body::Body;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+
+/// Serves `service` over HTTP/1.1 on `127.0.0.1:0` until the test's runtime ends.
+pub async fn serve<S, B>(service: S) -> SocketAddr
+where
+    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    serve_on(service, false).await
+}
+
+/// Serves `service` over HTTP/1.1, or HTTP/2 if `h2` (prior knowledge), on
+/// `127.0.0.1:0` until the test's runtime ends.
+pub async fn serve_on<S, B>(service: S, h2: bool) -> SocketAddr
+where
+    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                return;
+            };
+            let service = TowerToHyperService::new(service.clone());
+            tokio::spawn(async move {
+                let io = TokioIo::new(stream);
+                let _ = if h2 {
+                    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(io, service)
+                        .await
+                } else {
+                    hyper::server::conn::http1::Builder::new()
+                        .serve_connection(io, service)
+                        .await
+                };
+            });
+        }
+    });
+    addr
+}
