@@ -12,4 +12,4 @@ pub mod heap;
 mod serve;
 
 pub use eventually::{eventually, eventually_within, holds_within};
-pub use serve::{serve, serve_on};
+pub use serve::{Served, serve, serve_on};

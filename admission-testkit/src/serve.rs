@@ -11,17 +11,36 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 
+/// A service a test serves: one clone a connection, on tasks of their own.
+pub trait Served<B>:
+    tower::Service<
+        Request<Incoming>,
+        Response = Response<B>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + 'static
+{
+}
+
+impl<S, B> Served<B> for S where
+    S: tower::Service<
+            Request<Incoming>,
+            Response = Response<B>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + 'static
+{
+}
+
 /// Serves `service` over HTTP/1.1 on `127.0.0.1:0` until the test's runtime ends.
 pub async fn serve<S, B>(service: S) -> SocketAddr
 where
-    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S: Served<B>,
+    B: Body<Data: Send, Error: Into<Box<dyn std::error::Error + Send + Sync>>> + Send + 'static,
 {
     serve_on(service, false).await
 }
@@ -30,14 +49,8 @@ where
 /// `127.0.0.1:0` until the test's runtime ends.
 pub async fn serve_on<S, B>(service: S, h2: bool) -> SocketAddr
 where
-    S: tower::Service<Request<Incoming>, Response = Response<B>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send + 'static,
-    B: Body + Send + 'static,
-    B::Data: Send,
-    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    S: Served<B>,
+    B: Body<Data: Send, Error: Into<Box<dyn std::error::Error + Send + Sync>>> + Send + 'static,
 {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

@@ -160,16 +160,22 @@ fn a_lower_reading_is_the_estimate_and_the_limit_resumes_at_the_servers_concurre
     assert_eq!(gradient.estimate.latency(), Some(0.011));
 }
 
+/// A probe at `limit` measuring, its reading empty, the round before it at 12 ms.
+fn measuring(limit: u64) -> Gradient {
+    let (mut gradient, probe) = probing(limit, false);
+    gradient.probes.phase = Phase::Measuring {
+        probe,
+        reading: Reading::default(),
+    };
+    gradient
+}
+
 #[test]
 fn a_probe_whose_latency_rose_over_the_round_before_it_descends_from_that_window() {
     // The round before the probe read 12 ms; the probe's first window 10 ms, its second
     // 36 ms: the server shrank as it measured. The probe ends on the second window alone,
     // read as a queue: the estimate takes it for now and a probe a step lower follows.
-    let (mut gradient, probe) = probing(50, false);
-    gradient.probes.phase = Phase::Measuring {
-        probe,
-        reading: Reading::default(),
-    };
+    let mut gradient = measuring(50);
     assert_eq!(
         gradient.probe_step(&window(50, &[(10.0, 100)]), 0.010),
         Some(50)
@@ -183,11 +189,7 @@ fn a_probe_whose_latency_rose_over_the_round_before_it_descends_from_that_window
 #[test]
 fn a_probe_whose_latency_stays_near_the_round_before_it_measures_on() {
     // 14 ms over 12: within a fourth, as a draining queue's last waits may read.
-    let (mut gradient, probe) = probing(50, false);
-    gradient.probes.phase = Phase::Measuring {
-        probe,
-        reading: Reading::default(),
-    };
+    let mut gradient = measuring(50);
     gradient.probe_step(&window(50, &[(14.0, 160)]), 0.014);
     assert_eq!(gradient.probing(), Some(true));
 }
