@@ -93,7 +93,7 @@ fn outcome() -> impl Strategy<Value = Outcome> {
     prop_oneof![
         8 => Just(Outcome::Success),
         1 => Just(Outcome::Overload),
-        1 => Just(Outcome::Dropped),
+        1 => Just(Outcome::Gone),
     ]
 }
 

@@ -123,7 +123,7 @@ fn status_with(code: RefusalCode, refused: Refused, retry_after: Duration) -> St
 
 /// The `Status` for any refusal the layer can make: a refusal as
 /// [`refused_status_with`], a malformed `Content-Length` as `INVALID_ARGUMENT`.
-pub(crate) fn rejection_status(code: RefusalCode, cx: &RefusalContext<'_>) -> Status {
+pub(crate) fn refusal_status(code: RefusalCode, cx: &RefusalContext<'_>) -> Status {
     match cx.refusal {
         Refusal::Refused(refused) => status_with(code, refused, cx.retry_delay.unwrap_or_default()),
         other => Status::new(Code::InvalidArgument, format!("admission refused: {other}")),
@@ -139,7 +139,7 @@ pub(crate) fn body_status(code: RefusalCode, cx: &BodyRefusalContext) -> Status 
 /// The trailers-only response for a refusal: HTTP 200, `content-type: application/grpc`,
 /// and the status in the headers of a response with no body.
 pub(crate) fn trailers_only(code: RefusalCode, cx: &RefusalContext<'_>) -> http::Response<Bytes> {
-    let mut response: http::Response<Bytes> = rejection_status(code, cx).into_http();
+    let mut response: http::Response<Bytes> = refusal_status(code, cx).into_http();
     // `into_http` records the status in the extensions too; a refusal needs only headers.
     response.extensions_mut().clear();
     response

@@ -484,7 +484,7 @@ async fn a_call_stating_a_sheddable_class_is_shed_first_and_a_critical_one_is_se
         .unwrap();
     put(&channel, "browse", &[]).await.unwrap(); // no class stated: the default (90%)
     assert_eq!(
-        layer.shed_by_class(),
+        layer.refused_by_class(),
         [("critical", 0), ("default", 0), ("sheddable", 1)]
     );
     drop(held);

@@ -213,10 +213,10 @@ impl AdmissionLayer {
     ///     .count(64)
     ///     .priority(Classes::standard(), |_, _| Priority::DEFAULT)
     ///     .build()?;
-    /// assert_eq!(layer.shed_by_class(), [("critical", 0), ("default", 0), ("sheddable", 0)]);
+    /// assert_eq!(layer.refused_by_class(), [("critical", 0), ("default", 0), ("sheddable", 0)]);
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
-    pub fn shed_by_class(&self) -> Vec<(&str, u64)> {
+    pub fn refused_by_class(&self) -> Vec<(&str, u64)> {
         let refused = self.shared.gate.count().refused_by_class();
         self.classes()
             .into_iter()

@@ -114,7 +114,7 @@ impl Rest {
 }
 
 /// An adaptive limit's sample of one request: since when, how it ended as far as is known
-/// (`Dropped` until the response head), and where it ends.
+/// (`Gone` until the response head), and where it ends.
 pub(crate) struct Sample {
     admitted: Instant,
     outcome: Outcome,
@@ -126,7 +126,7 @@ impl Sample {
     pub(crate) fn start(at: Option<SampleAt>) -> Option<Self> {
         at.map(|at| Sample {
             admitted: Instant::now(),
-            outcome: Outcome::Dropped,
+            outcome: Outcome::Gone,
             at,
         })
     }

@@ -89,7 +89,7 @@ async fn a_critical_request_is_refused_only_at_full_capacity() {
     );
 
     assert_eq!(
-        layer.shed_by_class(),
+        layer.refused_by_class(),
         [("critical", 2), ("default", 2), ("sheddable", 1)]
     );
     let refused = layer.snapshot().gate.refused_by_class;

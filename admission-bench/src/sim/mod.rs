@@ -11,7 +11,7 @@
 //! the simulation's clock) or are shed, and shed requests are not retried. A client
 //! gives up at its deadline: the request is cancelled, in the queue or in service (as an
 //! async server drops a request's future when its client goes away), its permit
-//! released, and the limiter told `Dropped`. Goodput counts answers (every answer is
+//! released, and the limiter told `Gone`. Goodput counts answers (every answer is
 //! within the deadline, since late ones are cancelled) as a share of what could have
 //! been answered: second by second, the arrivals or the capacity present, whichever is
 //! fewer.
@@ -357,7 +357,7 @@ fn run_inner(
                     busy -= 1;
                 }
                 // One still queued stays in the queue, skipped when it comes up.
-                finish(id, Outcome::Dropped, &mut requests);
+                finish(id, Outcome::Gone, &mut requests);
             }
         }
         // Waiters: served by the releases above, or out of time.

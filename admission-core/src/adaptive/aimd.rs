@@ -21,7 +21,7 @@ use super::{Algorithm, Window};
 /// [`overload_latency`](super::AdaptiveBuilder::overload_latency) (a fraction of the
 /// clients' deadline: a success slower than that counts as an overload), so that "too
 /// slow" is a failure too, or with clients that give up early (reported as
-/// [`Dropped`](super::Outcome::Dropped)). Where latency is a good signal,
+/// [`Gone`](super::Outcome::Gone)). Where latency is a good signal,
 /// [`Gradient`](super::Gradient) keeps latency near the no-load latency instead.
 ///
 /// # Examples

@@ -55,7 +55,7 @@
 //! at the response head by default: a streaming response (server-sent events, a gRPC
 //! stream, a download to a slow client) would otherwise read as a server slowing down;
 //! it can end at the body's end instead, for services whose work is in the body. Work
-//! that ends without a response (the client went away) is [`Outcome::Dropped`].
+//! that ends without a response (the client went away) is [`Outcome::Gone`].
 //!
 //! # Bounds, windows, and who wins
 //!

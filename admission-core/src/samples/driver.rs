@@ -90,7 +90,7 @@ impl Shard {
             Outcome::Overload => {
                 self.overloaded.fetch_add(1, Ordering::Relaxed);
             }
-            Outcome::Dropped => {
+            Outcome::Gone => {
                 self.dropped.fetch_add(1, Ordering::Relaxed);
             }
         }

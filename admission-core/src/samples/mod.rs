@@ -27,7 +27,7 @@ pub enum Outcome {
     /// limit's [`overload_latency`](crate::adaptive::AdaptiveBuilder::overload_latency).
     Overload,
     /// The client went away before the answer (a deadline, a disconnect).
-    Dropped,
+    Gone,
 }
 
 /// An algorithm that sets a count limit from windows of samples.

@@ -27,7 +27,7 @@ pub struct Window {
     pub latency_total: Duration,
     /// Samples whose outcome was [`Outcome::Overload`].
     pub overloaded: u64,
-    /// Samples whose outcome was [`Outcome::Dropped`].
+    /// Samples whose outcome was [`Outcome::Gone`].
     pub dropped: u64,
     /// The most permits in flight seen when samples were recorded (read for one sample
     /// in eight, the first of each thread's included).
@@ -184,7 +184,7 @@ impl Window {
         match outcome {
             Outcome::Success => {}
             Outcome::Overload => self.overloaded += 1,
-            Outcome::Dropped => self.dropped += 1,
+            Outcome::Gone => self.dropped += 1,
         }
         self.max_in_flight = self.max_in_flight.max(in_flight);
         let micros = micros(latency).min(Spread::CAP_MICROS);

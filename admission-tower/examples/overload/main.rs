@@ -197,8 +197,8 @@ async fn main() -> std::process::ExitCode {
         noisy_max: inside.noisy_max.load(Ordering::SeqCst),
         app_now: inside.now.load(Ordering::SeqCst),
         connections_open: connections.open(),
-        shed_by_class: layer
-            .shed_by_class()
+        refused_by_class: layer
+            .refused_by_class()
             .into_iter()
             .map(|(name, refused)| (name.to_owned(), refused))
             .collect(),

@@ -29,7 +29,7 @@ pub(crate) struct Run {
     /// Responses the handlers still hold, and connections still open.
     pub(crate) app_now: u64,
     pub(crate) connections_open: u64,
-    pub(crate) shed_by_class: Vec<(String, u64)>,
+    pub(crate) refused_by_class: Vec<(String, u64)>,
 }
 
 impl Run {
@@ -191,7 +191,7 @@ pub(crate) fn print(run: &mut Run) {
         "  {:-<10} {:->6} {:->9} {:->6} {:->12}  {:-<20}",
         "", "", "", "", "", ""
     );
-    for (name, refused) in &run.shed_by_class {
+    for (name, refused) in &run.refused_by_class {
         let mut class = run.class(name);
         println!(
             "  {:<10} {:>6} {:>9} {:>6} {:>12}  {refused}",

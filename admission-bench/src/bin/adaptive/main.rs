@@ -250,7 +250,7 @@ fn main() -> ExitCode {
         "Poisson arrivals; shed requests are not retried; a client gives up (cancelling its request, the"
     );
     println!(
-        "limit told `Dropped`) at its deadline, 100 S unless the scenario says otherwise. Measured after"
+        "limit told `Gone`) at its deadline, 100 S unless the scenario says otherwise. Measured after"
     );
     println!(
         "the warm-up (5 s unless the scenario says otherwise). Goodput counts answers as a share of what"

@@ -126,9 +126,9 @@ fn a_window_s_cv_is_its_deviation_over_its_mean_and_survives_a_merge() {
     assert_eq!(empty.median_latency(), both.median_latency());
 
     let mut first = Window::new(4, 100 * MS);
-    first.add(MS, Outcome::Dropped, 2);
+    first.add(MS, Outcome::Gone, 2);
     let mut second = Window::new(8, 100 * MS);
-    second.add(MS, Outcome::Dropped, 1);
+    second.add(MS, Outcome::Gone, 1);
     second.add(MS, Outcome::Overload, 1);
     first.merge(&second);
     assert_eq!((first.samples, first.dropped, first.overloaded), (3, 2, 1));

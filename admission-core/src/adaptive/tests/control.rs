@@ -127,7 +127,7 @@ fn slow_successes_count_as_overloads_from_the_overload_latency() {
         .unwrap();
     limit.record_at(epoch + MS, 49 * MS, Outcome::Success);
     limit.record_at(epoch + 2 * MS, 50 * MS, Outcome::Success);
-    limit.record_at(epoch + 3 * MS, 80 * MS, Outcome::Dropped);
+    limit.record_at(epoch + 3 * MS, 80 * MS, Outcome::Gone);
     limit.record_at(epoch + 200 * MS, MS, Outcome::Success);
     let w = windows.lock().unwrap()[0];
     assert_eq!((w.samples, w.overloaded, w.dropped), (4, 1, 1));

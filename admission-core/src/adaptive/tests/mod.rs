@@ -54,7 +54,7 @@ fn a_window_closes_with_every_sample_it_was_given_and_sets_the_answer() {
     let held: Vec<_> = (0..4).map(|_| ledger.try_acquire().unwrap()).collect();
     limit.record_at(epoch + 10 * MS, 5 * MS, Outcome::Success);
     limit.record_at(epoch + 20 * MS, 7 * MS, Outcome::Overload);
-    limit.record_at(epoch + 30 * MS, 9 * MS, Outcome::Dropped);
+    limit.record_at(epoch + 30 * MS, 9 * MS, Outcome::Gone);
     assert!(
         windows.lock().unwrap().is_empty(),
         "the window lasts 100 ms"
@@ -266,7 +266,7 @@ fn a_window_adds_up_its_samples() {
     assert_eq!(window.overload_share(), 0.0);
     window.add(2 * MS, Outcome::Success, 4);
     window.add(4 * MS, Outcome::Overload, 5);
-    window.add(6 * MS, Outcome::Dropped, 3);
+    window.add(6 * MS, Outcome::Gone, 3);
     window.add(Duration::from_nanos(1500), Outcome::Success, 1);
     assert_eq!(window.samples, 4);
     assert_eq!(window.latency_total, 12 * MS + Duration::from_micros(1));
