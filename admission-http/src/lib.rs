@@ -66,6 +66,7 @@
 
 mod ahead;
 mod alarm;
+mod answer;
 mod body;
 mod charge;
 pub mod class;
@@ -75,13 +76,13 @@ pub mod key;
 mod metered_body;
 mod pace;
 mod refusal;
-mod refusals;
 mod request_meter;
 mod shape;
 
 pub use ahead::{ReadAhead, ReadFrames};
 #[doc(hidden)]
 pub use alarm::Alarm;
+pub use answer::{DiscardLimits, Refusals};
 pub use body::PermitBody;
 pub use charge::RequestCharge;
 pub use grpc::{INVALID_ARGUMENT, RESOURCE_EXHAUSTED, UNAVAILABLE, grpc_code};
@@ -89,7 +90,6 @@ pub use jitter::jittered;
 pub use metered_body::MeteredBody;
 pub use pace::MinDataRate;
 pub use refusal::{BodyRefused, BoxError, Refusal, content_length};
-pub use refusals::{DiscardLimits, Refusals};
 pub use request_meter::{MeteredRequest, RequestMeter};
 pub use shape::{BodyRefusalContext, RefusalBody, RefusalContext};
 

@@ -4,7 +4,7 @@
 //! A response handed to the server waits on its client until the server asks the body
 //! for its next frame: hyper asks only once what it was handed has gone into its buffers,
 //! which it does only as the client takes it (an h2 window with room, a socket that
-//! drains). So a body that keeps the rate has a [`Pace`]: it hands each frame out in
+//! drains). So a body that keeps the rate has a [`SendPace`]: it hands each frame out in
 //! pieces the client could take at the minimum rate within its patience. Between polls
 //! it keeps its permits and its pace parked in [`PARKED`], until its patience runs out
 //! while it waits on the client, for as long as it likes while it waits on its own source
@@ -25,7 +25,7 @@ use pin_project_lite::pin_project;
 
 use crate::error::Stalled;
 use crate::pacer::{Pacer, PacerId};
-use crate::patience::Pace;
+use crate::patience::SendPace;
 use crate::permit::AdmissionPermit;
 use crate::stalls::{Registry, Ticket};
 
@@ -85,7 +85,7 @@ enum Hold {
 /// a stall is counted.
 struct Paced {
     permit: AdmissionPermit,
-    pace: Pace,
+    pace: SendPace,
     left: Bytes,
     pacer: Arc<Pacer>,
 }
@@ -170,7 +170,7 @@ impl<B: Body> ResponseBody<B> {
                 };
                 let hold = match pacer {
                     Some(pacer) => {
-                        let pace = Pace::new(Some(pacer.rate()), Instant::now());
+                        let pace = SendPace::new(Some(pacer.rate()), Instant::now());
                         let due = pace.due();
                         let mut hold = Hold::Released;
                         let left = Bytes::new();

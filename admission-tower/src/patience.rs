@@ -9,7 +9,7 @@
 //! - [`Patience`] is the bucket: it starts at the grace period, a wait spends it, and
 //!   what the client takes earns it back at `1 / rate` a byte, up to a cap. A wait longer
 //!   than what is left is a client not taking what it was sent.
-//! - [`Pace`] hands a body's frames out in pieces no larger than what the client could
+//! - [`SendPace`] hands a body's frames out in pieces no larger than what the client could
 //!   take at the minimum rate within its patience, so that an honest slow reader is never
 //!   handed more than it can take in time, and times the wait after each.
 
@@ -132,13 +132,13 @@ fn taking(bytes: usize, bytes_per_second: NonZeroU64) -> u64 {
 /// A response body's pace: its frames handed out in pieces the client can take in time,
 /// and the wait after each timed. Without a rate, pieces of the largest size and no time.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Pace {
+pub(crate) struct SendPace {
     patience: Option<Patience>,
     /// The size of the piece last handed out, still to be asked past.
     handed: usize,
 }
 
-impl Pace {
+impl SendPace {
     /// A response whose head went out at `now`: its body waits on the client from then
     /// (a body not asked for at all is not being taken either).
     pub(crate) fn new(rate: Option<MinDataRate>, now: Instant) -> Self {
@@ -205,7 +205,7 @@ mod tests {
 
     use std::num::NonZeroU64;
 
-    use super::{MAX_PIECE, MIN_PIECE, Pace, Patience, taking};
+    use super::{MAX_PIECE, MIN_PIECE, Patience, SendPace, taking};
 
     fn rate() -> MinDataRate {
         MinDataRate::new(1_000, Duration::from_secs(2))
@@ -286,7 +286,7 @@ mod tests {
     #[test]
     fn a_body_waits_from_its_head_and_pieces_grow_as_they_are_asked_past() {
         let now = Instant::now();
-        let mut pace = Pace::new(Some(rate()), now);
+        let mut pace = SendPace::new(Some(rate()), now);
         assert_eq!(pace.due(), Some(now + Duration::from_millis(2_001)));
         pace.asked(now);
         assert_eq!(pace.due(), None, "asked: not waiting");
@@ -300,7 +300,7 @@ mod tests {
             .collect();
         assert_eq!(sizes, [2_000, 4_000, 8_000, 16_000, MAX_PIECE]);
         assert_eq!(held.len(), (1 << 20) - 30_000 - MAX_PIECE);
-        let mut unpaced = Pace::new(None, now);
+        let mut unpaced = SendPace::new(None, now);
         assert_eq!(unpaced.hand(&mut held, now).len(), MAX_PIECE, "no rate");
         assert_eq!(unpaced.due(), None, "no rate: no time");
     }
@@ -308,7 +308,7 @@ mod tests {
     #[test]
     fn a_slow_client_is_handed_the_smallest_piece_and_what_fits_goes_whole() {
         let start = Instant::now();
-        let mut pace = Pace::new(Some(rate()), start);
+        let mut pace = SendPace::new(Some(rate()), start);
         // The head waited 1.5 s of its 2 s: 500 ms is worth 500 bytes.
         let asked = start + Duration::from_millis(1_500);
         pace.asked(asked);
@@ -335,7 +335,7 @@ mod tests {
     #[test]
     fn what_a_body_banks_is_bounded() {
         let now = Instant::now();
-        let mut pace = Pace::new(Some(rate()), now);
+        let mut pace = SendPace::new(Some(rate()), now);
         let mut held = Bytes::from(vec![0; 1 << 20]);
         while !held.is_empty() {
             pace.asked(now);

@@ -26,14 +26,14 @@ use crate::{AdmissionLayer, ClientAddress, ConnectionLimits};
 
 mod drive;
 mod listener;
+mod request;
 mod stream;
-mod tracked;
 mod tracker;
 
 use drive::Stage;
 pub use listener::{Handshake, Listener, Plain};
+use request::Tracked;
 use stream::StreamExecutor;
-use tracked::Tracked;
 use tracker::Tracker;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -9,10 +9,10 @@
 //! the client's window has room. A piece handed out and not asked past is a piece the
 //! client is not taking.
 //!
-//! - [`Pace`](crate::patience::Pace) is the rule (the one every send-rate bound keeps):
+//! - [`SendPace`](crate::patience::SendPace) is the rule (the one every send-rate bound keeps):
 //!   each piece is what the client could take at the minimum rate within its patience,
 //!   waits spend patience, pieces asked past earn it back at `1 / rate` a byte.
-//! - The body (`TrackedBody` in `tracked.rs`) keeps the pace and publishes when its
+//! - The body (`TrackedBody` in `request.rs`) keeps the pace and publishes when its
 //!   stream must next ask, in a thread-local cell set while the stream is polled.
 //! - [`StreamExecutor`] polls each stream hyper spawns with that cell set, and ends
 //!   the stream when the time passes: hyper's stream future is dropped, h2 sends

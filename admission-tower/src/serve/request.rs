@@ -17,7 +17,7 @@ use tower_service::Service;
 use super::stream;
 use super::tracker::Tracker;
 use crate::pacer::ServedStream;
-use crate::patience::Pace;
+use crate::patience::SendPace;
 
 /// A request in flight on its connection, from its complete head until its response
 /// body ends or is dropped.
@@ -116,7 +116,7 @@ where
                 // An h2 stream's response (hyper runs each on a task of its own, which
                 // the stream executor times); HTTP/1.x's is timed at the socket.
                 let pace = stream::in_stream().then(|| {
-                    let mut pace = Pace::new(send_rate, now());
+                    let mut pace = SendPace::new(send_rate, now());
                     if body.is_end_stream() {
                         // Nothing to send: nothing waits on the client.
                         pace.asked(now());
@@ -143,7 +143,7 @@ pin_project! {
         inner: B,
         // What is left of the inner body's last data frame (h2).
         held: Bytes,
-        pace: Option<Pace>,
+        pace: Option<SendPace>,
         _in_flight: Option<InFlight>,
     }
 }
@@ -212,7 +212,7 @@ mod paced_tests {
     use http_body::Body;
     use http_body_util::{BodyExt, Full};
 
-    use super::{Pace, TrackedBody, now};
+    use super::{SendPace, TrackedBody, now};
 
     /// A response body paced as on an h2 stream, its inner body `bytes` long.
     fn paced(bytes: usize) -> TrackedBody<Full<Bytes>> {
@@ -220,7 +220,7 @@ mod paced_tests {
         TrackedBody {
             inner: Full::new(Bytes::from(vec![7; bytes])),
             held: Bytes::new(),
-            pace: Some(Pace::new(Some(rate), now())),
+            pace: Some(SendPace::new(Some(rate), now())),
             _in_flight: None,
         }
     }
