@@ -99,39 +99,39 @@ impl AdmissionBuilder<Gate> {
         );
         let pacer = (self.settings.slow.min_response_rate())
             .map(|rate| Pacing::new(rate, observer.stall_report()));
-        Ok(AdmissionLayer::from_shared(Shared {
-            keys,
-            bypass: self.settings.bypass,
-            classes: self.settings.classes,
-            retries: self.settings.retries,
-            refusals: self.settings.refusals,
-            hook: self.settings.hook,
-            dry_run: self.settings.dry_run,
-            observer,
-            would_shed: AtomicU64::new(0),
-            sample_at,
-            slow: self.settings.slow,
-            pacer,
-            #[cfg(not(feature = "tokio"))]
-            connection_limits: self.settings.connections,
-            too_slow: AtomicU64::new(0),
-            #[cfg(feature = "tokio")]
-            connections: crate::Connections::new(self.settings.connections),
-            adaptive,
-            count_only,
-            untracked: false,
-            #[cfg(feature = "tokio")]
-            waits_first: self.settings.wait.is_some() && !self.settings.dry_run,
-            #[cfg(not(feature = "tokio"))]
-            waits_first: false,
-            #[cfg(feature = "tokio")]
-            wait: self.settings.wait,
-            waits: Default::default(),
-            gone: AtomicU64::new(0),
-            memory: memory_limit,
-            _follower: follower,
-            gate,
-        }))
+        let limits = self.settings.connections;
+        Ok(AdmissionLayer::from_parts(
+            Shared {
+                keys,
+                bypass: self.settings.bypass,
+                classes: self.settings.classes,
+                retries: self.settings.retries,
+                refusals: self.settings.refusals,
+                hook: self.settings.hook,
+                dry_run: self.settings.dry_run,
+                observer,
+                would_shed: AtomicU64::new(0),
+                sample_at,
+                slow: self.settings.slow,
+                pacer,
+                too_slow: AtomicU64::new(0),
+                adaptive,
+                count_only,
+                untracked: false,
+                #[cfg(feature = "tokio")]
+                waits_first: self.settings.wait.is_some() && !self.settings.dry_run,
+                #[cfg(not(feature = "tokio"))]
+                waits_first: false,
+                #[cfg(feature = "tokio")]
+                wait: self.settings.wait,
+                waits: Default::default(),
+                gone: AtomicU64::new(0),
+                memory: memory_limit,
+                _follower: follower,
+                gate,
+            },
+            limits,
+        ))
     }
 }
 

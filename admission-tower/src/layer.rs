@@ -30,16 +30,15 @@ use crate::{Guarded, GuardedIo};
 /// Its type is the same whichever limits are set, so a layer can be installed
 /// unconditionally ([`off`](Self::off) when admission is turned off). See the [crate
 /// docs](crate) for a complete axum example.
+#[derive(Clone)]
 pub struct AdmissionLayer {
+    /// What the requests share: their bounds, ledgers and counters.
     pub(crate) shared: Arc<Shared>,
-}
-
-impl Clone for AdmissionLayer {
-    fn clone(&self) -> Self {
-        Self {
-            shared: self.shared.clone(),
-        }
-    }
+    /// The connections' bounds, which only `serve` and `guard` read: no request does.
+    #[cfg(feature = "tokio")]
+    connections: Connections,
+    #[cfg(not(feature = "tokio"))]
+    connections: ConnectionLimits,
 }
 
 impl AdmissionLayer {
@@ -100,41 +99,45 @@ impl AdmissionLayer {
         let gate = Gate::builder()
             .build()
             .expect("a gate without limits is in range");
-        Self::from_shared(Shared {
-            keys: None,
-            bypass: None,
-            classes: None,
-            retries: None,
-            refusals: Refusals::new(),
-            hook: None,
-            dry_run: false,
-            observer: Observer::default(),
-            would_shed: AtomicU64::new(0),
-            adaptive: None,
-            sample_at: None,
-            slow: SlowClients::off(),
-            pacer: None,
-            #[cfg(not(feature = "tokio"))]
-            connection_limits: ConnectionLimits::off(),
-            too_slow: AtomicU64::new(0),
-            #[cfg(feature = "tokio")]
-            connections: Connections::new(ConnectionLimits::off()),
-            count_only: true,
-            untracked: true,
-            #[cfg(feature = "tokio")]
-            wait: None,
-            waits_first: false,
-            waits: Default::default(),
-            gone: AtomicU64::new(0),
-            memory: None,
-            _follower: None,
-            gate,
-        })
+        Self::from_parts(
+            Shared {
+                keys: None,
+                bypass: None,
+                classes: None,
+                retries: None,
+                refusals: Refusals::new(),
+                hook: None,
+                dry_run: false,
+                observer: Observer::default(),
+                would_shed: AtomicU64::new(0),
+                adaptive: None,
+                sample_at: None,
+                slow: SlowClients::off(),
+                pacer: None,
+                too_slow: AtomicU64::new(0),
+                count_only: true,
+                untracked: true,
+                #[cfg(feature = "tokio")]
+                wait: None,
+                waits_first: false,
+                waits: Default::default(),
+                gone: AtomicU64::new(0),
+                memory: None,
+                _follower: None,
+                gate,
+            },
+            ConnectionLimits::off(),
+        )
     }
 
-    pub(crate) fn from_shared(shared: Shared) -> Self {
+    /// A layer of the requests' `shared` state and the connections' `limits`.
+    pub(crate) fn from_parts(shared: Shared, limits: ConnectionLimits) -> Self {
         Self {
             shared: Arc::new(shared),
+            #[cfg(feature = "tokio")]
+            connections: Connections::new(limits),
+            #[cfg(not(feature = "tokio"))]
+            connections: limits,
         }
     }
 
@@ -339,9 +342,9 @@ impl AdmissionLayer {
     /// ```
     pub fn connection_limits(&self) -> ConnectionLimits {
         #[cfg(feature = "tokio")]
-        return *self.shared.connections.limits();
+        return *self.connections.limits();
         #[cfg(not(feature = "tokio"))]
-        self.shared.connection_limits
+        self.connections
     }
 
     /// The connections open under the layer's [`ConnectionLimits`], shared by
@@ -357,7 +360,7 @@ impl AdmissionLayer {
     #[cfg(feature = "tokio")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub fn connections(&self) -> &Connections {
-        &self.shared.connections
+        &self.connections
     }
 
     /// Bounds the connections `listener` accepts for `axum::serve`, as far as a listener
@@ -409,7 +412,7 @@ impl AdmissionLayer {
     {
         use axum::serve::ListenerExt;
         let keep: fn(&mut GuardedIo<L::Io>) = |_| {};
-        Guarded::new(listener, self.shared.connections.clone()).tap_io(keep)
+        Guarded::new(listener, self.connections.clone()).tap_io(keep)
     }
 
     /// The layer's policy for slow clients ([`AdmissionBuilder::slow_clients`]).

@@ -37,14 +37,8 @@ pub(crate) struct Shared {
     pub(crate) slow: SlowClients,
     /// The minimum send rate responses keep, if they keep one (`SlowClients`).
     pub(crate) pacer: Option<crate::pacer::Pacing>,
-    /// The connection bounds, where there are no `Connections` to hold them.
-    #[cfg(not(feature = "tokio"))]
-    pub(crate) connection_limits: crate::ConnectionLimits,
     /// Request bodies cut for arriving slower than the minimum rate.
     pub(crate) too_slow: AtomicU64,
-    /// The connection bounds, for what this layer serves or guards.
-    #[cfg(feature = "tokio")]
-    pub(crate) connections: crate::Connections,
     /// Nothing to read from the head: no byte or key dimension, no bypass, no classes.
     /// The count alone decides, before the request is taken apart. (A dry run may take
     /// this path too: its refusal, which admits the request, reads only the head.)
