@@ -25,11 +25,9 @@ use crate::{Guarded, GuardedIo};
 /// Every clone of the layer, and every service it makes, shares one gate: a limit per
 /// clone would enforce nothing, since frameworks clone services per connection or per
 /// request. Build it with [`AdmissionLayer::builder`], or over a [`Gate`] shared with
-/// other layers and interceptors with [`AdmissionLayer::from_gate`].
-///
-/// Its type is the same whichever limits are set, so a layer can be installed
-/// unconditionally ([`off`](Self::off) when admission is turned off). See the [crate
-/// docs](crate) for a complete axum example.
+/// other layers and interceptors with [`AdmissionLayer::from_gate`]. Its type is the same
+/// whichever limits are set ([`off`](Self::off) when admission is turned off); the
+/// [crate docs](crate) have a complete axum example.
 #[derive(Clone)]
 pub struct AdmissionLayer {
     /// What the requests share: their bounds, ledgers and counters.
