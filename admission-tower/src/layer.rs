@@ -30,7 +30,6 @@ use crate::{Guarded, GuardedIo};
 /// [crate docs](crate) have a complete axum example.
 #[derive(Clone)]
 pub struct AdmissionLayer {
-    /// What the requests share: their bounds, ledgers and counters.
     pub(crate) shared: Arc<Shared>,
     /// The connections' bounds, which only `serve` and `guard` read: no request does.
     #[cfg(feature = "tokio")]
