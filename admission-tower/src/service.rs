@@ -172,10 +172,14 @@ impl<S: Clone> Clone for Admission<S> {
     }
 }
 
+// (The bounds spelled out, not as `Inner` and `RequestBody`: users read them here.)
 impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Admission<S>
 where
-    S: Inner<ReqBody, Response = Response<ResBody>>,
-    ReqBody: RequestBody,
+    S: Service<Request<MeteredBody<ReqBody>>, Response = Response<ResBody>>,
+    S: Clone + Send + 'static,
+    S::Future: 'static,
+    ReqBody: Body + Send + Unpin + 'static,
+    ReqBody::Data: Send + Sync,
     ResBody: Body,
     ResBody::Data: From<Bytes>,
 {
