@@ -219,7 +219,7 @@ where
                     )
                 }
                 Err(refused) => {
-                    let pending = Pending::new(request, None, None);
+                    let pending = Pending::unread(request);
                     let refusal = Refusal::Refused(refused);
                     #[cfg(feature = "tokio")]
                     if self.waits(refusal, None) {

@@ -20,18 +20,15 @@ pub(super) struct Pending<B: Body> {
 }
 
 impl<B: Body> Pending<B> {
-    pub(super) fn new(
-        request: Request<B>,
-        priority: Option<Priority>,
-        rate: Option<MinDataRate>,
-    ) -> Self {
+    /// A request whose head was not read: no class, no pace, nothing read ahead.
+    pub(super) fn unread(request: Request<B>) -> Self {
         let (parts, body) = request.into_parts();
         Self {
             parts,
             body,
             read: None,
-            priority,
-            rate,
+            priority: None,
+            rate: None,
         }
     }
 }
