@@ -1,32 +1,30 @@
 //! From a builder's settings to a layer: what `build` checks (each mistake a
 //! [`BuildError`]), and the shared state it assembles.
 
-use std::sync::atomic::AtomicU64;
-
 use admission_core::{Classes, Gate, Priority};
 
 use crate::observe::Observer;
 use crate::pacer::Pacing;
-use crate::shared::Shared;
+use crate::shared::{Settings, Shared};
 use crate::{AdmissionBuilder, AdmissionLayer, BuildError, PerKey, Retries};
 
 impl AdmissionBuilder<Gate> {
     /// The layer over `self.gate`, the configuration checked.
     pub(crate) fn finish(self) -> Result<AdmissionLayer, BuildError> {
-        if let Some(zero) = self.settings.connections.zero() {
+        if let Some(zero) = self.draft.connections.zero() {
             return Err(BuildError::ZeroConnectionLimit(zero));
         }
         let gate = self.gate;
         let memory_limit = self
-            .settings
+            .draft
             .memory
             .as_ref()
             .map(|memory| memory.budget.limit());
         let follower = self
-            .settings
+            .draft
             .memory
             .and_then(|memory| memory.start(gate.bytes()));
-        let (adaptive, sample_at) = match self.settings.adaptive {
+        let (adaptive, sample_at) = match self.draft.adaptive {
             Some(adaptive) => (
                 Some(adaptive.limit.build(gate.count())?),
                 Some(adaptive.sample_at),
@@ -39,7 +37,7 @@ impl AdmissionBuilder<Gate> {
             Some(adaptive) => adaptive.snapshot().min,
             None => gate.count().capacity(),
         };
-        if let Some((classes, _)) = &self.settings.classes {
+        if let Some((classes, _)) = &self.draft.classes {
             if smallest == 0 {
                 return Err(BuildError::PriorityWithoutCount);
             }
@@ -54,15 +52,15 @@ impl AdmissionBuilder<Gate> {
                 }
             }
         }
-        if let Some(retries) = &self.settings.retries {
+        if let Some(retries) = &self.draft.retries {
             check_retries(
                 retries,
-                self.settings.classes.as_ref().map(|(c, _)| c),
+                self.draft.classes.as_ref().map(|(c, _)| c),
                 smallest,
             )?;
         }
         #[cfg(feature = "tokio")]
-        if let Some(wait) = &self.settings.wait {
+        if let Some(wait) = &self.draft.wait {
             if smallest == 0 {
                 return Err(BuildError::WaitWithoutCount);
             }
@@ -74,63 +72,48 @@ impl AdmissionBuilder<Gate> {
             }
         }
         #[cfg(feature = "tokio")]
-        if let Some(wait) = &self.settings.wait {
+        if let Some(wait) = &self.draft.wait {
             gate.count().set_max_waiting(wait.max_waiting);
             gate.count().set_standing_queue(wait.interval, wait.target);
         }
-        let keys = self.settings.per_key.map(PerKey::into_policy);
+        let keys = self.draft.per_key.map(PerKey::into_policy);
         if let (Some(leases), Some(keyed)) =
             (keys.as_ref().and_then(|k| k.leases.as_ref()), gate.keyed())
         {
             leases
-                .attach(keyed, &self.settings.report.name)
+                .attach(keyed, &self.draft.report.name)
                 .map_err(|_| BuildError::LeasesTaken)?;
         }
-        let count_only = gate.bytes().is_none()
-            && keys.is_none()
-            && self.settings.bypass.is_none()
-            && self.settings.classes.is_none()
-            && self.settings.retries.is_none();
         let observer = Observer::new(
-            &self.settings.report,
+            &self.draft.report,
             &gate,
-            self.settings.classes.as_ref().map(|(classes, _)| classes),
+            self.draft.classes.as_ref().map(|(classes, _)| classes),
             memory_limit.map(|limit| limit.bytes()),
         );
-        let pacer = (self.settings.slow.min_response_rate())
+        let pacer = (self.draft.slow.min_response_rate())
             .map(|rate| Pacing::new(rate, observer.stall_report()));
-        let limits = self.settings.connections;
+        let settings = Settings {
+            keys,
+            bypass: self.draft.bypass,
+            classes: self.draft.classes,
+            retries: self.draft.retries,
+            refusals: self.draft.refusals,
+            hook: self.draft.hook,
+            dry_run: self.draft.dry_run,
+            observer,
+            adaptive,
+            sample_at,
+            slow: self.draft.slow,
+            pacer,
+            #[cfg(feature = "tokio")]
+            wait: self.draft.wait,
+            memory: memory_limit,
+            _follower: follower,
+            ..Settings::over(gate)
+        };
         Ok(AdmissionLayer::from_parts(
-            Shared {
-                keys,
-                bypass: self.settings.bypass,
-                classes: self.settings.classes,
-                retries: self.settings.retries,
-                refusals: self.settings.refusals,
-                hook: self.settings.hook,
-                dry_run: self.settings.dry_run,
-                observer,
-                would_shed: AtomicU64::new(0),
-                sample_at,
-                slow: self.settings.slow,
-                pacer,
-                too_slow: AtomicU64::new(0),
-                adaptive,
-                count_only,
-                untracked: false,
-                #[cfg(feature = "tokio")]
-                waits_first: self.settings.wait.is_some() && !self.settings.dry_run,
-                #[cfg(not(feature = "tokio"))]
-                waits_first: false,
-                #[cfg(feature = "tokio")]
-                wait: self.settings.wait,
-                waits: Default::default(),
-                gone: AtomicU64::new(0),
-                memory: memory_limit,
-                _follower: follower,
-                gate,
-            },
-            limits,
+            Shared::new(settings),
+            self.draft.connections,
         ))
     }
 }

@@ -49,7 +49,7 @@ use crate::{Adaptive, ConnectionLimits, MemoryShare, PerKey, RefusalEvent, Retri
 /// ```
 pub struct AdmissionBuilder<G = NewGate> {
     pub(crate) gate: G,
-    pub(crate) settings: Settings,
+    pub(crate) draft: Draft,
 }
 
 /// Where a builder's gate comes from: built from its own limits
@@ -67,9 +67,9 @@ pub struct NewGate {
 #[derive(Debug)]
 pub struct SharedGate(pub(crate) Gate);
 
-/// Everything a builder holds but its gate's source: one value, so that a builder can
-/// change its gate's source and keep the rest.
-pub(crate) struct Settings {
+/// Everything a builder holds but its gate's source, before `build` checks it: one value,
+/// so that a builder can change its gate's source and keep the rest.
+pub(crate) struct Draft {
     pub(crate) per_key: Option<PerKey>,
     pub(crate) bypass: Option<BypassFn>,
     pub(crate) classes: Option<(Classes, ClassifyFn)>,
@@ -86,7 +86,7 @@ pub(crate) struct Settings {
     pub(crate) wait: Option<crate::Wait>,
 }
 
-impl Default for Settings {
+impl Default for Draft {
     fn default() -> Self {
         Self {
             per_key: None,
@@ -111,7 +111,7 @@ impl<G> AdmissionBuilder<G> {
     pub(crate) fn new(gate: G) -> Self {
         Self {
             gate,
-            settings: Settings::default(),
+            draft: Draft::default(),
         }
     }
 
@@ -119,7 +119,7 @@ impl<G> AdmissionBuilder<G> {
     pub(crate) fn swap<G2>(self, gate: G2) -> (G, AdmissionBuilder<G2>) {
         let rest = AdmissionBuilder {
             gate,
-            settings: self.settings,
+            draft: self.draft,
         };
         (self.gate, rest)
     }
@@ -127,7 +127,7 @@ impl<G> AdmissionBuilder<G> {
     /// A cap on each client's requests in flight (429 above), and how clients are told
     /// apart: see [`PerKey`].
     pub fn per_key(mut self, per_key: PerKey) -> Self {
-        self.settings.per_key = Some(per_key);
+        self.draft.per_key = Some(per_key);
         self
     }
 
@@ -172,7 +172,7 @@ impl<G> AdmissionBuilder<G> {
     where
         F: Fn(&Parts, &Classes) -> Priority + Send + Sync + 'static,
     {
-        self.settings.classes = Some((classes, Box::new(classify)));
+        self.draft.classes = Some((classes, Box::new(classify)));
         self
     }
 
@@ -195,7 +195,7 @@ impl<G> AdmissionBuilder<G> {
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn retries(mut self, retries: Retries) -> Self {
-        self.settings.retries = Some(retries);
+        self.draft.retries = Some(retries);
         self
     }
 
@@ -217,7 +217,7 @@ impl<G> AdmissionBuilder<G> {
     where
         F: Fn(&Parts) -> bool + Send + Sync + 'static,
     {
-        self.settings.bypass = Some(Box::new(bypass));
+        self.draft.bypass = Some(Box::new(bypass));
         self
     }
 
@@ -243,7 +243,7 @@ impl<G> AdmissionBuilder<G> {
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn refusals(mut self, refusals: Refusals) -> Self {
-        self.settings.refusals = refusals;
+        self.draft.refusals = refusals;
         self
     }
 
@@ -269,7 +269,7 @@ impl<G> AdmissionBuilder<G> {
     where
         F: Fn(&RefusalEvent<'_>) + Send + Sync + 'static,
     {
-        self.settings.hook = Some(Box::new(hook));
+        self.draft.hook = Some(Box::new(hook));
         self
     }
 
@@ -278,7 +278,7 @@ impl<G> AdmissionBuilder<G> {
     /// it, for rolling out a limit safely. Requests admitted over a limit this way hold
     /// no permit.
     pub fn dry_run(mut self, enabled: bool) -> Self {
-        self.settings.dry_run = enabled;
+        self.draft.dry_run = enabled;
         self
     }
 
@@ -307,7 +307,7 @@ impl<G> AdmissionBuilder<G> {
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn adaptive(mut self, limit: impl Into<Adaptive>) -> Self {
-        self.settings.adaptive = Some(limit.into());
+        self.draft.adaptive = Some(limit.into());
         self
     }
 
@@ -335,7 +335,7 @@ impl<G> AdmissionBuilder<G> {
     #[cfg(feature = "tokio")]
     #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
     pub fn wait(mut self, wait: crate::Wait) -> Self {
-        self.settings.wait = Some(wait);
+        self.draft.wait = Some(wait);
         self
     }
 
@@ -349,7 +349,7 @@ impl<G> AdmissionBuilder<G> {
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn slow_clients(mut self, policy: SlowClients) -> Self {
-        self.settings.slow = policy;
+        self.draft.slow = policy;
         self
     }
 
@@ -366,7 +366,7 @@ impl<G> AdmissionBuilder<G> {
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn connection_limits(mut self, limits: ConnectionLimits) -> Self {
-        self.settings.connections = limits;
+        self.draft.connections = limits;
         self
     }
 
@@ -374,7 +374,7 @@ impl<G> AdmissionBuilder<G> {
     /// `metrics`) and the `name` field of its events (feature `tracing`). Default:
     /// `admission`.
     pub fn name(mut self, name: impl Into<String>) -> Self {
-        self.settings.report.name = name.into();
+        self.draft.report.name = name.into();
         self
     }
 
@@ -388,7 +388,7 @@ impl<G> AdmissionBuilder<G> {
     #[cfg(feature = "metrics")]
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn metrics(mut self, enabled: bool) -> Self {
-        self.settings.report.metrics = enabled;
+        self.draft.report.metrics = enabled;
         self
     }
 }
@@ -397,12 +397,12 @@ impl<G: fmt::Debug> fmt::Debug for AdmissionBuilder<G> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdmissionBuilder")
             .field("gate", &self.gate)
-            .field("per_key", &self.settings.per_key)
-            .field("refusals", &self.settings.refusals)
-            .field("dry_run", &self.settings.dry_run)
-            .field("adaptive", &self.settings.adaptive)
-            .field("slow_clients", &self.settings.slow)
-            .field("connections", &self.settings.connections)
+            .field("per_key", &self.draft.per_key)
+            .field("refusals", &self.draft.refusals)
+            .field("dry_run", &self.draft.dry_run)
+            .field("adaptive", &self.draft.adaptive)
+            .field("slow_clients", &self.draft.slow)
+            .field("connections", &self.draft.connections)
             .finish_non_exhaustive()
     }
 }

@@ -47,7 +47,8 @@ pin_project! {
 
 enum Cold<F> {
     Refused(Answer),
-    /// Waiting for a count slot: what the request becomes once admitted or refused.
+    /// On the slow path (a lease asked to grow, a wait for a count slot): what the request
+    /// becomes once admitted or refused.
     Waiting(Pin<Box<dyn Future<Output = ResponseFuture<F>> + Send>>),
 }
 
@@ -151,8 +152,8 @@ where
             let Cold::Waiting(wait) = &mut **cold else {
                 break;
             };
-            // Admitted (the inner future, with its permits), refused, or waiting again (a
-            // lease that grew, then a wait for a count slot): it becomes that.
+            // The slow path's end, admitted (the inner future, with its permits) or
+            // refused: it becomes that.
             let next = std::task::ready!(wait.as_mut().poll(cx));
             self.as_mut().set(next);
         }

@@ -50,10 +50,12 @@ impl LateRefusal {
     pub(crate) fn respond(self, refused: Refused) -> Response<Bytes> {
         let (head, refusal) = (&self.head, Refusal::Refused(refused));
         self.shared.refused(head, refusal, self.priority);
-        let mut response =
-            self.shared
-                .refusals
-                .respond_to(&head.method, &head.uri, &head.headers, refusal);
+        let mut response = self.shared.settings.refusals.respond_to(
+            &head.method,
+            &head.uri,
+            &head.headers,
+            refusal,
+        );
         // The rest of the body is unread: on HTTP/1.x this is the connection's last.
         if discard::is_http1(head.version) {
             discard::close(&mut response);

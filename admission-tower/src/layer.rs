@@ -2,19 +2,16 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 #[cfg(feature = "tokio")]
 use std::time::Duration;
 
 use admission_core::{AdaptiveLimit, Classes, Drain, Gate};
-use admission_http::Refusals;
 use tower_layer::Layer;
 
 #[cfg(feature = "tokio")]
 use crate::Connections;
 use crate::builder::{NewGate, SharedGate};
-use crate::observe::Observer;
-use crate::shared::Shared;
+use crate::shared::{Settings, Shared};
 use crate::{Admission, AdmissionBuilder, AdmissionSnapshot, ConnectionLimits, SlowClients};
 #[cfg(feature = "axum")]
 use crate::{Guarded, GuardedIo};
@@ -97,32 +94,7 @@ impl AdmissionLayer {
             .build()
             .expect("a gate without limits is in range");
         Self::from_parts(
-            Shared {
-                keys: None,
-                bypass: None,
-                classes: None,
-                retries: None,
-                refusals: Refusals::new(),
-                hook: None,
-                dry_run: false,
-                observer: Observer::default(),
-                would_shed: AtomicU64::new(0),
-                adaptive: None,
-                sample_at: None,
-                slow: SlowClients::off(),
-                pacer: None,
-                too_slow: AtomicU64::new(0),
-                count_only: true,
-                untracked: true,
-                #[cfg(feature = "tokio")]
-                wait: None,
-                waits_first: false,
-                waits: Default::default(),
-                gone: AtomicU64::new(0),
-                memory: None,
-                _follower: None,
-                gate,
-            },
+            Shared::untracked(Settings::over(gate)),
             ConnectionLimits::off(),
         )
     }
@@ -149,7 +121,7 @@ impl AdmissionLayer {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn gate(&self) -> &Gate {
-        &self.shared.gate
+        &self.shared.settings.gate
     }
 
     /// A cheap reading of the gate and the dry-run count.
@@ -183,7 +155,10 @@ impl AdmissionLayer {
     #[cfg(feature = "metrics")]
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn record_gauges(&self) {
-        self.shared.observer.record_gauges(&self.shared.gate);
+        self.shared
+            .settings
+            .observer
+            .record_gauges(&self.shared.settings.gate);
     }
 
     /// The layer's priority classes, if it has any ([`AdmissionBuilder::priority`]).
@@ -217,7 +192,7 @@ impl AdmissionLayer {
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn refused_by_class(&self) -> Vec<(&str, u64)> {
-        let refused = self.shared.gate.count().refused_by_class();
+        let refused = self.shared.settings.gate.count().refused_by_class();
         self.classes()
             .into_iter()
             .flat_map(Classes::iter)
@@ -255,7 +230,7 @@ impl AdmissionLayer {
     /// # }
     /// ```
     pub fn drain(&self) -> Drain {
-        self.shared.gate.drain()
+        self.shared.settings.gate.drain()
     }
 
     /// [`drain`](Self::drain), waited for at most `deadline`: an open stream (server-sent
@@ -285,7 +260,7 @@ impl AdmissionLayer {
         match tokio::time::timeout(deadline, self.drain()).await {
             Ok(()) => Ok(()),
             Err(_) => Err(crate::Undrained {
-                requests: self.shared.gate.count().in_flight(),
+                requests: self.shared.settings.gate.count().in_flight(),
             }),
         }
     }
@@ -304,7 +279,7 @@ impl AdmissionLayer {
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn close(&self) {
-        self.shared.gate.close();
+        self.shared.settings.gate.close();
     }
 
     /// Admits again after [`close`](Self::close) or [`drain`](Self::drain).
@@ -319,13 +294,13 @@ impl AdmissionLayer {
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn reopen(&self) {
-        self.shared.gate.reopen();
+        self.shared.settings.gate.reopen();
     }
 
     /// The adaptive limit setting the count limit, if the layer has one
     /// ([`AdmissionBuilder::adaptive`]): to fix the limit by hand and hand it back.
     pub fn adaptive(&self) -> Option<&AdaptiveLimit> {
-        self.shared.adaptive.as_ref()
+        self.shared.settings.adaptive.as_ref()
     }
 
     /// The layer's [`ConnectionLimits`] ([`AdmissionBuilder::connection_limits`]).
@@ -422,7 +397,7 @@ impl AdmissionLayer {
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn slow_clients(&self) -> SlowClients {
-        self.shared.slow
+        self.shared.settings.slow
     }
 }
 
@@ -438,7 +413,7 @@ impl fmt::Debug for AdmissionLayer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AdmissionLayer")
             .field("snapshot", &self.snapshot())
-            .field("dry_run", &self.shared.dry_run)
+            .field("dry_run", &self.shared.settings.dry_run)
             .finish_non_exhaustive()
     }
 }

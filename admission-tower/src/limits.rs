@@ -123,7 +123,7 @@ impl AdmissionBuilder<NewGate> {
                 return Err(BuildError::ZeroLimit(what));
             }
         }
-        if count.is_some() && this.settings.adaptive.is_some() {
+        if count.is_some() && this.draft.adaptive.is_some() {
             return Err(BuildError::CountAndAdaptive);
         }
         if let Some(memory) = memory {
@@ -137,13 +137,13 @@ impl AdmissionBuilder<NewGate> {
                     .bytes()
                     .min(admission_core::ByteLedger::MAX_BUDGET),
             );
-            this.settings.memory = Some(resolved);
+            this.draft.memory = Some(resolved);
         }
         let mut gate = Gate::builder()
             .count(count.unwrap_or(0))
             .bytes(bytes.unwrap_or(0))
             .max_request_bytes(max_request_bytes.unwrap_or(0));
-        if let Some(per_key) = &this.settings.per_key {
+        if let Some(per_key) = &this.draft.per_key {
             let cap = per_key.cap.ok_or(BuildError::NoKeyCap)?;
             if cap == 0 {
                 return Err(BuildError::ZeroLimit("per-key cap"));
@@ -170,7 +170,7 @@ impl AdmissionBuilder<SharedGate> {
     /// invalid adaptive bounds or a count already driven by another adaptive limit.
     pub fn build(self) -> Result<AdmissionLayer, BuildError> {
         let (SharedGate(gate), this) = self.swap(());
-        if let Some(per_key) = &this.settings.per_key {
+        if let Some(per_key) = &this.draft.per_key {
             if per_key.cap.is_some() || per_key.max_keys.is_some() {
                 return Err(BuildError::LimitsOnSharedGate);
             }

@@ -20,6 +20,7 @@ use crate::shared::Shared;
 use crate::{AdmissionSnapshot, ResponseBody};
 use pending::{Inner, Pending, RequestBody};
 
+mod decide;
 mod leased;
 mod pending;
 #[cfg(feature = "tokio")]
@@ -144,7 +145,7 @@ impl<S> Admission<S> {
     /// # Ok::<(), admission_tower::BuildError>(())
     /// ```
     pub fn gate(&self) -> &Gate {
-        &self.shared.gate
+        &self.shared.settings.gate
     }
 
     /// A cheap reading of the gate and the dry-run count.
@@ -194,15 +195,15 @@ where
     #[inline]
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
-        if shared.untracked && shared.gate.count().admits_all() {
+        if shared.path.untracked && shared.settings.gate.count().admits_all() {
             // No limit, nothing to count: the request passes through.
             return ResponseFuture::unguarded(self.inner.call(request.map(MeteredBody::unmetered)));
         }
-        if shared.count_only && request.body().is_end_stream() {
+        if shared.path.count_only && request.body().is_end_stream() {
             // The count alone decides: nothing of the head to read, no body to time or
             // watch, and the request is passed on whole.
-            let count = shared.gate.count();
-            let acquired = if shared.waits_first {
+            let count = shared.settings.gate.count();
+            let acquired = if shared.path.waits_first {
                 count.try_acquire_before_wait(None)
             } else {
                 count.try_acquire()
@@ -210,22 +211,19 @@ where
             return match acquired {
                 Ok(count) => {
                     let served = served_stream(request.extensions());
-                    let timer = shared.observer.admitted(&shared.gate, None);
-                    let sample = Sample::start(shared.sample_at);
+                    let timer = shared
+                        .settings
+                        .observer
+                        .admitted(&shared.settings.gate, None);
+                    let sample = Sample::start(shared.settings.sample_at);
                     ResponseFuture::admitted(
                         self.inner.call(request.map(MeteredBody::unmetered)),
                         AdmissionPermit::new(count, None, None, None, timer, sample, None)
-                            .paced(shared.pacer.as_ref().map(Pacing::id), served),
+                            .paced(shared.settings.pacer.as_ref().map(Pacing::id), served),
                     )
                 }
                 Err(refused) => {
-                    let pending = Pending::unread(request);
-                    let refusal = Refusal::Refused(refused);
-                    #[cfg(feature = "tokio")]
-                    if self.waits(refusal, None) {
-                        return self.wait_for_slot(pending);
-                    }
-                    self.refuse(pending, refusal)
+                    self.decide(Err(Refusal::Refused(refused)), Pending::unread(request))
                 }
             };
         }
@@ -250,10 +248,10 @@ impl<S> Admission<S> {
         }
         let priority = shared.classify(&parts);
         // A body is timed if the policy says so and there is one (never in a dry run).
-        let rate = if shared.dry_run || body.is_end_stream() {
+        let rate = if shared.settings.dry_run || body.is_end_stream() {
             None
         } else {
-            shared.slow.body_rate_for(&parts)
+            shared.settings.slow.body_rate_for(&parts)
         };
         let admitted = shared.admit(&parts, priority, rate);
         let pending = Pending {
@@ -263,37 +261,7 @@ impl<S> Admission<S> {
             priority,
             rate,
         };
-        self.decide(admitted, pending, true)
-    }
-
-    /// What becomes of a request from what admission said: it starts, waits for a slot,
-    /// asks its key's lease to grow (if `may_grow`: once), or is refused.
-    #[inline]
-    fn decide<ReqBody>(
-        &mut self,
-        admitted: Result<(admission_core::GatePermit, u64), Refusal>,
-        pending: Pending<ReqBody>,
-        may_grow: bool,
-    ) -> ResponseFuture<S::Future>
-    where
-        S: Inner<ReqBody>,
-        ReqBody: RequestBody,
-    {
-        match admitted {
-            Ok((permit, declared)) => self.start(pending, permit, declared),
-            #[cfg(feature = "tokio")]
-            Err(refusal) if self.waits(refusal, pending.priority) => {
-                // A key whose lease is full would be refused where the wait starts.
-                if may_grow && self.shared.lease_full(&pending.parts) {
-                    return self.grow_lease(pending);
-                }
-                self.wait_for_slot(pending)
-            }
-            Err(Refusal::Refused(Refused::Key)) if may_grow && self.shared.leased() => {
-                self.grow_lease(pending)
-            }
-            Err(refusal) => self.refuse(pending, refusal),
-        }
+        self.decide(admitted, pending)
     }
 
     /// An admitted request, on its way to the inner service: its body metered (and timed)
@@ -324,10 +292,10 @@ impl<S> Admission<S> {
             (Some(bytes), _) => {
                 // A body that may still outgrow its charge, or be cut for its pace,
                 // may be refused as it streams; keep what answering that takes.
-                let late = (!shared.dry_run
+                let late = (!shared.settings.dry_run
                     && (rate.is_some() || may_outgrow(&body, bytes.charged())))
                 .then(|| LateRefusal::new(&self.shared, &parts, priority));
-                let charge = RequestCharge::with_refusals(bytes, &shared.refusals);
+                let charge = RequestCharge::with_refusals(bytes, &shared.settings.refusals);
                 let body = MeteredBody::new(body, charge.clone()).keep_unread();
                 let body = match rate {
                     Some(rate) => body.paced(rate, Some(declared).filter(|&n| n > 0)),
@@ -338,7 +306,7 @@ impl<S> Admission<S> {
             // Timed, with no byte budget: a charge of nothing that records a cut.
             (None, Some(rate)) => {
                 let late = LateRefusal::new(&self.shared, &parts, priority);
-                let charge = RequestCharge::unmetered(&shared.refusals);
+                let charge = RequestCharge::unmetered(&shared.settings.refusals);
                 let body = MeteredBody::new(body, charge.clone())
                     .paced(rate, None)
                     .keep_unread();
@@ -346,8 +314,8 @@ impl<S> Admission<S> {
             }
             // Neither metered nor timed: a body still to come is kept if the handler drops
             // it unfinished, and read on, so that a client who goes is seen.
-            (None, None) if !shared.dry_run && !body.is_end_stream() => {
-                let charge = RequestCharge::unmetered(&shared.refusals);
+            (None, None) if !shared.settings.dry_run && !body.is_end_stream() => {
+                let charge = RequestCharge::unmetered(&shared.settings.refusals);
                 let body = MeteredBody::new(body, charge.clone()).keep_unread();
                 (body, Some(charge), None)
             }
@@ -357,12 +325,15 @@ impl<S> Admission<S> {
             Some(read) => body.replay(read),
             None => body,
         };
-        let timer = shared.observer.admitted(&shared.gate, priority);
-        let sample = Sample::start(shared.sample_at);
+        let timer = shared
+            .settings
+            .observer
+            .admitted(&shared.settings.gate, priority);
+        let sample = Sample::start(shared.settings.sample_at);
         let future = self.inner.call(Request::from_parts(parts, body));
         let watch = charge.is_some().then(|| self.shared.clone());
         let permit = AdmissionPermit::new(count, keyed, charge, late, timer, sample, watch)
-            .paced(shared.pacer.as_ref().map(Pacing::id), served);
+            .paced(shared.settings.pacer.as_ref().map(Pacing::id), served);
         ResponseFuture::admitted(future, permit)
     }
 
@@ -403,25 +374,29 @@ impl<S> Admission<S> {
         } = pending;
         let shared = &*self.shared;
         shared.refused_after(&parts, refusal, priority, waited);
-        if shared.dry_run {
+        if shared.settings.dry_run {
             let request = Request::from_parts(parts, MeteredBody::unmetered(body));
             return ResponseFuture::unguarded(self.inner.call(request));
         }
         let mut response =
             shared
+                .settings
                 .refusals
                 .respond_to(&parts.method, &parts.uri, &parts.headers, refusal);
         let declared = content_length(&parts.headers).ok().flatten();
         let closed = refusal == Refusal::Refused(Refused::Closed);
         let discard = match discard::plan(
-            &shared.refusals.discard_limits(),
+            &shared.settings.refusals.discard_limits(),
             &parts,
             &body,
             declared,
             closed,
         ) {
             Plan::Answer => None,
-            Plan::Discard => Some(Discard::new(body, shared.refusals.discard_limits())),
+            Plan::Discard => Some(Discard::new(
+                body,
+                shared.settings.refusals.discard_limits(),
+            )),
             Plan::Close => {
                 discard::close(&mut response);
                 None

@@ -1,6 +1,7 @@
 //! The wait for a count slot ([`crate::Wait`]): which refusals wait, and the wait itself.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use admission_core::{Priority, Refused};
 use admission_http::{ReadAhead, Refusal};
@@ -18,17 +19,15 @@ impl<S> Admission<S> {
     /// which refuses no one).
     pub(super) fn waits(&self, refusal: Refusal, priority: Option<Priority>) -> bool {
         matches!(refusal, Refusal::Refused(Refused::Count | Refused::Class))
-            && self.shared.wait.is_some()
-            && !self.shared.dry_run
+            && self.shared.settings.wait.is_some()
+            && !self.shared.settings.dry_run
             && !priority.is_some_and(Priority::is_retry)
     }
 
-    /// The wait for a count slot (see [`crate::Wait`]): the inner service, ready, goes with
-    /// the request into the response future (a clone takes its place here), which admits
-    /// and calls it once a slot is handed over, or refuses when the wait runs out.
-    #[cold]
-    #[inline(never)]
-    pub(super) fn wait_for_slot<ReqBody>(
+    /// The wait for a count slot (see [`crate::Wait`]), as long as the request's budget
+    /// allows, then the request started or refused. A client whose deadline is too close
+    /// to wait is refused without waiting.
+    pub(super) async fn wait<ReqBody>(
         &mut self,
         pending: Pending<ReqBody>,
     ) -> ResponseFuture<S::Future>
@@ -36,26 +35,15 @@ impl<S> Admission<S> {
         S: Inner<ReqBody>,
         ReqBody: RequestBody,
     {
-        let wait = self.shared.wait.as_ref().expect("a wait");
-        let estimate = self
-            .shared
-            .adaptive
-            .as_ref()
+        let shared = self.shared.clone();
+        let wait = shared.settings.wait.as_ref().expect("a wait");
+        let estimate = (shared.settings.adaptive.as_ref())
             .and_then(|limit| limit.latency())
             .map(|latency| latency.typical);
         let Some(budget) = wait.budget(&pending.parts, estimate) else {
             // Its client would give up before an answer: refused now, not after waiting.
-            self.shared
-                .waits
-                .deadline
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            shared.counts.waits.deadline.fetch_add(1, Ordering::Relaxed);
             return self.refuse(pending, Refusal::Refused(Refused::Count));
-        };
-        let inner = self.inner.clone();
-        let ready = std::mem::replace(&mut self.inner, inner);
-        let mut admission = Admission {
-            inner: ready,
-            shared: self.shared.clone(),
         };
         // The body is read ahead while the request waits, so that a client who goes is
         // seen; not one whose client waits to be told to send it.
@@ -72,33 +60,30 @@ impl<S> Admission<S> {
             READ_AHEAD
         };
         let mut ahead = ReadAhead::new(body, limit);
-        ResponseFuture::waiting(Box::pin(async move {
-            let shared = admission.shared.clone();
-            let started = std::time::Instant::now();
-            // Dropped while it waits (the server saw its client go): gone.
-            let waiting = Waiting(Some(shared.clone()));
-            let admitted = shared
-                .admit_waiting(&parts, priority, rate, budget, &mut ahead)
-                .await;
-            waiting.ended();
-            let waited = started.elapsed();
-            let (body, read) = ahead.split();
-            let pending = Pending {
-                parts,
-                body,
-                read: Some(read),
-                priority,
-                rate,
-            };
-            match admitted {
-                Ok((permit, declared)) => {
-                    shared.waited(waited);
-                    admission.start(pending, permit, declared)
-                }
-                Err(WaitEnd::Refused(refusal)) => admission.refuse_after(pending, refusal, waited),
-                Err(WaitEnd::Gone) => ResponseFuture::gone(),
+        let started = std::time::Instant::now();
+        // Dropped while it waits (the server saw its client go): gone.
+        let waiting = Waiting(Some(shared.clone()));
+        let admitted = shared
+            .admit_waiting(&parts, priority, rate, budget, &mut ahead)
+            .await;
+        waiting.ended();
+        let waited = started.elapsed();
+        let (body, read) = ahead.split();
+        let pending = Pending {
+            parts,
+            body,
+            read: Some(read),
+            priority,
+            rate,
+        };
+        match admitted {
+            Ok((permit, declared)) => {
+                shared.waited(waited);
+                self.start(pending, permit, declared)
             }
-        }))
+            Err(WaitEnd::Refused(refusal)) => self.refuse_after(pending, refusal, waited),
+            Err(WaitEnd::Gone) => ResponseFuture::gone(),
+        }
     }
 }
 

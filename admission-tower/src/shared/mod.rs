@@ -2,64 +2,52 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use admission_core::memory::MemoryLimit;
-use admission_core::{AdaptiveLimit, Claim, Classes, Gate, GatePermit, Priority};
+use admission_core::{AdaptiveLimit, Claim, Classes, GatePermit, Priority};
 use admission_core::{Key, Refused};
-use admission_http::{MinDataRate, Refusal, Refusals, content_length};
+use admission_http::{MinDataRate, Refusal, content_length};
 use http::request::Parts;
 
-use crate::observe::Observer;
-use crate::per_key::KeyPolicy;
 use crate::readings::{AdmissionSnapshot, RefusalEvent, WaitSnapshot};
-use crate::{SampleAt, SlowClients};
 
-pub(crate) type BypassFn = Box<dyn Fn(&Parts) -> bool + Send + Sync>;
-pub(crate) type ClassifyFn = Box<dyn Fn(&Parts, &Classes) -> Priority + Send + Sync>;
-pub(crate) type HookFn = Box<dyn Fn(&RefusalEvent<'_>) + Send + Sync>;
+mod settings;
 
-/// The configuration every clone of the layer and its services shares.
+pub(crate) use settings::{BypassFn, ClassifyFn, HookFn, Settings};
+
+/// What every clone of a layer and its services shares: the settings the layer was built
+/// with, the path a request takes (decided from them once), and the counts of what came
+/// of requests. Admission itself is here too, reading the settings and writing the counts.
 pub(crate) struct Shared {
-    pub(crate) gate: Gate,
-    pub(crate) keys: Option<KeyPolicy>,
-    pub(crate) bypass: Option<BypassFn>,
-    pub(crate) classes: Option<(Classes, ClassifyFn)>,
-    /// Retries shed first, if the layer says so.
-    pub(crate) retries: Option<crate::Retries>,
-    pub(crate) refusals: Refusals,
-    pub(crate) hook: Option<HookFn>,
-    pub(crate) dry_run: bool,
-    pub(crate) observer: Observer,
-    pub(crate) would_shed: AtomicU64,
-    /// The adaptive limit driving the count, if any.
-    pub(crate) adaptive: Option<AdaptiveLimit>,
-    /// Where requests are sampled for it (`None` without one).
-    pub(crate) sample_at: Option<SampleAt>,
-    pub(crate) slow: SlowClients,
-    /// The minimum send rate responses keep, if they keep one (`SlowClients`).
-    pub(crate) pacer: Option<crate::pacer::Pacing>,
-    /// Request bodies cut for arriving slower than the minimum rate.
-    pub(crate) too_slow: AtomicU64,
-    /// Nothing to read from the head: no byte or key dimension, no bypass, no classes.
-    /// The count alone decides, before the request is taken apart. (A dry run may take
-    /// this path too: its refusal, which admits the request, reads only the head.)
+    pub(crate) settings: Settings,
+    pub(crate) path: Path,
+    pub(crate) counts: Counts,
+}
+
+/// Which path a request takes through `call`, decided once from the settings.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Path {
+    /// Nothing to read from the head: no byte or key dimension, no bypass, no classes, no
+    /// retries. The count alone decides, before the request is taken apart. (A dry run
+    /// may take this path too: its refusal, which admits the request, reads only the head.)
     pub(crate) count_only: bool,
     /// Made by `AdmissionLayer::off`: while the count ledger admits everything, requests
     /// pass through uncounted.
     pub(crate) untracked: bool,
-    /// The wait for a count slot, if the layer has one.
-    #[cfg(feature = "tokio")]
-    pub(crate) wait: Option<crate::Wait>,
     /// A request that finds the count full waits for a slot (a `Wait`, not a dry run):
     /// that first refusal is not counted by the ledger, the wait's end is.
     pub(crate) waits_first: bool,
+}
+
+/// What came of requests, counted as they end (read by `snapshot`).
+#[derive(Default)]
+pub(crate) struct Counts {
+    /// Requests a dry run would have refused.
+    pub(crate) would_shed: AtomicU64,
+    /// Request bodies cut for arriving slower than the minimum rate.
+    pub(crate) too_slow: AtomicU64,
     /// What came of the waits.
     pub(crate) waits: WaitCounts,
     /// Requests let go because their client went away (see `AdmissionSnapshot::gone`).
     pub(crate) gone: AtomicU64,
-    /// The memory limit a byte budget was sized from ([`crate::MemoryShare`]).
-    pub(crate) memory: Option<MemoryLimit>,
-    /// The thread keeping that budget following the process's use, stopped on drop.
-    pub(crate) _follower: Option<crate::memory::Follower>,
 }
 
 /// What came of the waits for a count slot, counted as they end.
@@ -85,16 +73,50 @@ pub(crate) enum WaitEnd {
 }
 
 impl Shared {
+    /// The shared state of a layer with these settings: the path decided from them,
+    /// nothing counted yet.
+    pub(crate) fn new(settings: Settings) -> Self {
+        let path = Path {
+            count_only: settings.gate.bytes().is_none()
+                && settings.keys.is_none()
+                && settings.bypass.is_none()
+                && settings.classes.is_none()
+                && settings.retries.is_none(),
+            untracked: false,
+            waits_first: settings.waits() && !settings.dry_run,
+        };
+        Self {
+            settings,
+            path,
+            counts: Counts::default(),
+        }
+    }
+
+    /// [`new`](Self::new), for a layer whose requests pass through uncounted while its
+    /// count admits everything ([`AdmissionLayer::off`](crate::AdmissionLayer::off)).
+    pub(crate) fn untracked(settings: Settings) -> Self {
+        let mut shared = Self::new(settings);
+        shared.path.untracked = true;
+        shared
+    }
+
     /// Whether each key's cap here is leased ([`crate::Leases`]).
     pub(crate) fn leased(&self) -> bool {
-        self.keys.as_ref().is_some_and(|keys| keys.leases.is_some())
+        self.settings
+            .keys
+            .as_ref()
+            .is_some_and(|keys| keys.leases.is_some())
     }
 
     /// Whether the request's key, on a layer whose caps are leased, has its lease full.
     #[cfg(feature = "tokio")]
     pub(crate) fn lease_full(&self, parts: &Parts) -> bool {
-        let leases = self.keys.as_ref().and_then(|keys| keys.leases.as_ref());
-        let (Some(leases), Some(keyed)) = (leases, self.gate.keyed()) else {
+        let leases = self
+            .settings
+            .keys
+            .as_ref()
+            .and_then(|keys| keys.leases.as_ref());
+        let (Some(leases), Some(keyed)) = (leases, self.settings.gate.keyed()) else {
             return false;
         };
         self.key_of(parts)
@@ -102,7 +124,10 @@ impl Shared {
     }
 
     pub(crate) fn bypasses(&self, parts: &Parts) -> bool {
-        self.bypass.as_ref().is_some_and(|bypass| bypass(parts))
+        self.settings
+            .bypass
+            .as_ref()
+            .is_some_and(|bypass| bypass(parts))
     }
 
     /// The request's class, on a layer with classes; a retry of it (of the one class
@@ -110,10 +135,11 @@ impl Shared {
     #[inline]
     pub(crate) fn classify(&self, parts: &Parts) -> Option<Priority> {
         let class = self
+            .settings
             .classes
             .as_ref()
             .map(|(classes, classify)| classify(parts, classes));
-        match &self.retries {
+        match &self.settings.retries {
             Some(retries) if retries.is_retry(parts) => {
                 Some(class.unwrap_or(Priority::CRITICAL).retry(retries.share))
             }
@@ -132,13 +158,13 @@ impl Shared {
         rate: Option<MinDataRate>,
         key: Option<&'k Key>,
     ) -> Result<(Claim<'k, Key>, u64), Refusal> {
-        let declared = match self.gate.bytes() {
+        let declared = match self.settings.gate.bytes() {
             Some(_) => content_length(&parts.headers)?.unwrap_or(0),
             None => 0,
         };
         let now = rate.map_or(declared, |rate| declared.min(rate.grace_bytes()));
         let mut claim = Claim::new().bytes(now).total(declared);
-        if let (Some(keys), Some(key)) = (self.keys.as_ref(), key) {
+        if let (Some(keys), Some(key)) = (self.settings.keys.as_ref(), key) {
             claim = claim.key(key);
             if let Some(cap) = keys.cap_for(parts, key) {
                 claim = claim.key_cap(cap);
@@ -152,7 +178,7 @@ impl Shared {
 
     /// The request's key, on a layer with a per-key dimension.
     pub(crate) fn key_of(&self, parts: &Parts) -> Option<Key> {
-        self.keys.as_ref().and_then(|keys| keys.key(parts))
+        self.settings.keys.as_ref().and_then(|keys| keys.key(parts))
     }
 
     /// Admits the request (of class `priority`) on every configured dimension, or says
@@ -167,12 +193,12 @@ impl Shared {
         let key = self.key_of(parts);
         let (claim, declared) = self.claim_of(parts, priority, rate, key.as_ref())?;
         // A retry never waits, so its refusal is counted here.
-        let claim = if self.waits_first && !priority.is_some_and(Priority::is_retry) {
+        let claim = if self.path.waits_first && !priority.is_some_and(Priority::is_retry) {
             claim.before_wait()
         } else {
             claim
         };
-        let permit = self.gate.try_claim(claim)?;
+        let permit = self.settings.gate.try_claim(claim)?;
         Ok((self.within_lease(key.as_ref(), permit)?, declared))
     }
 
@@ -181,8 +207,13 @@ impl Shared {
     /// permit (see [`crate::Leases`]) lets the request go, refused by its key.
     #[inline]
     fn within_lease(&self, key: Option<&Key>, permit: GatePermit) -> Result<GatePermit, Refusal> {
-        let leases = self.keys.as_ref().and_then(|keys| keys.leases.as_ref());
-        let (Some(leases), Some(key), Some(keyed)) = (leases, key, self.gate.keyed()) else {
+        let leases = self
+            .settings
+            .keys
+            .as_ref()
+            .and_then(|keys| keys.leases.as_ref());
+        let (Some(leases), Some(key), Some(keyed)) = (leases, key, self.settings.gate.keyed())
+        else {
             return Ok(permit);
         };
         // The permit is counted before the cap is read again.
@@ -217,7 +248,7 @@ impl Shared {
         let (claim, declared) = self
             .claim_of(parts, priority, rate, key.as_ref())
             .map_err(WaitEnd::Refused)?;
-        let mut claim = std::pin::pin!(self.gate.claim(claim));
+        let mut claim = std::pin::pin!(self.settings.gate.claim(claim));
         let mut timer = std::pin::pin!(tokio::time::sleep_until(Instant::now() + budget));
         let mut queued = false;
         std::future::poll_fn(|cx| {
@@ -237,7 +268,7 @@ impl Shared {
                 Poll::Ready(Err(refused)) => {
                     if queued && matches!(refused, Refused::Count | Refused::Class) {
                         // A standing queue gave its place to a newer request.
-                        self.waits.timed_out.fetch_add(1, Ordering::Relaxed);
+                        self.counts.waits.timed_out.fetch_add(1, Ordering::Relaxed);
                     }
                     return Poll::Ready(Err(WaitEnd::Refused(refused.into())));
                 }
@@ -245,7 +276,7 @@ impl Shared {
             }
             match timer.as_mut().poll(cx) {
                 Poll::Ready(()) => {
-                    self.waits.timed_out.fetch_add(1, Ordering::Relaxed);
+                    self.counts.waits.timed_out.fetch_add(1, Ordering::Relaxed);
                     Poll::Ready(Err(WaitEnd::Refused(Refusal::Refused(Refused::Count))))
                 }
                 Poll::Pending => Poll::Pending,
@@ -257,19 +288,20 @@ impl Shared {
     /// A request let go because its client went away (see `AdmissionSnapshot::gone`).
     #[cold]
     pub(crate) fn count_gone(&self) {
-        self.gone.fetch_add(1, Ordering::Relaxed);
-        self.observer.gone();
+        self.counts.gone.fetch_add(1, Ordering::Relaxed);
+        self.settings.observer.gone();
     }
 
     /// A request admitted after waiting `waited` for a count slot.
     #[cfg(feature = "tokio")]
     pub(crate) fn waited(&self, waited: std::time::Duration) {
-        self.waits.admitted.fetch_add(1, Ordering::Relaxed);
+        self.counts.waits.admitted.fetch_add(1, Ordering::Relaxed);
         let micros = u64::try_from(waited.as_micros()).unwrap_or(u64::MAX);
-        self.waits
+        self.counts
+            .waits
             .waited_micros
             .fetch_add(micros, Ordering::Relaxed);
-        self.observer.waited(waited);
+        self.settings.observer.waited(waited);
     }
 
     #[cold]
@@ -286,54 +318,64 @@ impl Shared {
         priority: Option<Priority>,
         waited: std::time::Duration,
     ) {
-        if self.dry_run {
-            self.would_shed.fetch_add(1, Ordering::Relaxed);
+        if self.settings.dry_run {
+            self.counts.would_shed.fetch_add(1, Ordering::Relaxed);
         }
         if refusal == Refusal::Refused(Refused::TooSlow) {
-            self.too_slow.fetch_add(1, Ordering::Relaxed);
+            self.counts.too_slow.fetch_add(1, Ordering::Relaxed);
         }
         let retry = priority.is_some_and(Priority::is_retry);
         // The class, as the layer's table names it (a retry on a layer without classes
         // has none).
-        let priority = priority.filter(|_| self.classes.is_some());
+        let priority = priority.filter(|_| self.settings.classes.is_some());
         let class = priority
             .zip(self.classes())
             .and_then(|(priority, classes)| classes.name(priority));
-        self.observer
-            .refused(&self.gate, refusal, priority, class, retry, self.dry_run);
-        if let Some(hook) = &self.hook {
+        self.settings.observer.refused(
+            &self.settings.gate,
+            refusal,
+            priority,
+            class,
+            retry,
+            self.settings.dry_run,
+        );
+        if let Some(hook) = &self.settings.hook {
             hook(&RefusalEvent {
                 request: parts,
                 refusal,
                 priority,
                 class,
                 retry,
-                dry_run: self.dry_run,
+                dry_run: self.settings.dry_run,
                 waited,
             });
         }
     }
 
     pub(crate) fn classes(&self) -> Option<&Classes> {
-        self.classes.as_ref().map(|(classes, _)| classes)
+        self.settings.classes.as_ref().map(|(classes, _)| classes)
     }
 
     pub(crate) fn snapshot(&self) -> AdmissionSnapshot {
         AdmissionSnapshot {
-            gate: self.gate.snapshot(),
-            would_shed: self.would_shed.load(Ordering::Relaxed),
-            too_slow: self.too_slow.load(Ordering::Relaxed),
-            adaptive: self.adaptive.as_ref().map(AdaptiveLimit::snapshot),
+            gate: self.settings.gate.snapshot(),
+            would_shed: self.counts.would_shed.load(Ordering::Relaxed),
+            too_slow: self.counts.too_slow.load(Ordering::Relaxed),
+            adaptive: self.settings.adaptive.as_ref().map(AdaptiveLimit::snapshot),
             wait: WaitSnapshot {
-                waiting: self.gate.count().waiting() as u64,
-                admitted: self.waits.admitted.load(Ordering::Relaxed),
-                waited_micros: self.waits.waited_micros.load(Ordering::Relaxed),
-                timed_out: self.waits.timed_out.load(Ordering::Relaxed),
-                deadline: self.waits.deadline.load(Ordering::Relaxed),
+                waiting: self.settings.gate.count().waiting() as u64,
+                admitted: self.counts.waits.admitted.load(Ordering::Relaxed),
+                waited_micros: self.counts.waits.waited_micros.load(Ordering::Relaxed),
+                timed_out: self.counts.waits.timed_out.load(Ordering::Relaxed),
+                deadline: self.counts.waits.deadline.load(Ordering::Relaxed),
             },
-            gone: self.gone.load(Ordering::Relaxed),
-            stalled: self.pacer.as_ref().map_or(0, |pacer| pacer.stalled()),
-            memory: self.memory,
+            gone: self.counts.gone.load(Ordering::Relaxed),
+            stalled: self
+                .settings
+                .pacer
+                .as_ref()
+                .map_or(0, |pacer| pacer.stalled()),
+            memory: self.settings.memory,
         }
     }
 }
