@@ -164,5 +164,5 @@ impl Gradient {
     }
 }
 
-#[cfg(all(test, not(admission_loom)))]
+#[cfg(all(test, not(admission_loom), not(miri)))]
 mod tests;

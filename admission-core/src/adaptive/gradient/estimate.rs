@@ -136,7 +136,7 @@ impl Estimate {
     }
 }
 
-#[cfg(all(test, not(admission_loom)))]
+#[cfg(all(test, not(admission_loom), not(miri)))]
 mod tests {
     use super::Estimate;
 

@@ -75,7 +75,7 @@ impl Mechanism {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(miri)))]
 mod tests {
     use super::Mechanism;
     use crate::adaptive::Gradient;

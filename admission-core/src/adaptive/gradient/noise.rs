@@ -92,7 +92,7 @@ pub(super) fn beyond_doubt(latency: f64, knee: f64, noise: f64) -> bool {
     latency > BEYOND_DOUBT * knee * (1.0 + QUEUE_SIGMAS * noise)
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(miri)))]
 mod tests {
     use super::*;
 

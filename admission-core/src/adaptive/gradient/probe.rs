@@ -470,5 +470,5 @@ impl Gradient {
     }
 }
 
-#[cfg(all(test, not(admission_loom)))]
+#[cfg(all(test, not(admission_loom), not(miri)))]
 mod tests;

@@ -194,5 +194,5 @@ impl Gradient {
     }
 }
 
-#[cfg(all(test, not(admission_loom)))]
+#[cfg(all(test, not(admission_loom), not(miri)))]
 mod tests;
