@@ -1,9 +1,11 @@
-//! A minimum data rate for request bodies, and the reservation a slow body may hold.
+//! A request body held to a minimum data rate, and the reservation a slow body may hold.
 //!
 //! A body is timed only while its reader waits on it: from a poll that found nothing
 //! until the next frame. A handler that reads slowly, or not at all, is not a slow
-//! client. After the grace period, a body that has waited `w` in all must have sent at
-//! least `rate × w` bytes; one that has not is cut ([`Refused::TooSlow`]).
+//! client. The rule is [`Patience`]'s: the grace period to start with,
+//! spent while the reader waits, earned back at `1 / rate` for each byte sent (banked up
+//! to [`Patience::BANKED`]); a body whose wait outlasts it is cut
+//! ([`Refused::TooSlow`]).
 //!
 //! A body with a declared length holds, of the byte budget, what it has sent plus what
 //! it would send in the grace period at its own measured rate (never below the minimum
@@ -19,35 +21,7 @@ use std::time::{Duration, Instant};
 use pin_project_lite::pin_project;
 
 use crate::alarm::Alarm;
-
-/// The slowest a request body may arrive: at least `bytes_per_second`, once it has
-/// waited for a `grace` period, measured only while its reader waits on it.
-///
-/// The default is Kestrel's: 240 bytes per second after 5 s. A body that sends at that
-/// rate takes 273 s for 64 KiB: the rate cuts only what is barely moving, and the byte
-/// reservation (see [`MeteredBody::paced`](crate::MeteredBody::paced)) bounds what a
-/// body just above it holds.
-///
-/// ```
-/// use std::time::Duration;
-/// use admission_http::MinDataRate;
-///
-/// let rate = MinDataRate::default();
-/// assert_eq!((rate.bytes_per_second(), rate.grace()), (240, Duration::from_secs(5)));
-/// // What a body that has sent nothing yet may hold ahead: the grace period at the rate.
-/// assert_eq!(rate.grace_bytes(), 1_200);
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct MinDataRate {
-    bytes_per_second: u64,
-    grace: Duration,
-}
-
-impl Default for MinDataRate {
-    fn default() -> Self {
-        Self::new(240, Duration::from_secs(5))
-    }
-}
+use crate::rate::{MinDataRate, Patience, bytes_in};
 
 /// The shortest wait over which a body's own rate is measured: a body whose first bytes
 /// come with its head has waited for nothing, and its rate is not yet known.
@@ -56,77 +30,6 @@ const MEASURED_OVER: Duration = Duration::from_secs(1);
 /// How often a waiting body gives back the part of its reservation its rate no longer
 /// earns.
 pub(crate) const REVIEW: Duration = Duration::from_secs(1);
-
-impl MinDataRate {
-    /// At least `bytes_per_second` (0 is taken as 1) after `grace`.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use admission_http::MinDataRate;
-    ///
-    /// let rate = MinDataRate::new(1_000, Duration::from_secs(2));
-    /// assert_eq!(rate.grace_bytes(), 2_000);
-    /// ```
-    pub const fn new(bytes_per_second: u64, grace: Duration) -> Self {
-        Self {
-            bytes_per_second: if bytes_per_second == 0 {
-                1
-            } else {
-                bytes_per_second
-            },
-            grace,
-        }
-    }
-
-    /// The minimum rate, in bytes per second.
-    ///
-    /// ```
-    /// use admission_http::MinDataRate;
-    ///
-    /// assert_eq!(MinDataRate::default().bytes_per_second(), 240);
-    /// ```
-    pub const fn bytes_per_second(&self) -> u64 {
-        self.bytes_per_second
-    }
-
-    /// How long a body may wait before the rate applies.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use admission_http::MinDataRate;
-    ///
-    /// assert_eq!(MinDataRate::default().grace(), Duration::from_secs(5));
-    /// ```
-    pub const fn grace(&self) -> Duration {
-        self.grace
-    }
-
-    /// What the grace period is worth at the minimum rate: the most a body that has sent
-    /// nothing may hold of the byte budget.
-    ///
-    /// ```
-    /// use admission_http::MinDataRate;
-    ///
-    /// assert_eq!(MinDataRate::default().grace_bytes(), 240 * 5);
-    /// ```
-    pub fn grace_bytes(&self) -> u64 {
-        bytes_in(self.bytes_per_second, self.grace)
-    }
-
-    /// How long in all a body that has sent `received` bytes may have waited.
-    pub(crate) fn patience(&self, received: u64) -> Duration {
-        let earned = Duration::from_secs_f64(received as f64 / self.bytes_per_second as f64);
-        self.grace.max(earned)
-    }
-
-    /// What a body that has sent `received` bytes over `waited` may hold ahead of them:
-    /// the grace period at its own rate, or at the minimum rate if that is higher.
-    pub(crate) fn ahead(&self, received: u64, waited: Duration) -> u64 {
-        let over = waited.max(MEASURED_OVER).as_secs_f64();
-        let own = (received as f64 / over) as u64;
-        bytes_in(own.max(self.bytes_per_second), self.grace)
-    }
-}
 
 /// The clock bodies are timed by: tokio's where there is one (so a paused test clock
 /// holds for bodies too), else the system's.
@@ -137,25 +40,24 @@ pub(crate) fn now() -> Instant {
     return Instant::now();
 }
 
-fn bytes_in(bytes_per_second: u64, period: Duration) -> u64 {
-    let bytes = bytes_per_second as f64 * period.as_secs_f64();
-    if bytes >= u64::MAX as f64 {
-        u64::MAX
-    } else {
-        bytes as u64
-    }
+/// What a body that has sent `received` bytes over `waited` may hold ahead of them: the
+/// grace period at its own rate, or at the minimum rate if that is higher.
+pub(crate) fn ahead(rate: &MinDataRate, received: u64, waited: Duration) -> u64 {
+    let over = waited.max(MEASURED_OVER).as_secs_f64();
+    let own = (received as f64 / over) as u64;
+    bytes_in(own.max(rate.bytes_per_second()), rate.grace())
 }
 
 pin_project! {
-    /// One body's timing: its rate, its declared length, what it has sent, how long its
-    /// reader has waited on it, and the alarm for a wait that runs out.
+    /// One body's timing: its rate, its declared length, what it has sent, its patience,
+    /// how long its reader has waited on it in all, and the alarm for a wait that runs out.
     pub(crate) struct Pace {
         pub(crate) rate: MinDataRate,
         pub(crate) declared: Option<u64>,
         pub(crate) received: u64,
+        patience: Patience,
+        // The waits that ended, in all (the one in progress is the patience's).
         waited: Duration,
-        // When the wait in progress began: set by a poll that found nothing.
-        since: Option<Instant>,
         alarm: Alarm,
     }
 }
@@ -166,23 +68,20 @@ impl Pace {
             rate,
             declared,
             received: 0,
+            patience: Patience::new(rate, Patience::BANKED),
             waited: Duration::ZERO,
-            since: None,
             alarm: Alarm::new(),
         }
     }
 
     /// The wait so far, counting the one in progress up to `now`.
     pub(crate) fn waited(&self, now: Instant) -> Duration {
-        let current = self
-            .since
-            .map_or(Duration::ZERO, |since| now.saturating_duration_since(since));
-        self.waited + current
+        self.waited + self.patience.waited(now)
     }
 
-    /// Whether the body has waited longer than what it has sent allows.
+    /// Whether the wait in progress has outlasted the body's patience.
     pub(crate) fn too_slow(&self, now: Instant) -> bool {
-        self.waited(now) > self.rate.patience(self.received)
+        self.patience.run_out(now)
     }
 
     /// What the body may hold of the byte budget now: what it has sent, plus what its
@@ -190,7 +89,7 @@ impl Pace {
     pub(crate) fn reservation(&self, now: Instant) -> u64 {
         match self.declared {
             Some(declared) => {
-                let ahead = self.rate.ahead(self.received, self.waited(now));
+                let ahead = ahead(&self.rate, self.received, self.waited(now));
                 declared
                     .min(self.received.saturating_add(ahead))
                     .max(self.received)
@@ -201,18 +100,14 @@ impl Pace {
 
     /// A poll found nothing: the wait starts now, unless one is in progress.
     pub(crate) fn waiting(self: Pin<&mut Self>, now: Instant) {
-        let this = self.project();
-        if this.since.is_none() {
-            *this.since = Some(now);
-        }
+        self.project().patience.wait(now);
     }
 
     /// A frame came: the wait in progress ends, and `data` bytes are counted.
     pub(crate) fn arrived(self: Pin<&mut Self>, now: Instant, data: u64) {
         let this = self.project();
-        if let Some(since) = this.since.take() {
-            *this.waited += now.saturating_duration_since(since);
-        }
+        *this.waited += this.patience.waited(now);
+        this.patience.moved(now, data);
         *this.received = this.received.saturating_add(data);
     }
 
@@ -225,10 +120,7 @@ impl Pace {
         now: Instant,
         holds_ahead: bool,
     ) -> Poll<()> {
-        let left = self
-            .rate
-            .patience(self.received)
-            .saturating_sub(self.waited(now));
+        let left = self.patience.remaining(now);
         let next = if holds_ahead { left.min(REVIEW) } else { left };
         // The wake comes a millisecond late, so that the body is then past its patience.
         self.project()
@@ -262,23 +154,36 @@ mod tests {
     }
 
     #[test]
-    fn a_body_may_wait_out_the_grace_period_then_what_it_has_sent_earns() {
-        assert_eq!(RATE.patience(0), Duration::from_secs(5));
-        assert_eq!(RATE.patience(1_200), Duration::from_secs(5));
-        assert_eq!(RATE.patience(2_400), Duration::from_secs(10));
+    fn a_body_may_wait_out_the_grace_period_and_what_it_sends_earns_more() {
+        let start = Instant::now();
+        let mut pace = Box::pin(Pace::new(RATE, None));
+        pace.as_mut().waiting(start);
+        assert!(!pace.too_slow(start + Duration::from_secs(5)));
+        assert!(pace.too_slow(start + Duration::from_millis(5_001)));
+        // 4 s waited, then 2,400 bytes: 10 s earned, 11 s left.
+        pace.as_mut().arrived(start + Duration::from_secs(4), 2_400);
+        let next = start + Duration::from_secs(4);
+        pace.as_mut().waiting(next);
+        assert!(!pace.too_slow(next + Duration::from_secs(11)));
+        assert!(pace.too_slow(next + Duration::from_millis(11_001)));
+        // A burst banks at most 64 KiB's worth beyond the grace period: 278.07 s.
+        pace.as_mut().arrived(next, 10 << 20);
+        pace.as_mut().waiting(next);
+        assert!(!pace.too_slow(next + Duration::from_secs(278)));
+        assert!(pace.too_slow(next + Duration::from_secs(279)));
     }
 
     #[test]
     fn what_a_body_holds_ahead_is_the_grace_period_at_its_rate_or_the_minimum() {
         // Nothing sent: the minimum rate's grace bytes.
-        assert_eq!(RATE.ahead(0, Duration::ZERO), 1_200);
+        assert_eq!(ahead(&RATE, 0, Duration::ZERO), 1_200);
         // 2 KiB/s over 10 s: 10 KiB ahead.
-        assert_eq!(RATE.ahead(20_480, Duration::from_secs(10)), 10_240);
+        assert_eq!(ahead(&RATE, 20_480, Duration::from_secs(10)), 10_240);
         // Slower than the minimum: the minimum.
-        assert_eq!(RATE.ahead(100, Duration::from_secs(10)), 1_200);
+        assert_eq!(ahead(&RATE, 100, Duration::from_secs(10)), 1_200);
         // A first frame that came with the head is measured over a second, not over 0.
-        assert_eq!(RATE.ahead(1, Duration::ZERO), 1_200);
-        assert_eq!(RATE.ahead(16_384, Duration::ZERO), 81_920);
+        assert_eq!(ahead(&RATE, 1, Duration::ZERO), 1_200);
+        assert_eq!(ahead(&RATE, 16_384, Duration::ZERO), 81_920);
     }
 
     #[test]
@@ -309,7 +214,8 @@ mod tests {
         assert_eq!(pace.waited(later), Duration::from_secs(4));
         assert!(!pace.too_slow(later));
         pace.as_mut().waiting(later);
-        assert!(!pace.too_slow(later + Duration::from_secs(1)));
-        assert!(pace.too_slow(later + Duration::from_millis(1_001)));
+        // 1 s of the grace left, and 10 bytes' 41.7 ms earned.
+        assert!(!pace.too_slow(later + Duration::from_millis(1_041)));
+        assert!(pace.too_slow(later + Duration::from_millis(1_042)));
     }
 }

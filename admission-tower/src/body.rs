@@ -25,8 +25,8 @@ use pin_project_lite::pin_project;
 
 use crate::error::Stalled;
 use crate::pacer::{Pacer, PacerId};
-use crate::patience::SendPace;
 use crate::permit::AdmissionPermit;
+use crate::send_pace::SendPace;
 use crate::stalls::{Registry, Ticket};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;

@@ -128,11 +128,11 @@ mod memory;
 mod needs_feature;
 mod observe;
 mod pacer;
-mod patience;
 mod per_key;
 mod permit;
 mod readings;
 mod retry;
+mod send_pace;
 #[cfg(feature = "serve")]
 #[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
 pub mod serve;

@@ -5,7 +5,7 @@
 //! on its client. On its own it cannot see a server that never asks again (an h2 window
 //! kept at 0: hyper waits for room in it before it polls the body), since nothing polls
 //! it. So while it waits, the body parks what it holds in a [`Registry`], with the time
-//! its allowance runs out ([`SendPace`](crate::patience::SendPace)), and takes it back when it is
+//! its allowance runs out ([`SendPace`](crate::send_pace::SendPace)), and takes it back when it is
 //! asked again. One thread for the process sweeps the registry every [`TICK`]: what is
 //! past its time is taken out and released there, and its body, when next polled, finds
 //! its place empty and ends in an error.

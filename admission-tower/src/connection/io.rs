@@ -14,7 +14,7 @@ use pin_project_lite::pin_project;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-use crate::patience::Patience;
+use admission_http::Patience;
 
 /// A connection's places: under the cap on open connections and under its address's.
 pub(super) type Places = (CountPermit, Option<KeyedPermit<IpAddr>>);
@@ -131,7 +131,7 @@ impl<I: AsyncWrite> AsyncWrite for GuardedIo<I> {
             }
             // A write that waited: the wait spent patience, what the client took in it
             // earns some back.
-            Poll::Ready(Ok(n)) => patience.taken(now, *n),
+            Poll::Ready(Ok(n)) => patience.moved(now, *n as u64),
             Poll::Pending => {
                 patience.wait(now);
                 // A grace period past what the clock can count to is no deadline.

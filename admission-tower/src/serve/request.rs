@@ -17,7 +17,7 @@ use tower_service::Service;
 use super::stream;
 use super::tracker::Tracker;
 use crate::pacer::ServedStream;
-use crate::patience::SendPace;
+use crate::send_pace::SendPace;
 
 /// A request in flight on its connection, from its complete head until its response
 /// body ends or is dropped.

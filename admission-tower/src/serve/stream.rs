@@ -9,7 +9,7 @@
 //! the client's window has room. A piece handed out and not asked past is a piece the
 //! client is not taking.
 //!
-//! - [`SendPace`](crate::patience::SendPace) is the rule (the one every send-rate bound keeps):
+//! - [`SendPace`](crate::send_pace::SendPace) is the rule (the one every send-rate bound keeps):
 //!   each piece is what the client could take at the minimum rate within its patience,
 //!   waits spend patience, pieces asked past earn it back at `1 / rate` a byte.
 //! - The body (`TrackedBody` in `request.rs`) keeps the pace and publishes when its
