@@ -1,5 +1,5 @@
 //! The workspace's test helpers, shared by every crate's tests and examples (not
-//! published): a server on loopback ([`serve`], [`serve_on`]), h2 written by hand
+//! published): a server on loopback ([`serve`], [`serve_on`], [`spawn_server`]), h2 written by hand
 //! ([`h2`]), waiting for what a test expects ([`eventually`]), and a heap counter
 //! ([`heap`], installed by [`count_the_heap!`]).
 
@@ -12,4 +12,4 @@ pub mod heap;
 mod serve;
 
 pub use eventually::{eventually, eventually_within, holds_within};
-pub use serve::{Served, serve, serve_on};
+pub use serve::{Served, serve, serve_on, spawn_server};

@@ -1,7 +1,8 @@
 //! A server on loopback for a test: a tower service on `127.0.0.1:0`, over HTTP/1.1 or
-//! h2, until the test's runtime ends.
+//! h2, or any server the test starts on a listener there, until the test's runtime ends.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
 
 use http::{Request, Response};
@@ -52,9 +53,7 @@ where
     S: Served<B>,
     B: Body<Data: Send, Error: Into<Box<dyn std::error::Error + Send + Sync>>> + Send + 'static,
 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
+    spawn_server(move |listener| async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else {
                 return;
@@ -73,6 +72,20 @@ where
                 };
             });
         }
-    });
+    })
+    .await
+}
+
+/// Binds `127.0.0.1:0` and runs the server `start` makes of the listener (`axum::serve`,
+/// a layer's own `serve`, an accept loop of the test's own) on a task of its own until the
+/// test's runtime ends; the address it serves on.
+pub async fn spawn_server<F>(start: impl FnOnce(TcpListener) -> F) -> SocketAddr
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(start(listener));
     addr
 }

@@ -30,12 +30,13 @@ use heap::live;
 
 /// Serves the test app behind `layer` over HTTP/1.1, each connection guarded by
 /// `connections`.
-async fn serve(layer: &AdmissionLayer, connections: Connections) -> (SocketAddr, Arc<Seen>) {
+async fn serve_guarded(
+    layer: &AdmissionLayer,
+    connections: Connections,
+) -> (SocketAddr, Arc<Seen>) {
     let seen = Arc::new(Seen::default());
     let service = layer.layer(app(seen.clone()));
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
+    let addr = admission_testkit::spawn_server(move |listener| async move {
         while let Ok((stream, _)) = listener.accept().await {
             let Some(io) = connections.admit(stream) else {
                 continue; // over the cap: closed at once
@@ -47,7 +48,8 @@ async fn serve(layer: &AdmissionLayer, connections: Connections) -> (SocketAddr,
                     .await;
             });
         }
-    });
+    })
+    .await;
     (addr, seen)
 }
 
@@ -88,7 +90,7 @@ async fn connections_that_never_send_a_head_are_closed_and_leave_the_heap_as_it_
     // A first-byte bound long enough for 2,000 connections to be made and accepted on a
     // busy machine before the first of them is closed.
     let connections = Connections::new(policy().with_head_within(Some(Duration::from_secs(5))));
-    let (addr, _seen) = serve(&layer, connections.clone()).await;
+    let (addr, _seen) = serve_guarded(&layer, connections.clone()).await;
     // Warm up: the runtime's and the server's one-time allocations.
     assert_eq!(send(addr, get("/")).await.status(), StatusCode::OK);
     sleep(Duration::from_millis(100)).await;
@@ -141,7 +143,7 @@ async fn connections_that_never_send_a_head_are_closed_and_leave_the_heap_as_it_
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_connection_that_sends_its_request_in_time_is_served() {
     let layer = AdmissionLayer::builder().count(4).build().unwrap();
-    let (addr, _seen) = serve(&layer, Connections::new(policy())).await;
+    let (addr, _seen) = serve_guarded(&layer, Connections::new(policy())).await;
     let mut stream = TcpStream::connect(addr).await.unwrap();
     sleep(Duration::from_millis(500)).await;
     stream
@@ -159,7 +161,7 @@ async fn a_connection_that_sends_its_request_in_time_is_served() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clients_that_stop_reading_a_download_are_cut_and_others_are_served() {
     let layer = AdmissionLayer::builder().count(80).build().unwrap();
-    let (addr, seen) = serve(&layer, Connections::new(policy())).await;
+    let (addr, seen) = serve_guarded(&layer, Connections::new(policy())).await;
     // 64 clients open a stream and never read it, while the server has 1 MiB for each.
     let mut stalled = Vec::new();
     for _ in 0..64 {
@@ -218,7 +220,7 @@ async fn clients_that_stop_reading_a_download_are_cut_and_others_are_served() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_event_stream_with_heartbeats_is_not_cut() {
     let layer = AdmissionLayer::builder().count(4).build().unwrap();
-    let (addr, seen) = serve(&layer, Connections::new(policy())).await;
+    let (addr, seen) = serve_guarded(&layer, Connections::new(policy())).await;
     let mut stream = send(addr, get("/stream")).await;
     assert_eq!(next_chunk(&mut stream).await.unwrap(), "first\n");
     let tx = seen.streams.lock().unwrap().pop().unwrap();
@@ -237,7 +239,7 @@ async fn an_idle_event_stream_with_heartbeats_is_not_cut() {
 async fn over_the_cap_a_connection_is_closed_at_once() {
     let layer = AdmissionLayer::builder().count(4).build().unwrap();
     let connections = Connections::new(policy().with_max_connections(Some(2)));
-    let (addr, _seen) = serve(&layer, connections.clone()).await;
+    let (addr, _seen) = serve_guarded(&layer, connections.clone()).await;
     let _a = TcpStream::connect(addr).await.unwrap();
     let _b = TcpStream::connect(addr).await.unwrap();
     let mut over = TcpStream::connect(addr).await.unwrap();
@@ -331,7 +333,7 @@ async fn a_request_head_bound_is_hyper_utils_and_composes_with_the_guard() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_reads_slowly_but_above_the_rate_is_not_cut() {
     let layer = AdmissionLayer::builder().count(4).build().unwrap();
-    let (addr, seen) = serve(&layer, Connections::new(policy())).await;
+    let (addr, seen) = serve_guarded(&layer, Connections::new(policy())).await;
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(64 << 10).unwrap();
     let mut stream = socket.connect(addr).await.unwrap();

@@ -98,7 +98,7 @@ fn app(
     })
 }
 
-async fn serve(layer: &AdmissionLayer, h2: bool) -> (SocketAddr, Arc<Seen>) {
+async fn serve_seen(layer: &AdmissionLayer, h2: bool) -> (SocketAddr, Arc<Seen>) {
     let seen = Arc::new(Seen::default());
     let addr = support::serve_on(layer.layer(app(seen.clone())), h2).await;
     (addr, seen)
@@ -238,7 +238,7 @@ async fn a_client_gone_while_waiting_leaves_the_queue(h2: bool) {
         for reset in [false, true] {
             let case = format!("h2 {h2}, {shape:?}, reset {reset}");
             let layer = waiting_layer();
-            let (addr, seen) = serve(&layer, h2).await;
+            let (addr, seen) = serve_seen(&layer, h2).await;
             let holder = Client::send(addr, "/hold", Shape::NoBody, h2).await;
             eventually(&case, || seen.started.load(Ordering::SeqCst) == 1).await;
             let waiter = Client::send(addr, "/drop", shape, h2).await;
@@ -311,7 +311,7 @@ async fn a_client_gone_while_its_handler_runs_is_let_go(h2: bool) {
             for reset in [false, true] {
                 let case = format!("h2 {h2}, {policy}, {shape:?}, reset {reset}");
                 let layer = layer();
-                let (addr, seen) = serve(&layer, h2).await;
+                let (addr, seen) = serve_seen(&layer, h2).await;
                 let client = Client::send(addr, "/drop", shape, h2).await;
                 eventually(&case, || seen.started.load(Ordering::SeqCst) == 1).await;
                 client.go(reset);
@@ -350,7 +350,7 @@ async fn a_waiting_request_s_body_reaches_its_handler_intact() {
     for h2 in [false, true] {
         for size in [5, 200 << 10] {
             let layer = waiting_layer();
-            let (addr, seen) = serve(&layer, h2).await;
+            let (addr, seen) = serve_seen(&layer, h2).await;
             let holder = Client::send(addr, "/hold", Shape::NoBody, h2).await;
             eventually("held", || seen.started.load(Ordering::SeqCst) == 1).await;
             let body: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
@@ -407,7 +407,7 @@ async fn a_standing_queue_refuses_a_waiter_past_the_target_when_a_newer_one_come
         .wait(wait)
         .build()
         .unwrap();
-    let (addr, seen) = serve(&layer, false).await;
+    let (addr, seen) = serve_seen(&layer, false).await;
     let _holder = Client::send(addr, "/hold", Shape::NoBody, false).await;
     eventually("held", || seen.started.load(Ordering::SeqCst) == 1).await;
     let started = tokio::time::Instant::now();
@@ -495,7 +495,7 @@ async fn a_body_that_fails_while_waiting_is_answered_400_and_counted_as_gone() {
 async fn a_waiting_request_that_expects_100_continue_is_not_told_to_send_its_body() {
     use tokio::io::AsyncReadExt;
     let layer = waiting_layer();
-    let (addr, seen) = serve(&layer, false).await;
+    let (addr, seen) = serve_seen(&layer, false).await;
     let holder = Client::send(addr, "/hold", Shape::NoBody, false).await;
     eventually("held", || seen.started.load(Ordering::SeqCst) == 1).await;
     let mut stream = TcpStream::connect(addr).await.unwrap();

@@ -20,7 +20,7 @@ use http::StatusCode;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioExecutor;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::time::sleep;
 
 #[path = "support/downloads.rs"]
@@ -31,7 +31,7 @@ use admission_testkit::h2;
 use admission_testkit::heap;
 admission_testkit::count_the_heap!();
 
-use admission_testkit::eventually;
+use admission_testkit::{eventually, spawn_server};
 use downloads::{BIG, CHUNK, CHUNKS};
 use events::Heartbeats;
 use h2::{INITIAL_WINDOW_SIZE, Log, ask, client, get_on, preface_with, slow_reader, window_update};
@@ -50,15 +50,15 @@ fn app(layer: &AdmissionLayer) -> Router {
 }
 
 /// A server whose layer admits `COUNT` at once and whose streams must be taken at `rate`.
-async fn serve(rate: MinDataRate) -> (AdmissionLayer, SocketAddr) {
+async fn serve_paced(rate: MinDataRate) -> (AdmissionLayer, SocketAddr) {
     let layer = AdmissionLayer::builder()
         .count(COUNT)
         .connection_limits(ConnectionLimits::default().with_min_send_rate(Some(rate)))
         .build()
         .unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(layer.serve(listener, app(&layer)).into_future());
+    let app = app(&layer);
+    let served = layer.clone();
+    let addr = spawn_server(|listener| served.serve(listener, app).into_future()).await;
     (layer, addr)
 }
 
@@ -90,7 +90,7 @@ async fn served(addr: SocketAddr) -> StatusCode {
 
 #[tokio::test]
 async fn a_zero_window_on_streamed_responses_gives_their_permits_back_after_the_grace() {
-    let (layer, addr) = serve(rate()).await;
+    let (layer, addr) = serve_paced(rate()).await;
     let mut attacker = ask(addr, 0, "/stream", COUNT as u32).await;
     eventually(
         "layer.snapshot().gate.count.in_flight == COUNT as u64",
@@ -126,7 +126,7 @@ async fn a_zero_window_on_streamed_responses_gives_their_permits_back_after_the_
 #[tokio::test]
 async fn a_zero_window_on_one_large_chunk_holds_its_permits_and_then_nothing() {
     let _heap = HEAP.lock().await;
-    let (layer, addr) = serve(rate()).await;
+    let (layer, addr) = serve_paced(rate()).await;
     // A first round makes the runtime's, the server's and h2's one-time allocations.
     let mut first = ask(addr, 0, "/big", 1).await;
     let _ = until_reset(&mut first, Duration::from_secs(5), 1).await;
@@ -173,7 +173,7 @@ async fn a_zero_window_on_one_large_chunk_holds_its_permits_and_then_nothing() {
 #[tokio::test]
 async fn what_h2_buffers_of_a_stream_is_bounded_when_its_socket_is_not_read() {
     let _heap = HEAP.lock().await;
-    let (layer, addr) = serve(rate()).await;
+    let (layer, addr) = serve_paced(rate()).await;
     // A first round makes the one-time allocations.
     for round in 0..2 {
         let before = heap::live();
@@ -214,7 +214,7 @@ async fn what_h2_buffers_of_a_stream_is_bounded_when_its_socket_is_not_read() {
 
 #[tokio::test]
 async fn a_window_opened_a_byte_at_a_time_is_reset() {
-    let (layer, addr) = serve(rate()).await;
+    let (layer, addr) = serve_paced(rate()).await;
     let mut attacker = ask(addr, 0, "/stream", 1).await;
     // 10 bytes a second, on the stream and the connection.
     let dribble = |_| [window_update(1, 1), window_update(0, 1)].concat();
@@ -238,7 +238,7 @@ async fn a_window_opened_a_byte_at_a_time_is_reset() {
 #[tokio::test]
 async fn a_connection_window_left_at_zero_is_reset() {
     // 64 KiB/s: the connection's first window (64 KiB) earns a second beyond the grace.
-    let (layer, addr) = serve(MinDataRate::new(64 * 1024, Duration::from_secs(1))).await;
+    let (layer, addr) = serve_paced(MinDataRate::new(64 * 1024, Duration::from_secs(1))).await;
     // Every stream's window wide open; the connection's never opened past its first.
     let mut attacker = ask(addr, 16 << 20, "/stream", 1).await;
     let log = until_reset(&mut attacker, Duration::from_secs(6), 1).await;
@@ -253,7 +253,7 @@ async fn a_connection_window_left_at_zero_is_reset() {
 
 #[tokio::test]
 async fn an_idle_event_stream_is_kept_and_one_whose_heartbeats_cannot_go_is_reset() {
-    let (layer, addr) = serve(rate()).await;
+    let (layer, addr) = serve_paced(rate()).await;
     let mut reader = ask(addr, 65_535, "/events", 1).await;
     let log = client(
         &mut reader,
@@ -280,7 +280,7 @@ async fn an_idle_event_stream_is_kept_and_one_whose_heartbeats_cannot_go_is_rese
 
 #[tokio::test]
 async fn an_honest_slow_reader_is_kept_and_one_under_the_rate_is_reset() {
-    let (_, addr) = serve(MinDataRate::new(512, Duration::from_secs(1))).await;
+    let (_, addr) = serve_paced(MinDataRate::new(512, Duration::from_secs(1))).await;
     let (honest, under) = tokio::join!(
         slow_reader(addr, 1024, Duration::from_secs(6)),
         slow_reader(addr, 256, Duration::from_secs(10)),
@@ -296,7 +296,7 @@ async fn an_honest_slow_reader_is_kept_and_one_under_the_rate_is_reset() {
 #[tokio::test]
 async fn a_client_that_takes_its_responses_gets_them_whole() {
     let _heap = HEAP.lock().await;
-    let (layer, addr) = serve(rate()).await;
+    let (layer, addr) = serve_paced(rate()).await;
     let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .http2_only(true)
         .build_http::<Empty<Bytes>>();

@@ -7,6 +7,7 @@
 #![cfg(feature = "axum")]
 
 use std::convert::Infallible;
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -31,7 +32,7 @@ mod downloads;
 mod events;
 use admission_testkit::h2;
 
-use admission_testkit::{eventually, holds_within};
+use admission_testkit::{eventually, holds_within, spawn_server};
 use events::Heartbeats;
 use h2::{ask, slow_reader};
 
@@ -87,16 +88,14 @@ fn app(layer: &AdmissionLayer) -> Router {
 
 /// `axum::serve` of the app behind a layer that admits `count` at once and whose
 /// responses must be taken at `rate`.
-async fn serve(count: usize, rate: MinDataRate) -> (AdmissionLayer, SocketAddr) {
+async fn axum_paced(count: usize, rate: MinDataRate) -> (AdmissionLayer, SocketAddr) {
     let layer = AdmissionLayer::builder()
         .count(count)
         .slow_clients(SlowClients::default().with_min_response_rate(rate))
         .build()
         .unwrap();
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let app = app(&layer);
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let addr = spawn_server(|listener| axum::serve(listener, app).into_future()).await;
     (layer, addr)
 }
 
@@ -138,14 +137,14 @@ async fn held_and_given_back(layer: &AdmissionLayer, addr: SocketAddr, count: u6
 
 #[tokio::test]
 async fn streamed_responses_on_a_zero_h2_window_give_their_permits_back() {
-    let (layer, addr) = serve(8, rate()).await;
+    let (layer, addr) = axum_paced(8, rate()).await;
     let _attacker = ask(addr, 0, "/stream", 8).await;
     held_and_given_back(&layer, addr, 8).await;
 }
 
 #[tokio::test]
 async fn one_chunk_bodies_never_polled_give_their_permits_back() {
-    let (layer, addr) = serve(4, rate()).await;
+    let (layer, addr) = axum_paced(4, rate()).await;
     let _attacker = ask(addr, 0, "/big", 4).await;
     held_and_given_back(&layer, addr, 4).await;
 }
@@ -212,7 +211,7 @@ async fn under_serve_a_last_frame_waiting_on_the_client_holds_its_permits_until_
 async fn an_http1_client_that_stops_reading_gives_its_permits_back_with_its_socket_open() {
     // 64 KiB/s: what a client banks is a second beyond the grace, so the test is short.
     let rate = MinDataRate::new(64 * 1024, Duration::from_secs(1));
-    let (layer, addr) = serve(1, rate).await;
+    let (layer, addr) = axum_paced(1, rate).await;
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     let mut reader = socket.connect(addr).await.unwrap();
@@ -236,7 +235,7 @@ async fn an_http1_client_that_stops_reading_gives_its_permits_back_with_its_sock
 
 #[tokio::test]
 async fn an_idle_event_stream_and_a_reader_of_heartbeats_keep_their_permits() {
-    let (layer, addr) = serve(2, rate()).await;
+    let (layer, addr) = axum_paced(2, rate()).await;
     let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .http2_only(true)
         .build_http::<Empty<Bytes>>();
@@ -272,7 +271,7 @@ async fn a_reader_at_twice_the_rate_is_kept_and_one_at_half_is_cut() {
     // 64 KiB/s: what h2 buffers ahead of a reader (the connection's first window) banks
     // a second beyond the grace, so the reader at half the rate is cut within seconds.
     let rate = 64 * 1024;
-    let (layer, addr) = serve(2, MinDataRate::new(rate, Duration::from_secs(1))).await;
+    let (layer, addr) = axum_paced(2, MinDataRate::new(rate, Duration::from_secs(1))).await;
     let (honest, under) = tokio::join!(
         slow_reader(addr, 2 * rate as u32, Duration::from_secs(6)),
         slow_reader(addr, rate as u32 / 2, Duration::from_secs(10)),

@@ -29,7 +29,7 @@ use admission_testkit::h2;
 use admission_testkit::heap;
 admission_testkit::count_the_heap!();
 
-use admission_testkit::eventually;
+use admission_testkit::{eventually, spawn_server};
 use events::Heartbeats;
 use h2::{
     CONTINUATION, END_HEADERS, END_STREAM, GOAWAY, HEADERS, PING, RST_STREAM, frame, frames,
@@ -76,11 +76,9 @@ fn app(layer: &AdmissionLayer) -> Router {
 }
 
 /// Serves the test app with `layer` and its limits on `127.0.0.1:0`.
-async fn serve(layer: &AdmissionLayer) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(layer.serve(listener, app(layer)).into_future());
-    addr
+async fn layer_serve(layer: &AdmissionLayer) -> SocketAddr {
+    let (app, layer) = (app(layer), layer.clone());
+    spawn_server(|listener| layer.serve(listener, app).into_future()).await
 }
 
 fn layer(limits: ConnectionLimits) -> AdmissionLayer {
@@ -139,7 +137,7 @@ async fn trickle_a_head(addr: SocketAddr, within: Duration) -> Option<Duration> 
 #[tokio::test]
 async fn a_head_trickled_in_is_closed_at_the_bound() {
     let layer = layer(head_only());
-    let addr = serve(&layer).await;
+    let addr = layer_serve(&layer).await;
     let closed = trickle_a_head(addr, Duration::from_secs(5)).await;
     let after = closed.expect("closed within 5 s");
     assert!(
@@ -211,7 +209,7 @@ async fn the_guard_holds_the_per_address_cap_too() {
 #[tokio::test]
 async fn a_stalled_h2_preface_or_handshake_is_closed_at_the_bound() {
     let layer = layer(head_only());
-    let addr = serve(&layer).await;
+    let addr = layer_serve(&layer).await;
     let mut stream = TcpStream::connect(addr).await.unwrap();
     stream.write_all(b"PRI * HTTP/2.0\r\n").await.unwrap();
     let after = closed_after(&mut stream, Duration::from_secs(5)).await;
@@ -280,7 +278,7 @@ async fn connections_from_one_address_stop_at_its_cap_while_others_are_served() 
             .with_idle(far)
             .with_max_per_address(Some(2)),
     );
-    let addr = serve(&layer).await;
+    let addr = layer_serve(&layer).await;
     let mut first = connect_from([127, 0, 0, 2], addr).await;
     let mut second = connect_from([127, 0, 0, 2], addr).await;
     assert!(get_on(&mut first, "/").await.starts_with("HTTP/1.1 200"));
@@ -311,7 +309,7 @@ async fn connections_from_one_address_stop_at_its_cap_while_others_are_served() 
 #[tokio::test]
 async fn idle_connections_are_closed_and_an_event_stream_is_not() {
     let layer = layer(idle_only());
-    let addr = serve(&layer).await;
+    let addr = layer_serve(&layer).await;
     // HTTP/1.1 keep-alive, idle after one request.
     let mut idle = TcpStream::connect(addr).await.unwrap();
     assert!(get_on(&mut idle, "/").await.starts_with("HTTP/1.1 200"));
@@ -390,7 +388,7 @@ async fn idle_connections_are_closed_and_an_event_stream_is_not() {
 #[tokio::test]
 async fn a_head_over_the_header_cap_is_refused_and_one_under_it_served() {
     let layer = layer(limits().with_max_header_bytes(32 << 10));
-    let addr = serve(&layer).await;
+    let addr = layer_serve(&layer).await;
     for (size, status) in [(20 << 10, "HTTP/1.1 200"), (40 << 10, "HTTP/1.1 431")] {
         let mut stream = TcpStream::connect(addr).await.unwrap();
         let head = format!(
@@ -429,7 +427,7 @@ async fn a_head_over_the_header_cap_is_refused_and_one_under_it_served() {
 #[tokio::test]
 async fn h2_streams_over_the_cap_are_refused_and_the_others_complete() {
     let layer = layer(limits().with_max_streams(Some(2)));
-    let addr = serve(&layer).await;
+    let addr = layer_serve(&layer).await;
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let mut bytes = preface();
     for id in [1, 3, 5, 7, 9] {
@@ -461,7 +459,7 @@ async fn h2_streams_over_the_cap_are_refused_and_the_others_complete() {
 async fn an_h2_peer_that_stops_answering_pings_is_closed_and_its_streams_let_go() {
     let every = Duration::from_millis(300);
     let layer = layer(limits().with_ping(Some((every, every))));
-    let addr = serve(&layer).await;
+    let addr = layer_serve(&layer).await;
     let mut stream = h2_hanging(addr, &layer).await;
     // Reads what comes (the pings among it) and answers none.
     let start = Instant::now();
@@ -518,7 +516,7 @@ fn went_away(frames: &[(u8, u8, u32, Vec<u8>)], code: u8) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn floods_of_resets_and_continuations_end_their_connection_and_leave_nothing() {
     let layer = layer(limits());
-    let addr = serve(&layer).await;
+    let addr = layer_serve(&layer).await;
     // Twice: the first round makes the runtime's and the server's one-time
     // allocations (h2's included); the second must leave the heap as it found it.
     let mut before = 0;
@@ -649,7 +647,7 @@ async fn a_graceful_shutdown_ends_at_its_deadline_and_admitted_requests_complete
 #[tokio::test]
 async fn a_hyper_util_pooled_client_is_served_over_http1_and_h2() {
     let layer = layer(limits());
-    let addr = serve(&layer).await;
+    let addr = layer_serve(&layer).await;
     for h2 in [false, true] {
         let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
             .http2_only(h2)

@@ -2,11 +2,13 @@
 //! demonstration is: tricklers are cut and cannot pin the byte budget, while legitimate
 //! uploads, fast or slow, go through.
 
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use admission_testkit::spawn_server;
 use admission_tower::{AdmissionLayer, PerKey, SlowClients};
 use axum::Router;
 use axum::body::Bytes;
@@ -15,7 +17,7 @@ use http::StatusCode;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::time::{Instant, sleep, timeout};
 
 const BUDGET: u64 = 256 << 10;
@@ -36,17 +38,14 @@ fn layer(slow: SlowClients) -> AdmissionLayer {
 }
 
 /// `POST /upload` answers with the length it read.
-async fn serve(layer: &AdmissionLayer) -> SocketAddr {
+async fn serve_upload(layer: &AdmissionLayer) -> SocketAddr {
     let upload = post(|body: Bytes| async move { body.len().to_string() });
-    serve_app(Router::new().route("/upload", upload).layer(layer.clone())).await
+    axum_serve(Router::new().route("/upload", upload).layer(layer.clone())).await
 }
 
 /// Serves `app` with `axum::serve` on `127.0.0.1:0`.
-async fn serve_app(app: Router) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    addr
+async fn axum_serve(app: Router) -> SocketAddr {
+    spawn_server(|listener| axum::serve(listener, app).into_future()).await
 }
 
 /// A raw client that declares `declared` bytes, then sends `chunk` bytes at once and
@@ -153,7 +152,7 @@ fn four_tricklers(addr: SocketAddr) -> Vec<tokio::task::JoinHandle<Option<String
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_tricklers_cannot_deny_other_uploads_and_are_answered_408() {
     let layer = layer(SlowClients::default());
-    let addr = serve(&layer).await;
+    let addr = serve_upload(&layer).await;
     let start = Instant::now();
     let tricklers = four_tricklers(addr);
     sleep(Duration::from_millis(300)).await;
@@ -192,7 +191,7 @@ async fn without_the_policy_four_tricklers_hold_the_whole_budget() {
     // What the policy prevents, measured the same way: the attack works on a layer
     // without it.
     let layer = layer(SlowClients::off());
-    let addr = serve(&layer).await;
+    let addr = serve_upload(&layer).await;
     let tricklers = four_tricklers(addr);
     sleep(Duration::from_millis(300)).await;
     assert_eq!(layer.gate().bytes().unwrap().in_flight(), BUDGET);
@@ -206,7 +205,7 @@ async fn without_the_policy_four_tricklers_hold_the_whole_budget() {
 async fn a_chunked_trickle_holds_a_count_permit_no_longer_than_the_grace_period() {
     // A count limit alone: the body is timed all the same.
     let layer = AdmissionLayer::builder().count(1).build().unwrap();
-    let addr = serve(&layer).await;
+    let addr = serve_upload(&layer).await;
 
     let stream = TcpStream::connect(addr).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -247,7 +246,7 @@ async fn a_chunked_trickle_holds_a_count_permit_no_longer_than_the_grace_period(
 #[ignore = "32 s: run with --include-ignored"]
 async fn a_legitimate_upload_of_64_kib_at_2_kib_per_second_completes() {
     let layer = layer(SlowClients::default());
-    let addr = serve(&layer).await;
+    let addr = serve_upload(&layer).await;
     let status = trickle(
         addr,
         "slow-but-fine".into(),
@@ -264,7 +263,7 @@ async fn a_legitimate_upload_of_64_kib_at_2_kib_per_second_completes() {
 #[ignore = "30 s: run with --include-ignored"]
 async fn tricklers_at_the_minimum_rate_that_reconnect_hold_no_more_than_they_sent_plus_the_grace() {
     let layer = layer(SlowClients::default());
-    let addr = serve(&layer).await;
+    let addr = serve_upload(&layer).await;
     let bytes = layer.gate().bytes().unwrap().clone();
     // Four connections that declare 64 KiB and keep to 240 B/s, reconnecting when cut or
     // answered; each counts what its connection in progress has sent, and since when.
@@ -324,7 +323,7 @@ async fn serve_events(layer: &AdmissionLayer) -> SocketAddr {
         let never = futures_never();
         axum::body::Body::from_stream(never)
     };
-    serve_app(
+    axum_serve(
         Router::new()
             .route("/events", post(events))
             .layer(layer.clone()),
@@ -431,7 +430,7 @@ async fn a_body_cut_after_the_handler_answered_is_still_reported() {
         ))
     };
     let late = Router::new().route("/late", post(reads_on_the_side));
-    let addr = serve_app(late.layer(layer.clone())).await;
+    let addr = axum_serve(late.layer(layer.clone())).await;
 
     let mut stream = TcpStream::connect(addr).await.unwrap();
     let head = "POST /late HTTP/1.1\r\nhost: t\r\ncontent-length: 1000\r\n\r\nx";
