@@ -2,14 +2,13 @@
 //! extractors, HTTP/1.1 keep-alive across refusals with a pooled client, discarding refused bodies within
 //! its bounds, and the connection header only where it belongs.
 
-mod support;
-
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
+use crate::support::{ChannelBody, Seen, app, eventually, next_chunk, send, text};
 use admission_tower::{AdmissionLayer, Key, PerKey, Refusals};
 use axum::Router;
 use axum::routing::post;
@@ -19,7 +18,6 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use support::{ChannelBody, Seen, app, eventually, next_chunk, send, text};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tower::{Layer, ServiceExt};

@@ -1,14 +1,14 @@
 //! The layer in front of a real hyper server on loopback, with a real hyper client.
 
-mod support;
-
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use crate::support::{
+    Seen, app, eventually, get, next_chunk, post, send, serve, text, with_header,
+};
 use admission_tower::{AdmissionLayer, AdmissionSnapshot, Key, PerKey};
 use bytes::Bytes;
 use http::StatusCode;
-use support::{Seen, app, eventually, get, next_chunk, post, send, serve, text, with_header};
 use tower::Layer;
 
 fn in_flight(layer: &AdmissionLayer) -> u64 {
@@ -242,7 +242,7 @@ async fn upload_chunked(
     drop(tx);
     // A channel-fed client body has no length: hyper sends it chunked.
     let request = http::Request::post("/upload")
-        .body(support::ChannelBody::new(rx))
+        .body(crate::support::ChannelBody::new(rx))
         .unwrap();
     send(addr, request).await
 }

@@ -3,12 +3,11 @@
 //! (503 + `Retry-After` + `connection: close`), and the drain completes only once the
 //! last admitted response body has ended.
 
-mod support;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{ChannelBody, eventually};
 use admission_tower::AdmissionLayer;
 use axum::Router;
 use axum::body::Body;
@@ -19,7 +18,6 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
-use support::{ChannelBody, eventually};
 use tokio::sync::{mpsc, oneshot};
 
 const CHUNK: &[u8] = b"chunk\n";
@@ -155,7 +153,7 @@ async fn a_drain_with_a_deadline_reports_an_open_stream_and_completes_once_it_en
         )
         .route("/", get(|| async { "ok" }))
         .layer(admission.clone());
-    let addr = support::serve(app).await;
+    let addr = crate::support::serve(app).await;
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let get = |path: &str| {
         Request::get(format!("http://{addr}{path}"))

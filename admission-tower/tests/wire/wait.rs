@@ -3,18 +3,16 @@
 //! client that hangs up leaves nothing waiting. HTTP/1.1 and HTTP/2, with hyper's clients.
 #![cfg(feature = "tokio")]
 
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{Seen, app, eventually, get, next_chunk, send, serve, text, with_header};
 use admission_tower::{AdmissionLayer, PerKey, Wait};
 use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use support::{Seen, app, eventually, get, next_chunk, send, serve, text, with_header};
 use tokio::net::TcpStream;
 use tower::Layer;
 
@@ -241,7 +239,7 @@ async fn a_key_at_its_cap_never_waits() {
 async fn over_http2_a_waiting_stream_is_served() {
     let layer = wait(4, Duration::from_secs(5));
     let seen = Arc::new(Seen::default());
-    let addr = support::serve_on(layer.layer(app(seen.clone())), true).await;
+    let addr = crate::support::serve_on(layer.layer(app(seen.clone())), true).await;
     let stream = TcpStream::connect(addr).await.unwrap();
     let (mut sender, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
@@ -265,7 +263,7 @@ async fn over_http2_a_waiting_stream_is_served() {
 #[tokio::test]
 async fn each_waiter_is_counted_once_where_its_wait_ended() {
     let layer = wait(4, Duration::from_millis(300));
-    support::three_waiters(&layer).await;
+    crate::support::three_waiters(&layer).await;
     let snapshot = layer.snapshot();
     let waits = snapshot.wait;
     assert_eq!((waits.admitted, waits.timed_out, waits.deadline), (1, 1, 0));

@@ -1,17 +1,15 @@
 //! Retries shed first, on a real server: a hyper server on loopback behind the layer,
 //! responses held open so that the ledger's level is the test's.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{Seen, app, get, next_chunk, send, serve, text};
 use admission_tower::{AdmissionLayer, Classes, Priority, Retries, Wait, class};
 use http::{Request, StatusCode};
 use http_body_util::Full;
 use hyper::body::Incoming;
-use support::{Seen, app, get, next_chunk, send, serve, text};
 
 /// A request for `path` of class `class` (none if empty), a retry if `retry`.
 fn request(path: &str, class: &str, retry: bool) -> Request<Full<bytes::Bytes>> {
@@ -116,7 +114,7 @@ async fn a_retry_is_shed_before_a_first_attempt_of_its_class() {
         ]
     );
     drop(held);
-    support::eventually("every permit released", || count.in_flight() == 0).await;
+    crate::support::eventually("every permit released", || count.in_flight() == 0).await;
 }
 
 #[tokio::test]
@@ -140,7 +138,7 @@ async fn without_classes_a_retry_is_shed_at_its_share_of_the_count() {
     }
     assert_eq!(count.in_flight(), 10);
     drop(held.pop());
-    support::eventually("a permit released", || count.in_flight() == 9).await;
+    crate::support::eventually("a permit released", || count.in_flight() == 9).await;
     assert!(
         open(addr, "", true).await.is_err(),
         "9 in flight: above 50%"
@@ -148,12 +146,12 @@ async fn without_classes_a_retry_is_shed_at_its_share_of_the_count() {
     // A header that says no earlier attempt (or says nothing a number can be read from)
     // is a first attempt.
     for value in ["0", "many"] {
-        let first = support::with_header("/stream", "grpc-previous-rpc-attempts", value);
+        let first = crate::support::with_header("/stream", "grpc-previous-rpc-attempts", value);
         let mut first = send(addr, first).await;
         assert_eq!(first.status(), StatusCode::OK, "{value}");
         assert_eq!(next_chunk(&mut first).await.unwrap(), "first\n");
         drop(first);
-        support::eventually("its permit released", || count.in_flight() == 9).await;
+        crate::support::eventually("its permit released", || count.in_flight() == 9).await;
     }
     // Without classes, the events name none, and say retry.
     assert_eq!(
@@ -162,7 +160,7 @@ async fn without_classes_a_retry_is_shed_at_its_share_of_the_count() {
     );
     assert_eq!(layer.snapshot().gate.refused_retries, 2);
     drop(held);
-    support::eventually("every permit released", || count.in_flight() == 0).await;
+    crate::support::eventually("every permit released", || count.in_flight() == 0).await;
     assert!(
         open(addr, "", true).await.is_ok(),
         "an idle server admits a retry"
@@ -186,7 +184,7 @@ async fn a_retry_never_waits_and_is_counted_once() {
     }
     // A first attempt waits (up to a minute); a retry is refused at once.
     let first = tokio::spawn(async move { send(addr, get("/")).await });
-    support::eventually("the first attempt waits", || count.waiting() == 1).await;
+    crate::support::eventually("the first attempt waits", || count.waiting() == 1).await;
     let retry = tokio::time::timeout(Duration::from_secs(5), send(addr, request("/", "", true)))
         .await
         .expect("a retry is refused without waiting");

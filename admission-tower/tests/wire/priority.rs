@@ -1,14 +1,12 @@
 //! Priority classes and tenant tiers on a real server: a hyper server on loopback behind
 //! the layer, a hyper client, responses held open so the ledger's level is the test's.
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 
+use crate::support::{Seen, app, get, send, serve, with_header};
 use admission_tower::{AdmissionLayer, Classes, Key, PerKey, Priority, class, key};
 use http::StatusCode;
 use hyper::body::Incoming;
-use support::{Seen, app, get, send, serve, with_header};
 
 /// Opens a streaming response of class `class`; `Ok` with the open response if admitted.
 async fn open(
@@ -63,9 +61,9 @@ async fn a_critical_request_is_refused_only_at_full_capacity() {
                     StatusCode::OK,
                     "critical refused below capacity"
                 );
-                assert_eq!(support::text(critical).await, "ok");
+                assert_eq!(crate::support::text(critical).await, "ok");
                 let open_streams = held.len() as u64;
-                support::eventually("the critical request's permit released", || {
+                crate::support::eventually("the critical request's permit released", || {
                     count.in_flight() == open_streams
                 })
                 .await;
@@ -84,7 +82,7 @@ async fn a_critical_request_is_refused_only_at_full_capacity() {
     let full = send(addr, get("/")).await;
     assert_eq!(full.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
-        support::text(full).await,
+        crate::support::text(full).await,
         "overloaded: count limit reached\n"
     );
 
@@ -109,17 +107,17 @@ async fn a_critical_request_is_refused_only_at_full_capacity() {
 
     // Releasing one slot admits critical work before anything else.
     drop(held.pop());
-    support::eventually("a permit released", || count.in_flight() == 9).await;
+    crate::support::eventually("a permit released", || count.in_flight() == 9).await;
     // Below the capacity, a class at its share is refused by its share, and says so.
     let default = send(addr, with_header("/", "x-request-class", "default")).await;
     assert_eq!(default.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
-        support::text(default).await,
+        crate::support::text(default).await,
         "overloaded: priority class share reached\n"
     );
     held.push(open(addr, "critical").await.unwrap());
     drop(held);
-    support::eventually("every permit released", || count.in_flight() == 0).await;
+    crate::support::eventually("every permit released", || count.in_flight() == 0).await;
 }
 
 #[tokio::test]
@@ -155,5 +153,5 @@ async fn a_tenant_gets_the_cap_of_its_tier() {
     let keyed = layer.gate().keyed().unwrap().clone();
     assert_eq!((keyed.in_flight(&Key::from("acme")), keyed.keys()), (3, 2));
     drop((held, free));
-    support::eventually("every key reclaimed", || keyed.keys() == 0).await;
+    crate::support::eventually("every key reclaimed", || keyed.keys() == 0).await;
 }

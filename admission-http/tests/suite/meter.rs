@@ -1,13 +1,11 @@
 //! Request-body metering: declared lengths, the maximum, streamed growth, bad headers.
 
-mod support;
-
 use std::task::Poll;
 
+use crate::support::{Hint, Script, Step, Unread, data, poll};
 use admission_core::{ByteLedger, Refused};
 use admission_http::{BodyRefused, PermitBody, Refusal, Refusals, RequestMeter};
 use http::{Request, StatusCode};
-use support::{Hint, Script, Step, Unread, data, poll};
 
 fn meter(budget: u64, max: u64) -> (ByteLedger, RequestMeter) {
     let ledger = ByteLedger::with_max_charge(budget, max).unwrap();
@@ -192,7 +190,7 @@ fn an_inner_body_error_passes_through_as_a_box_error() {
     let Poll::Ready(Some(Err(err))) = poll(&mut body) else {
         panic!("expected the inner error");
     };
-    assert!(err.downcast_ref::<support::ScriptError>().is_some());
+    assert!(err.downcast_ref::<crate::support::ScriptError>().is_some());
     drop((body, charge));
     assert_eq!(ledger.in_flight(), 0);
 }

@@ -1,15 +1,13 @@
 //! `PermitBody` releases on each path, and only there. Each test polls in place, so a
 //! release that happened through `Drop` cannot make it pass.
 
-mod support;
-
 use std::task::Poll;
 
+use crate::support::{Hint, Script, ScriptError, Step, data, poll};
 use admission_core::CountLedger;
 use admission_http::PermitBody;
 use http_body::{Body, SizeHint};
 use http_body_util::BodyExt;
-use support::{Hint, Script, ScriptError, Step, data, poll};
 
 fn wrap(ledger: &CountLedger, script: Script) -> PermitBody<Script, admission_core::CountPermit> {
     PermitBody::new(script, ledger.try_acquire().unwrap())

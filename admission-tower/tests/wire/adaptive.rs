@@ -2,19 +2,17 @@
 //! to the head or to the body's end, success, overload, dropped), the limit moving with
 //! it, and who wins between the controller and an operator.
 
-mod support;
-
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{ChannelBody, eventually, get, send, serve, text};
 use admission_tower::adaptive::{AdaptiveLimit, Aimd, Algorithm, Window};
 use admission_tower::{Adaptive, AdmissionLayer, MeteredBody, SampleAt};
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Either, Full};
 use hyper::body::Incoming;
-use support::{ChannelBody, eventually, get, send, serve, text};
 use tokio::sync::mpsc;
 use tower::Layer;
 
@@ -254,8 +252,8 @@ async fn a_request_the_layer_refuses_mid_stream_is_not_a_sample() {
         .max_request_bytes(1024)
         .build()
         .unwrap();
-    let seen = Arc::new(support::Seen::default());
-    let addr = serve(layer.layer(support::app(seen.clone()))).await;
+    let seen = Arc::new(crate::support::Seen::default());
+    let addr = serve(layer.layer(crate::support::app(seen.clone()))).await;
     // A chunked upload past the maximum on its second chunk: the handler reads the body,
     // and the layer answers 413 in place of what the handler made of the error.
     let (tx, rx) = mpsc::channel(2);

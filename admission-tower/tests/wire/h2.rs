@@ -2,19 +2,17 @@
 //! before the answer, so the server does not reset a stream the client is still
 //! sending on. Checked with curl (nghttp2) and with hyper's HTTP/2 client.
 
-mod support;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::{Seen, app};
 use admission_tower::AdmissionLayer;
 use bytes::Bytes;
 use http::StatusCode;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::service::TowerToHyperService;
-use support::{Seen, app};
 use tokio::net::{TcpListener, TcpStream};
 use tower::Layer;
 

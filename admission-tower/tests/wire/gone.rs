@@ -6,9 +6,7 @@
 //! handler intact, whatever was read ahead of it.
 #![cfg(feature = "tokio")]
 
-mod support;
-
-use support::{eventually, holds_within};
+use crate::support::{eventually, holds_within};
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -100,7 +98,7 @@ fn app(
 
 async fn serve_seen(layer: &AdmissionLayer, h2: bool) -> (SocketAddr, Arc<Seen>) {
     let seen = Arc::new(Seen::default());
-    let addr = support::serve_on(layer.layer(app(seen.clone())), h2).await;
+    let addr = crate::support::serve_on(layer.layer(app(seen.clone())), h2).await;
     (addr, seen)
 }
 

@@ -1,14 +1,12 @@
 //! A body read ahead while its request waits (`ReadAhead`): bounded, a failure seen, and
 //! given back intact (`MeteredBody::replay`), metered as it is given.
 
-mod support;
-
 use std::task::{Context, Poll, Waker};
 
+use crate::support::{Hint, Script, Step, data, poll};
 use admission_core::{ByteLedger, Refused};
 use admission_http::{MeteredBody, ReadAhead, RequestCharge};
 use http_body::Body;
-use support::{Hint, Script, Step, data, poll};
 
 fn poll_failed<B: Body + Unpin>(ahead: &mut ReadAhead<B>) -> Poll<()> {
     ahead.poll_failed(&mut Context::from_waker(Waker::noop()))
@@ -160,7 +158,7 @@ struct EndsAfter(Script, fn(&http_body::Frame<bytes::Bytes>) -> bool);
 
 impl Body for EndsAfter {
     type Data = bytes::Bytes;
-    type Error = support::ScriptError;
+    type Error = crate::support::ScriptError;
 
     fn poll_frame(
         mut self: std::pin::Pin<&mut Self>,

@@ -1,18 +1,16 @@
 //! Refusal answers and the errors a refused body carries, checked as a handler or an
 //! adapter sees them.
 
-mod support;
-
 use std::error::Error;
 use std::time::Duration;
 
+use crate::support::{Hint, Script, Step, poll};
 use admission_core::{ByteLedger, Refused};
 use admission_http::{
     BodyRefused, MeteredBody, PermitBody, Refusal, RefusalBody, Refusals, RequestCharge,
 };
 use bytes::Bytes;
 use http::StatusCode;
-use support::{Hint, Script, Step, poll};
 
 fn request() -> http::Request<()> {
     http::Request::get("/api/items").body(()).unwrap()

@@ -2,13 +2,11 @@
 //! so whoever holds the charge sees a client that goes away; what was finished or
 //! refused is not kept.
 
-mod support;
-
 use std::task::{Context, Poll, Waker};
 
+use crate::support::{Hint, Script, Step, poll};
 use admission_core::ByteLedger;
 use admission_http::{MeteredBody, RequestCharge};
-use support::{Hint, Script, Step, poll};
 
 fn poll_unread(charge: &RequestCharge) -> Poll<bool> {
     charge.poll_unread(&mut Context::from_waker(Waker::noop()))

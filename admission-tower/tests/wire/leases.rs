@@ -2,8 +2,6 @@
 //! lease refuses asks it to grow once, holding nothing meanwhile, and is admitted on what
 //! it then holds or refused 429.
 
-mod support;
-
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
@@ -11,10 +9,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::{Seen, app, next_chunk, send, serve, with_header};
 use admission_tower::admission_core::KeyedLedger;
 use admission_tower::{AdmissionLayer, BuildError, Key, Leases, LeasesTaken, PerKey, Wait, key};
 use http::StatusCode;
-use support::{Seen, app, next_chunk, send, serve, with_header};
 
 /// Leases kept in a map: each grow adds one slot, up to `most`, after `delay`.
 #[derive(Default)]
@@ -124,7 +122,7 @@ async fn a_key_refused_by_its_lease_is_admitted_once_it_grows_and_refused_past_i
     assert_eq!(next_chunk(&mut other).await.unwrap(), "first\n");
     assert_eq!(leases.grows.load(Ordering::SeqCst), 4);
     drop(held.pop());
-    support::eventually("a slot freed", || keyed.in_flight(&Key::from("acme")) == 1).await;
+    crate::support::eventually("a slot freed", || keyed.in_flight(&Key::from("acme")) == 1).await;
     let mut again = send(addr, tenant("acme")).await;
     assert_eq!(next_chunk(&mut again).await.unwrap(), "first\n");
     assert_eq!(
@@ -133,7 +131,7 @@ async fn a_key_refused_by_its_lease_is_admitted_once_it_grows_and_refused_past_i
         "within its lease: no grow"
     );
     drop((held, other, again));
-    support::eventually("every permit back", || {
+    crate::support::eventually("every permit back", || {
         layer.gate().count().in_flight() == 0
     })
     .await;
@@ -153,7 +151,7 @@ async fn a_request_whose_lease_grew_waits_for_a_count_slot_as_any() {
     assert_eq!(next_chunk(&mut holder).await.unwrap(), "first\n");
     // acme's lease grows; it then finds the count full and waits, then is served.
     let waiter = tokio::spawn(async move { send(addr, tenant("acme")).await });
-    support::eventually("it waits", || layer.gate().count().waiting() == 1).await;
+    crate::support::eventually("it waits", || layer.gate().count().waiting() == 1).await;
     assert_eq!(leases.grows.load(Ordering::SeqCst), 2);
     seen.end_streams();
     drop(holder);
@@ -245,12 +243,12 @@ async fn a_lease_lowered_while_a_request_waits_for_a_count_slot_lets_it_go() {
     assert_eq!(next_chunk(&mut holder).await.unwrap(), "first\n");
     // acme waits for the count slot with a claim on a lease of 4, which is then taken.
     let waiter = tokio::spawn(async move { send(addr, tenant("acme")).await });
-    support::eventually("it waits", || layer.gate().count().waiting() == 1).await;
+    crate::support::eventually("it waits", || layer.gate().count().waiting() == 1).await;
     leases.lowered.store(true, Ordering::SeqCst);
     seen.end_streams();
     drop(holder);
     let refused = waiter.await.unwrap();
     assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(seen.calls(), 1, "only the holder reached the handler");
-    support::eventually("nothing held", || layer.gate().count().in_flight() == 0).await;
+    crate::support::eventually("nothing held", || layer.gate().count().in_flight() == 0).await;
 }

@@ -497,10 +497,10 @@ fn the_readmes_state_the_connection_defaults_the_constants_hold() {
         defaults.max_header_bytes(),
         ConnectionLimits::MAX_HEADER_BYTES
     );
-    let root = words(include_str!("../../README.md"));
+    let root = words(include_str!("../../../README.md"));
     let said = format!("({head} s to a complete request head, {idle} s idle, {streams} streams");
     assert!(root.contains(&said), "the README does not say {said:?}");
-    let crate_readme = words(include_str!("../README.md"));
+    let crate_readme = words(include_str!("../../README.md"));
     for said in [
         format!("{head} s from the accept to a complete request head"),
         format!("{idle} s idle, {streams} h2 streams a connection"),

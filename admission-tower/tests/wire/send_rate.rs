@@ -26,9 +26,9 @@ use tokio::net::TcpListener;
 use tokio::time::sleep;
 use tower::{Layer, ServiceExt};
 
-#[path = "support/downloads.rs"]
+#[path = "../support/downloads.rs"]
 mod downloads;
-#[path = "support/events.rs"]
+#[path = "../support/events.rs"]
 mod events;
 use admission_testkit::h2;
 
