@@ -23,31 +23,73 @@ pub(super) enum Event {
 /// they would make it many times larger (every admission of the last 100 S) and its
 /// operations most of a run's cost. Taken in the order of `(time, event)`, as one heap
 /// would give them.
+///
+/// Each is kept as one `u128` whose order is that of `(time, event)`: the time, then the
+/// event's variant, its slot and its generation, each in bits of its own (a run's
+/// slots below 2^29 and generations below 2^32: checked as they are pushed). Half the
+/// size of the tuple, compared in one instruction: the heap's work is most of a run's.
 #[derive(Default)]
 pub(super) struct Events {
-    heap: BinaryHeap<Reverse<(u64, Event)>>,
-    deadlines: VecDeque<(u64, Event)>,
+    heap: BinaryHeap<Reverse<u128>>,
+    deadlines: VecDeque<u128>,
+}
+
+const SLOT_BITS: u32 = 29;
+const GENERATION_BITS: u32 = 32;
+
+fn pack(time: u64, event: Event) -> u128 {
+    let (variant, slot, generation) = match event {
+        Event::Done(slot, generation) => (0, slot, generation),
+        Event::Deadline(slot, generation) => (1, slot, generation),
+        Event::WaitEnd => (2, 0, 0),
+        Event::Arrival => (3, 0, 0),
+        Event::Burst => (4, 0, 0),
+    };
+    assert!(
+        (slot as u64) < 1 << SLOT_BITS && generation < 1 << GENERATION_BITS,
+        "a run's slots and generations fit their bits"
+    );
+    (u128::from(time) << 64)
+        | (variant << (SLOT_BITS + GENERATION_BITS))
+        | ((slot as u128) << GENERATION_BITS)
+        | u128::from(generation)
+}
+
+fn unpack(packed: u128) -> (u64, Event) {
+    let time = (packed >> 64) as u64;
+    let low = packed as u64;
+    let slot = ((low >> GENERATION_BITS) & ((1 << SLOT_BITS) - 1)) as usize;
+    let generation = low & ((1 << GENERATION_BITS) - 1);
+    let event = match low >> (SLOT_BITS + GENERATION_BITS) {
+        0 => Event::Done(slot, generation),
+        1 => Event::Deadline(slot, generation),
+        2 => Event::WaitEnd,
+        3 => Event::Arrival,
+        _ => Event::Burst,
+    };
+    (time, event)
 }
 
 impl Events {
     pub(super) fn push(&mut self, time: u64, event: Event) {
+        let item = pack(time, event);
         if let Event::Deadline(..) = event {
-            let item = (time, event);
             let at = self.deadlines.iter().rposition(|d| *d <= item);
             self.deadlines.insert(at.map_or(0, |at| at + 1), item);
         } else {
-            self.heap.push(Reverse((time, event)));
+            self.heap.push(Reverse(item));
         }
     }
 
     pub(super) fn pop(&mut self) -> Option<(u64, Event)> {
-        match (self.heap.peek(), self.deadlines.front()) {
+        let next = match (self.heap.peek(), self.deadlines.front()) {
             (Some(Reverse(next)), Some(deadline)) if next < deadline => {
                 self.heap.pop().map(|Reverse(next)| next)
             }
             (_, Some(_)) => self.deadlines.pop_front(),
             (_, None) => self.heap.pop().map(|Reverse(next)| next),
-        }
+        };
+        next.map(unpack)
     }
 }
 
