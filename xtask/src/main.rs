@@ -100,19 +100,17 @@ fn publish(dry_run: bool) -> Result<(), String> {
         // One `cargo package` for the five: cargo packages them in dependency order and
         // verifies each by building it from its `.crate` alone, its dependencies on the
         // others resolved from the packages just made (not from the workspace, not from
-        // crates.io, where they are not yet). In the workspace's target directory, so that
-        // the dependencies the builds before it made are reused; its `package` directory
-        // removed first and after, as cargo reuses a stale extraction of a package at the
-        // same path.
-        let packages = root().join("target").join("package");
-        let _ = std::fs::remove_dir_all(&packages);
+        // crates.io, where they are not yet). A target directory of its own, fresh: cargo
+        // reuses a stale extraction of a package at the same path (one made by an earlier
+        // packaging of the same version, whatever changed since).
+        let dir = env::temp_dir().join(format!("admission-publish-{}", std::process::id()));
         let mut cmd = cargo();
-        cmd.arg("package");
+        cmd.arg("package").env("CARGO_TARGET_DIR", &dir);
         for krate in PUBLISHED {
             cmd.args(["-p", krate]);
         }
         let result = run("package and verify the published crates", &mut cmd);
-        let _ = std::fs::remove_dir_all(&packages);
+        let _ = std::fs::remove_dir_all(&dir);
         return result;
     }
     for krate in PUBLISHED {
