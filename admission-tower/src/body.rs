@@ -60,13 +60,6 @@ pin_project! {
             #[pin]
             body: B,
             hold: Hold,
-            // The bytes of a frame still to hand out (parked with the pace): the body is
-            // not at its end while there are any.
-            left: u64,
-            // On an h2 stream that `serve` paces, the last frame may still wait on the
-            // client once handed over, and the stream polls the body to its end: the
-            // permits are held until then.
-            until_none: bool,
         },
         // Empty once sent (and for a refusal without a body).
         Refused { bytes: Bytes },
@@ -98,16 +91,23 @@ impl Paced {
 }
 
 /// What a body parked in [`PARKED`]; dropped, it is taken out and released.
-struct Parked(Option<Ticket>);
+struct Parked {
+    ticket: Option<Ticket>,
+    /// The bytes of a frame still to hand out (parked with the pace): the body is not at
+    /// its end while there are any.
+    left: u64,
+}
 
 impl Parked {
     /// Takes it back, unless the sweep released it.
     fn take(&mut self) -> Option<Paced> {
-        PARKED.unpark(&self.0.take()?)
+        PARKED.unpark(&self.ticket.take()?)
     }
 
     fn holds(&self) -> bool {
-        self.0.as_ref().is_some_and(|ticket| PARKED.holds(ticket))
+        self.ticket
+            .as_ref()
+            .is_some_and(|ticket| PARKED.holds(ticket))
     }
 }
 
@@ -121,7 +121,17 @@ impl Hold {
     /// Parks a paced body's state until `due` (`None`: it waits on its own source, or on
     /// a client for longer than a clock counts).
     fn park(&mut self, paced: Paced, due: Option<Instant>) {
-        *self = Hold::Parked(Parked(Some(PARKED.park(paced, due))));
+        let left = paced.left.len() as u64;
+        let ticket = Some(PARKED.park(paced, due));
+        *self = Hold::Parked(Parked { ticket, left });
+    }
+
+    /// The bytes of a frame still to hand out.
+    fn left(&self) -> u64 {
+        match self {
+            Hold::Parked(parked) => parked.left,
+            _ => 0,
+        }
     }
 
     /// A paced body's state, taken back to be polled (`Ok(None)` for a body that is not
@@ -157,9 +167,6 @@ impl<B: Body> ResponseBody<B> {
     pub(crate) fn new(body: B, permit: Option<AdmissionPermit>) -> Self {
         let kind = match permit {
             Some(permit) => {
-                // On an h2 stream `serve` paces, its last frame may still wait on the
-                // client once handed over: held until the stream polls the body to its end.
-                let until_none = permit.served_stream();
                 // A body with something to send waits on its client from now: the server
                 // may never ask for it (hyper waits for room in an h2 window first). Under
                 // `serve` too: its own rate for the stream may be off, or another.
@@ -187,12 +194,7 @@ impl<B: Body> ResponseBody<B> {
                     }
                     None => Hold::Here(permit),
                 };
-                Kind::Held {
-                    body,
-                    hold,
-                    left: 0,
-                    until_none,
-                }
+                Kind::Held { body, hold }
             }
             None => Kind::Passed { body },
         };
@@ -285,12 +287,7 @@ where
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         match self.project().kind.project() {
             KindProj::Passed { body } => body.poll_frame(cx).map_err(Into::into),
-            KindProj::Held {
-                body,
-                hold,
-                left,
-                until_none,
-            } => poll_held(body, hold, left, *until_none, cx),
+            KindProj::Held { body, hold } => poll_held(body, hold, cx),
             KindProj::Refused { bytes } => {
                 let bytes = std::mem::take(bytes);
                 Poll::Ready((!bytes.is_empty()).then(|| Ok(Frame::data(bytes.into()))))
@@ -302,7 +299,7 @@ where
     fn is_end_stream(&self) -> bool {
         match &self.kind {
             Kind::Passed { body } => body.is_end_stream(),
-            Kind::Held { body, left, .. } => *left == 0 && body.is_end_stream(),
+            Kind::Held { body, hold } => hold.left() == 0 && body.is_end_stream(),
             Kind::Refused { bytes } => bytes.is_empty(),
         }
     }
@@ -311,13 +308,14 @@ where
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
             Kind::Passed { body } => body.size_hint(),
-            Kind::Held { body, left, .. } => {
+            Kind::Held { body, hold } => {
                 // What it holds of a frame is still to come.
+                let left = hold.left();
                 let inner = body.size_hint();
                 let mut hint = SizeHint::new();
-                hint.set_lower(inner.lower().saturating_add(*left));
+                hint.set_lower(inner.lower().saturating_add(left));
                 if let Some(upper) = inner.upper() {
-                    hint.set_upper(upper.saturating_add(*left));
+                    hint.set_upper(upper.saturating_add(left));
                 }
                 hint
             }
@@ -330,8 +328,6 @@ where
 fn poll_held<B>(
     mut body: Pin<&mut B>,
     hold: &mut Hold,
-    left: &mut u64,
-    until_none: bool,
     cx: &mut Context<'_>,
 ) -> Poll<Option<Result<Frame<B::Data>, BoxError>>>
 where
@@ -356,6 +352,10 @@ where
         (None, Hold::Here(permit)) => Some(permit),
         _ => None,
     };
+    // On an h2 stream `serve` paces, the last frame may still wait on the client once
+    // handed over, and the stream polls the body to its end: the permits are held until
+    // then.
+    let until_none = permit.is_some_and(AdmissionPermit::served_stream);
     let unread = permit.and_then(AdmissionPermit::charge);
     if unread.is_some_and(|charge| charge.poll_unread(cx) == Poll::Ready(false)) {
         hold.release();
@@ -388,8 +388,8 @@ where
             },
         },
     };
-    *left = paced.as_ref().map_or(0, |paced| paced.left.len() as u64);
-    if !until_none && *left == 0 && body.is_end_stream() {
+    let left = paced.as_ref().map_or(0, |paced| paced.left.len());
+    if !until_none && left == 0 && body.is_end_stream() {
         // Its last frame: a server that knows the length may never ask again.
         hold.release();
     } else if let Some(paced) = paced {
