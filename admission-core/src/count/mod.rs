@@ -187,6 +187,8 @@ struct Waiters {
     /// once it does.
     interval: Duration,
     target: Duration,
+    /// The round being served, and the last place given in the turns (see `wait`).
+    turn: (u64, u64),
 }
 
 impl Default for Waiters {
@@ -200,6 +202,7 @@ impl Default for Waiters {
             emptied_at: None,
             interval: wait::INTERVAL,
             target: wait::TARGET,
+            turn: (0, 0),
         }
     }
 }
@@ -397,6 +400,8 @@ mod drain_tests;
 #[cfg(all(test, not(admission_loom)))]
 mod tests;
 
+#[cfg(all(test, not(admission_loom)))]
+mod turn_tests;
 #[cfg(all(test, not(admission_loom)))]
 mod wait_tests;
 

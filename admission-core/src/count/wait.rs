@@ -54,6 +54,13 @@ pub(super) const TARGET: Duration = Duration::from_millis(5);
 pub(super) struct Waiter {
     id: u64,
     priority: Option<Priority>,
+    /// The flow it waits in (see [`Acquire::in_flow`]); `None`: the one flow of every
+    /// acquisition that names none.
+    flow: Option<u64>,
+    /// Its flow's place in the turns: the round, then the order in which flows came to it.
+    /// The flow whose waiters hold the lowest is served next (the same place on every
+    /// waiter of a flow, moved on together when one of them is served).
+    turn: (u64, u64),
     waker: Waker,
     state: State,
     /// When it queued, on the ledger's clock.
@@ -77,6 +84,62 @@ impl Waiter {
 }
 
 impl Waiters {
+    /// The place a new waiter of `flow` takes: its flow's, if the flow has waiters; else
+    /// the last of the round being served, so that a flow that comes to wait goes after
+    /// the flows still owed a turn in this round and before those that have had theirs.
+    fn turn_of(&mut self, flow: Option<u64>) -> (u64, u64) {
+        let waiting = self
+            .queue
+            .iter()
+            .find(|waiter| waiter.state == State::Waiting && waiter.flow == flow);
+        match waiting {
+            Some(waiter) => waiter.turn,
+            None => (self.turn.0, self.next_place()),
+        }
+    }
+
+    fn next_place(&mut self) -> u64 {
+        self.turn.1 += 1;
+        self.turn.1
+    }
+
+    /// The waiter at `at` is served: the round served is its flow's, and its flow goes
+    /// to the next round, after the flows served before it in this one.
+    fn served(&mut self, at: usize) {
+        let (flow, (round, _)) = (self.queue[at].flow, self.queue[at].turn);
+        self.turn.0 = self.turn.0.max(round);
+        let next = (round + 1, self.next_place());
+        for waiter in self.queue.iter_mut().filter(|waiter| waiter.flow == flow) {
+            waiter.turn = next;
+        }
+    }
+
+    /// Where a newcomer of `flow` takes the place of another flow's waiter in a full
+    /// queue: the oldest waiter of the flow with the most waiters, if that flow has more
+    /// than the newcomer's will (its own plus the newcomer). No flow has more than its
+    /// share of a full queue for long: each newcomer of a flow with fewer takes one.
+    fn crowded(&self, flow: Option<u64>) -> Option<usize> {
+        let waiting = |of: Option<u64>| {
+            self.queue
+                .iter()
+                .filter(|waiter| waiter.state == State::Waiting && waiter.flow == of)
+                .count()
+        };
+        let mine = waiting(flow) + 1;
+        let (most, at) = self
+            .queue
+            .iter()
+            .enumerate()
+            .filter(|(_, waiter)| waiter.state == State::Waiting && waiter.flow != flow)
+            .map(|(at, waiter)| (waiting(waiter.flow), at))
+            // The oldest of the largest: `max_by_key` keeps the last of equals.
+            .fold(None::<(usize, usize)>, |best, (n, at)| match best {
+                Some((m, _)) if m >= n => best,
+                _ => Some((n, at)),
+            })?;
+        (most > mine).then_some(at)
+    }
+
     /// Whether the queue stands at `now`: it has been waited in for the interval without
     /// a break.
     fn standing(&self, now: Instant) -> bool {
@@ -84,8 +147,9 @@ impl Waiters {
             .is_some_and(|since| now.saturating_duration_since(since) >= self.interval)
     }
 
-    /// The waiter to serve next: the most important class first; within it the oldest,
-    /// or, while the queue stands, the newest.
+    /// The waiter to serve next: the most important class first; within it, the flow
+    /// whose turn it is (the lowest; of equals, the flow whose waiter came first); within
+    /// the flow the oldest, or, while the queue stands, the newest.
     fn next(&self, now: Instant) -> Option<usize> {
         let standing = self.standing(now);
         let mut best: Option<usize> = None;
@@ -94,9 +158,19 @@ impl Waiters {
                 continue;
             }
             best = match best {
-                Some(b) if waiter.rank() > self.queue[b].rank() => Some(b),
-                Some(b) if waiter.rank() == self.queue[b].rank() && !standing => Some(b),
-                _ => Some(at),
+                Some(b) => {
+                    let held = &self.queue[b];
+                    let before = (waiter.rank(), waiter.turn) < (held.rank(), held.turn);
+                    let newer_in_flow = (waiter.rank(), waiter.turn) == (held.rank(), held.turn)
+                        && waiter.flow == held.flow
+                        && standing;
+                    if before || newer_in_flow {
+                        Some(at)
+                    } else {
+                        Some(b)
+                    }
+                }
+                None => Some(at),
             };
         }
         best
@@ -143,6 +217,7 @@ impl CountInner {
     /// Marks the waiter at `at` granted and takes its waker; clears `QUEUE` once no one
     /// waits. Called with the control lock held, by a thread holding a share.
     fn granted(&self, control: &mut Waiters, at: usize, wake: &mut Vec<Waker>) {
+        control.served(at);
         let waiter = &mut control.queue[at];
         waiter.state = State::Granted;
         wake.push(waiter.waker.clone());
@@ -254,11 +329,53 @@ impl CountInner {
 pub struct Acquire {
     ledger: CountLedger,
     priority: Option<Priority>,
+    flow: Option<u64>,
     /// The id it waits under, once queued.
     id: Option<u64>,
 }
 
 impl Acquire {
+    /// Waits in `flow` (a client, a tenant: any number that tells them apart): waiting
+    /// flows take turns at the slots that free, one slot each in turn, so that a flow
+    /// with many waiters does not take the slots of one with few; and in a full queue a
+    /// newcomer of a flow with fewer waiters takes the place of the oldest waiter of the
+    /// flow with the most (refused, [`Refused::Count`]). Within a flow, waiters are
+    /// served as the queue serves them (oldest first, newest while it stands), and a
+    /// standing queue refuses only a flow's own old waiters as its newcomers come.
+    /// Acquisitions that name no flow are one flow together.
+    ///
+    /// It costs a scan of the queue as the waiter queues and as each slot is granted,
+    /// under the ledger's lock (as the queue's order does already): keep
+    /// [`max_waiting`](CountLedger::set_max_waiting) to hundreds, not millions.
+    ///
+    /// ```
+    /// use admission_core::CountLedger;
+    /// # let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    /// use std::future::Future;
+    /// use std::pin::pin;
+    ///
+    /// let ledger = CountLedger::new(1)?;
+    /// ledger.set_max_waiting(8);
+    /// let held = ledger.try_acquire()?;
+    /// let mut heavy = [pin!(ledger.acquire().in_flow(1)), pin!(ledger.acquire().in_flow(1))];
+    /// assert!(heavy[0].as_mut().poll(&mut cx).is_pending() && heavy[1].as_mut().poll(&mut cx).is_pending());
+    /// let mut light = pin!(ledger.acquire().in_flow(2));
+    /// assert!(light.as_mut().poll(&mut cx).is_pending());
+    ///
+    /// drop(held); // the slot goes to flow 1, whose turn came first
+    /// let first = heavy[0].as_mut().poll(&mut cx);
+    /// assert!(first.is_ready());
+    /// drop(first); // the next turn is flow 2's, though flow 1 waited before it
+    /// let second = light.as_mut().poll(&mut cx);
+    /// assert!(second.is_ready());
+    /// assert!(heavy[1].as_mut().poll(&mut cx).is_pending());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn in_flow(mut self, flow: u64) -> Self {
+        self.flow = Some(flow);
+        self
+    }
+
     fn permit(&self) -> CountPermit {
         CountPermit {
             inner: self.ledger.owner.ptr(),
@@ -270,6 +387,7 @@ impl fmt::Debug for Acquire {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Acquire")
             .field("priority", &self.priority)
+            .field("flow", &self.flow)
             .field("waiting", &self.id.is_some())
             .finish()
     }
@@ -313,10 +431,19 @@ impl Future for Acquire {
         let outcome = {
             let mut control = inner.cold.control.lock();
             // Relaxed: read under the lock a close writes under.
-            if inner.cold.closed.load(Ordering::Relaxed) || control.waiting() as u64 >= max_waiting
-            {
+            if inner.cold.closed.load(Ordering::Relaxed) {
                 drop(control);
                 return Poll::Ready(Err(inner.refuse(this.priority, false)));
+            }
+            if control.waiting() as u64 >= max_waiting {
+                // Full: a flow with fewer waiters takes the place of one with the most.
+                let Some(at) = this.flow.and_then(|_| control.crowded(this.flow)) else {
+                    drop(control);
+                    return Poll::Ready(Err(inner.refuse(this.priority, false)));
+                };
+                let old = &mut control.queue[at];
+                old.state = State::Refused(Refused::Count);
+                wake.push(old.waker.clone());
             }
             let id = control.next_id;
             control.next_id += 1;
@@ -332,17 +459,20 @@ impl Future for Acquire {
             let waiter = Waiter {
                 id,
                 priority: this.priority,
+                flow: this.flow,
+                turn: control.turn_of(this.flow),
                 waker: cx.waker().clone(),
                 state: State::Waiting,
                 since: now,
             };
             if now.saturating_duration_since(busy) >= control.interval {
-                // A standing queue: the waiters this one will be served before (its class
-                // and less important ones) that have waited the target are refused; a
-                // newer request takes their place.
+                // A standing queue: the waiters this one will be served before (of its
+                // flow, its class and less important ones) that have waited the target are
+                // refused; a newer request takes their place.
                 let target = control.target;
                 for old in control.queue.iter_mut() {
                     if old.state == State::Waiting
+                        && old.flow == waiter.flow
                         && old.rank() >= waiter.rank()
                         && now.saturating_duration_since(old.since) >= target
                     {
@@ -439,6 +569,7 @@ impl CountLedger {
         Acquire {
             ledger: self.clone(),
             priority: None,
+            flow: None,
             id: None,
         }
     }
@@ -450,6 +581,7 @@ impl CountLedger {
         Acquire {
             ledger: self.clone(),
             priority: Some(priority),
+            flow: None,
             id: None,
         }
     }

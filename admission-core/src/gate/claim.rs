@@ -20,6 +20,7 @@ pub struct Claim<'a, K> {
     pub(super) priority: Option<Priority>,
     pub(super) key_cap: Option<u64>,
     pub(super) waits: bool,
+    pub(super) flow: Option<u64>,
 }
 
 impl<K> Clone for Claim<'_, K> {
@@ -47,6 +48,7 @@ impl<'a, K> Claim<'a, K> {
             priority: None,
             key_cap: None,
             waits: false,
+            flow: None,
         }
     }
 
@@ -114,6 +116,40 @@ impl<'a, K> Claim<'a, K> {
     /// [`GateBuilder::track_keys`](crate::GateBuilder::track_keys) for keys with no default cap).
     pub const fn key_cap(mut self, cap: u64) -> Self {
         self.key_cap = Some(cap);
+        self
+    }
+
+    /// The flow the request waits in if it waits for a count slot
+    /// ([`Gate::claim`](super::Gate::claim)): waiting flows take turns at the slots that
+    /// free (see [`Acquire::in_flow`](crate::Acquire::in_flow)). A client's or a tenant's
+    /// number: the key's hash, say. Ignored by [`Gate::try_claim`](super::Gate::try_claim).
+    ///
+    /// ```
+    /// use admission_core::{Claim, Gate};
+    /// # let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    /// use std::future::Future;
+    /// use std::pin::pin;
+    ///
+    /// let gate = Gate::<()>::builder().count(1).build()?;
+    /// gate.count().set_max_waiting(8);
+    /// let held = gate.try_claim(Claim::new())?;
+    /// let mut heavy_1 = pin!(gate.claim(Claim::new().flow(1)));
+    /// let mut heavy_2 = pin!(gate.claim(Claim::new().flow(1)));
+    /// let mut light = pin!(gate.claim(Claim::new().flow(2)));
+    /// for waiter in [heavy_1.as_mut(), heavy_2.as_mut(), light.as_mut()] {
+    ///     assert!(waiter.poll(&mut cx).is_pending());
+    /// }
+    /// drop(held);
+    /// let first = heavy_1.as_mut().poll(&mut cx);
+    /// assert!(first.is_ready());
+    /// drop(first);
+    /// let second = light.as_mut().poll(&mut cx);
+    /// assert!(second.is_ready(), "flow 2's turn before flow 1's second");
+    /// assert!(heavy_2.as_mut().poll(&mut cx).is_pending());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub const fn flow(mut self, flow: u64) -> Self {
+        self.flow = Some(flow);
         self
     }
 }

@@ -163,6 +163,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             priority: None,
             key_cap: None,
             waits: false,
+            flow: None,
         };
         self.admit(claim)
     }
@@ -247,6 +248,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             priority,
             key_cap,
             waits: _,
+            flow,
         } = claim;
         if let Some(ledger) = &self.bytes {
             ledger.check_size(bytes.max(total))?;
@@ -260,6 +262,10 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
         let count = match priority {
             Some(priority) => self.count.acquire_as(priority),
             None => self.count.acquire(),
+        };
+        let count = match flow {
+            Some(flow) => count.in_flow(flow),
+            None => count,
         }
         .await?;
         let charged = self
@@ -307,6 +313,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             priority,
             key_cap,
             waits,
+            flow: _,
         } = claim;
         let keyed = self.keyed.as_ref().zip(key);
         if keyed.is_none() && self.bytes.is_none() {
