@@ -252,3 +252,14 @@ impl CountLedger {
         self.inner().hot.state.load(Ordering::Relaxed) & HELD
     }
 }
+
+impl CountLedger {
+    /// Permits in flight now, and what an acquisition of `priority`'s class compares them
+    /// against (its share of the capacity; the capacity for none; 0 while closed): two
+    /// loads, for a caller that weighs how full the ledger is (the gate's fair shares).
+    #[inline]
+    pub(crate) fn room(&self, priority: Option<Priority>) -> (u64, u64) {
+        let inner = self.inner();
+        (self.in_flight(), inner.threshold(priority))
+    }
+}

@@ -388,6 +388,7 @@ mod acquire;
 mod control;
 mod drain;
 mod permit;
+mod turns;
 mod wait;
 
 pub use drain::Drain;

@@ -56,19 +56,19 @@ pub(super) struct Waiter {
     priority: Option<Priority>,
     /// The flow it waits in (see [`Acquire::in_flow`]); `None`: the one flow of every
     /// acquisition that names none.
-    flow: Option<u64>,
+    pub(super) flow: Option<u64>,
     /// Its flow's place in the turns: the round, then the order in which flows came to it.
     /// The flow whose waiters hold the lowest is served next (the same place on every
     /// waiter of a flow, moved on together when one of them is served).
-    turn: (u64, u64),
+    pub(super) turn: (u64, u64),
     waker: Waker,
-    state: State,
+    pub(super) state: State,
     /// When it queued, on the ledger's clock.
     since: Instant,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum State {
+pub(super) enum State {
     Waiting,
     /// A slot was taken for it: the word holds its permit's share.
     Granted,
@@ -84,62 +84,6 @@ impl Waiter {
 }
 
 impl Waiters {
-    /// The place a new waiter of `flow` takes: its flow's, if the flow has waiters; else
-    /// the last of the round being served, so that a flow that comes to wait goes after
-    /// the flows still owed a turn in this round and before those that have had theirs.
-    fn turn_of(&mut self, flow: Option<u64>) -> (u64, u64) {
-        let waiting = self
-            .queue
-            .iter()
-            .find(|waiter| waiter.state == State::Waiting && waiter.flow == flow);
-        match waiting {
-            Some(waiter) => waiter.turn,
-            None => (self.turn.0, self.next_place()),
-        }
-    }
-
-    fn next_place(&mut self) -> u64 {
-        self.turn.1 += 1;
-        self.turn.1
-    }
-
-    /// The waiter at `at` is served: the round served is its flow's, and its flow goes
-    /// to the next round, after the flows served before it in this one.
-    fn served(&mut self, at: usize) {
-        let (flow, (round, _)) = (self.queue[at].flow, self.queue[at].turn);
-        self.turn.0 = self.turn.0.max(round);
-        let next = (round + 1, self.next_place());
-        for waiter in self.queue.iter_mut().filter(|waiter| waiter.flow == flow) {
-            waiter.turn = next;
-        }
-    }
-
-    /// Where a newcomer of `flow` takes the place of another flow's waiter in a full
-    /// queue: the oldest waiter of the flow with the most waiters, if that flow has more
-    /// than the newcomer's will (its own plus the newcomer). No flow has more than its
-    /// share of a full queue for long: each newcomer of a flow with fewer takes one.
-    fn crowded(&self, flow: Option<u64>) -> Option<usize> {
-        let waiting = |of: Option<u64>| {
-            self.queue
-                .iter()
-                .filter(|waiter| waiter.state == State::Waiting && waiter.flow == of)
-                .count()
-        };
-        let mine = waiting(flow) + 1;
-        let (most, at) = self
-            .queue
-            .iter()
-            .enumerate()
-            .filter(|(_, waiter)| waiter.state == State::Waiting && waiter.flow != flow)
-            .map(|(at, waiter)| (waiting(waiter.flow), at))
-            // The oldest of the largest: `max_by_key` keeps the last of equals.
-            .fold(None::<(usize, usize)>, |best, (n, at)| match best {
-                Some((m, _)) if m >= n => best,
-                _ => Some((n, at)),
-            })?;
-        (most > mine).then_some(at)
-    }
-
     /// Whether the queue stands at `now`: it has been waited in for the interval without
     /// a break.
     fn standing(&self, now: Instant) -> bool {

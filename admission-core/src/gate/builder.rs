@@ -2,7 +2,8 @@
 
 use std::hash::{BuildHasher, Hash};
 
-use super::{ByteLedger, CapacityError, CountLedger, Gate, KeyedLedger};
+use super::{ByteLedger, CapacityError, CountLedger, Fair, Gate, KeyedLedger};
+use crate::sync::Arc;
 
 /// Configuration of a [`Gate`](crate::Gate); 0 sets no limit (the count is still kept; a byte or key
 /// dimension with no limit is left out).
@@ -31,6 +32,8 @@ pub(super) struct Limits {
     per_key: usize,
     max_keys: usize,
     track_keys: bool,
+    /// Fair shares' headroom, per mille of the count.
+    fair_share: Option<u32>,
 }
 
 impl<K, S> std::fmt::Debug for GateBuilder<K, S> {
@@ -139,6 +142,44 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
         self
     }
 
+    /// Fair shares between keys: while fewer than `headroom_per_mille` thousandths of the
+    /// count (at least one slot) are free, a request whose key holds its share or more
+    /// is refused ([`Refused::Key`](crate::Refused::Key)), so the last free slots go to
+    /// the keys below their share. A key's share is the count (its class's share of it,
+    /// with a [`Claim::priority`](crate::Claim::priority)) over the keys with work,
+    /// rounded up: keys that sent a request among roughly the last 8,192 to 16,384 with a
+    /// key, whether or not one is in flight. A lone key may use the whole count.
+    ///
+    /// Tracks keys (as [`track_keys`](Self::track_keys)) if no per-key cap does. It costs
+    /// each claim with a key one shared increment, a hash and a bit set, and 3 KiB,
+    /// whatever the number of keys. The wait ([`Gate::claim`](crate::Gate::claim)) is
+    /// held to it too; for turns between keys in the wait, see [`Claim::flow`](crate::Claim::flow).
+    ///
+    /// # Errors
+    ///
+    /// `build` fails with a [`CapacityError`] if `headroom_per_mille` is above 1,000.
+    ///
+    /// ```
+    /// use admission_core::{Claim, Gate, Refused};
+    ///
+    /// let gate = Gate::<&str>::builder().count(4).fair_share(250).build()?;
+    /// // Alone, a key may take the whole count.
+    /// let heavy: Vec<_> = (0..3).map(|_| gate.try_claim(Claim::new().key(&"heavy"))).collect::<Result<_, _>>()?;
+    /// drop(heavy);
+    /// let light = gate.try_claim(Claim::new().key(&"light"))?;
+    /// // Two keys with work: a share of 2 each. With one slot free (the headroom), a key at
+    /// // its share is refused, one below it admitted.
+    /// let heavy: Vec<_> = (0..2).map(|_| gate.try_claim(Claim::new().key(&"heavy"))).collect::<Result<_, _>>()?;
+    /// assert_eq!(gate.try_claim(Claim::new().key(&"heavy")).unwrap_err(), Refused::Key);
+    /// let light_2 = gate.try_claim(Claim::new().key(&"light"))?;
+    /// # drop((heavy, light, light_2));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn fair_share(mut self, headroom_per_mille: u32) -> Self {
+        self.limits.fair_share = Some(headroom_per_mille);
+        self
+    }
+
     /// At most `max_keys` distinct keys with work in flight; 0 sets no bound.
     ///
     /// ```
@@ -194,13 +235,18 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
             per_key,
             max_keys,
             track_keys,
+            fair_share,
         } = self.limits;
+        let fair = fair_share
+            .map(|headroom| CapacityError::check(u64::from(headroom), 1000))
+            .transpose()?
+            .map(|headroom| Arc::new(Fair::new(headroom as u32)));
         let count = CountLedger::new(count)?;
         let bytes = match (bytes, max_request_bytes) {
             (0, 0) => None,
             (budget, max) => Some(ByteLedger::with_max_charge(budget, max)?),
         };
-        let keyed = match (per_key, track_keys) {
+        let keyed = match (per_key, track_keys || fair.is_some()) {
             (0, false) => None,
             (cap, _) => Some(KeyedLedger::with_limits(cap, max_keys, self.hasher)?),
         };
@@ -208,6 +254,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
             count,
             bytes,
             keyed,
+            fair,
         })
     }
 }

@@ -99,3 +99,36 @@ fn gate_refused_by_its_second_dimension_leaves_the_first_unchanged() {
         assert_eq!(gate.keyed().unwrap().keys(), 0);
     });
 }
+
+/// Fair shares' marks: two keys that fall in one word both set their bits and count two
+/// keys; one key marked by two threads at once counts one (each bit counted by the one
+/// `fetch_or` that set it).
+#[test]
+fn fair_share_marks_count_each_key_once_whatever_the_interleaving() {
+    loom::model(|| {
+        let fair = Arc::new(Fair::new(100));
+        // Hashes whose mix lands on bits 1 and 2 of the first word, and 1 again.
+        let (a, b) = (hash_at(1), hash_at(2));
+        let other = {
+            let fair = fair.clone();
+            loom::thread::spawn(move || {
+                fair.mark(a);
+                fair.mark(b);
+            })
+        };
+        fair.mark(b);
+        fair.mark(a);
+        other.join().unwrap();
+        assert_eq!(fair.active(), 2);
+    });
+}
+
+/// The hash that `Fair::mark` places at `bit`.
+fn hash_at(bit: u64) -> u64 {
+    const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut inverse = MIX;
+    for _ in 0..6 {
+        inverse = inverse.wrapping_mul(2_u64.wrapping_sub(MIX.wrapping_mul(inverse)));
+    }
+    (bit << (64 - fair::BITS.trailing_zeros())).wrapping_mul(inverse)
+}

@@ -2,6 +2,9 @@
 
 use std::hash::{BuildHasher, Hash};
 
+use crate::sync::Arc;
+use fair::Fair;
+
 use crate::{
     ByteLedger, BytePermit, CapacityError, CountLedger, CountPermit, Key, KeyState, KeyedLedger,
     KeyedPermit, Priority, Refused,
@@ -72,6 +75,8 @@ pub struct Gate<K = Key, S = KeyState> {
     count: CountLedger,
     bytes: Option<ByteLedger>,
     keyed: Option<KeyedLedger<K, S>>,
+    /// Fair shares between keys ([`GateBuilder::fair_share`]).
+    fair: Option<Arc<Fair>>,
 }
 
 impl<K, S> Clone for Gate<K, S> {
@@ -80,6 +85,7 @@ impl<K, S> Clone for Gate<K, S> {
             count: self.count.clone(),
             bytes: self.bytes.clone(),
             keyed: self.keyed.clone(),
+            fair: self.fair.clone(),
         }
     }
 }
@@ -128,6 +134,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             count,
             bytes,
             keyed,
+            fair: None,
         }
     }
 
@@ -250,6 +257,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             waits: _,
             flow,
         } = claim;
+        let key_cap = self.fair_cap(key, key_cap, priority);
         if let Some(ledger) = &self.bytes {
             ledger.check_size(bytes.max(total))?;
         }
@@ -304,6 +312,50 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
         }
     }
 
+    /// The cap `key`'s request is held to: `key_cap` (or the ledger's), and, with fair
+    /// shares and the count within its headroom of full, at most the key's share. Marks
+    /// the key active.
+    #[inline(always)]
+    fn fair_cap(
+        &self,
+        key: Option<&K>,
+        key_cap: Option<u64>,
+        priority: Option<Priority>,
+    ) -> Option<u64> {
+        let (Some(fair), Some(key), Some(keyed)) = (&self.fair, key, &self.keyed) else {
+            return key_cap;
+        };
+        fair.mark(keyed.hash(key));
+        let share = fair.cap(&self.count, priority)?;
+        let cap = key_cap.unwrap_or_else(|| match keyed.cap() {
+            0 => u64::MAX,
+            cap => cap,
+        });
+        Some(cap.min(share))
+    }
+
+    /// The flow `key`'s requests wait in ([`Claim::flow`]): its hash under the gate's
+    /// hasher; `None` without a key dimension.
+    ///
+    /// ```
+    /// use admission_core::Gate;
+    ///
+    /// let gate = Gate::<&str>::builder().count(8).track_keys().build()?;
+    /// assert_eq!(gate.flow_of(&"alice"), gate.flow_of(&"alice"));
+    /// assert_ne!(gate.flow_of(&"alice"), gate.flow_of(&"bob"));
+    /// assert_eq!(Gate::<&str>::builder().count(8).build()?.flow_of(&"alice"), None);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn flow_of(&self, key: &K) -> Option<u64> {
+        self.keyed.as_ref().map(|keyed| keyed.hash(key))
+    }
+
+    /// The keys the fair shares count as active now (see
+    /// [`GateBuilder::fair_share`]); `None` without fair shares.
+    pub fn active_keys(&self) -> Option<u64> {
+        self.fair.as_ref().map(|fair| fair.active())
+    }
+
     #[inline(always)]
     fn admit(&self, claim: Claim<'_, K>) -> Result<GatePermit<K, S>, Refused> {
         let Claim {
@@ -315,6 +367,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             waits,
             flow: _,
         } = claim;
+        let key_cap = self.fair_cap(key, key_cap, priority);
         let keyed = self.keyed.as_ref().zip(key);
         if keyed.is_none() && self.bytes.is_none() {
             // Count alone: one compare-exchange, nothing to check ahead.
@@ -352,6 +405,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
 
 mod builder;
 mod claim;
+mod fair;
 mod ledgers;
 mod permit;
 
@@ -363,6 +417,9 @@ pub use permit::GatePermit;
 
 #[cfg(all(test, not(admission_loom)))]
 mod tests;
+
+#[cfg(all(test, not(admission_loom)))]
+mod fair_tests;
 
 #[cfg(all(test, admission_loom))]
 mod loom_models;

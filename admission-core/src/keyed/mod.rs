@@ -450,6 +450,12 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> KeyedLedger<K, S> {
         Ok((hash, cap))
     }
 
+    /// `key`'s hash under this ledger's hasher.
+    #[inline]
+    pub(crate) fn hash(&self, key: &K) -> u64 {
+        self.inner().hasher.hash_one(key)
+    }
+
     /// Permits held for `key` now.
     ///
     /// ```

@@ -1,0 +1,64 @@
+//! The wait's turns between flows (see [`Acquire::in_flow`](super::Acquire::in_flow)):
+//! each flow's place is its round, then the order it came to the round; the flow with the
+//! lowest is served next, and goes to the next round once served.
+
+use super::Waiters;
+use super::wait::State;
+
+impl Waiters {
+    /// The place a new waiter of `flow` takes: its flow's, if the flow has waiters; else
+    /// the last of the round being served, so that a flow that comes to wait goes after
+    /// the flows still owed a turn in this round and before those that have had theirs.
+    pub(super) fn turn_of(&mut self, flow: Option<u64>) -> (u64, u64) {
+        let waiting = self
+            .queue
+            .iter()
+            .find(|waiter| waiter.state == State::Waiting && waiter.flow == flow);
+        match waiting {
+            Some(waiter) => waiter.turn,
+            None => (self.turn.0, self.next_place()),
+        }
+    }
+
+    fn next_place(&mut self) -> u64 {
+        self.turn.1 += 1;
+        self.turn.1
+    }
+
+    /// The waiter at `at` is served: the round served is its flow's, and its flow goes
+    /// to the next round, after the flows served before it in this one.
+    pub(super) fn served(&mut self, at: usize) {
+        let (flow, (round, _)) = (self.queue[at].flow, self.queue[at].turn);
+        self.turn.0 = self.turn.0.max(round);
+        let next = (round + 1, self.next_place());
+        for waiter in self.queue.iter_mut().filter(|waiter| waiter.flow == flow) {
+            waiter.turn = next;
+        }
+    }
+
+    /// Where a newcomer of `flow` takes the place of another flow's waiter in a full
+    /// queue: the oldest waiter of the flow with the most waiters, if that flow has more
+    /// than the newcomer's will (its own plus the newcomer). No flow has more than its
+    /// share of a full queue for long: each newcomer of a flow with fewer takes one.
+    pub(super) fn crowded(&self, flow: Option<u64>) -> Option<usize> {
+        let waiting = |of: Option<u64>| {
+            self.queue
+                .iter()
+                .filter(|waiter| waiter.state == State::Waiting && waiter.flow == of)
+                .count()
+        };
+        let mine = waiting(flow) + 1;
+        let (most, at) = self
+            .queue
+            .iter()
+            .enumerate()
+            .filter(|(_, waiter)| waiter.state == State::Waiting && waiter.flow != flow)
+            .map(|(at, waiter)| (waiting(waiter.flow), at))
+            // The oldest of the largest: `max_by_key` keeps the last of equals.
+            .fold(None::<(usize, usize)>, |best, (n, at)| match best {
+                Some((m, _)) if m >= n => best,
+                _ => Some((n, at)),
+            })?;
+        (most > mine).then_some(at)
+    }
+}
