@@ -76,7 +76,11 @@ impl AdmissionBuilder<Gate> {
             gate.count().set_max_waiting(wait.max_waiting);
             gate.count().set_standing_queue(wait.interval, wait.target);
         }
-        let keys = self.draft.per_key.map(PerKey::into_policy);
+        #[cfg(feature = "tokio")]
+        let turns = self.draft.fair.is_some() && self.draft.wait.is_some();
+        let fair_key = self.draft.fair.and_then(|fair| fair.key);
+        let keys = (self.draft.per_key.map(PerKey::into_policy))
+            .or_else(|| fair_key.map(PerKey::policy_of));
         if let (Some(leases), Some(keyed)) =
             (keys.as_ref().and_then(|k| k.leases.as_ref()), gate.keyed())
         {
@@ -107,6 +111,8 @@ impl AdmissionBuilder<Gate> {
             pacer,
             #[cfg(feature = "tokio")]
             wait: self.draft.wait,
+            #[cfg(feature = "tokio")]
+            turns,
             memory: memory_limit,
             _follower: follower,
             ..Settings::over(gate)

@@ -71,6 +71,7 @@ pub struct SharedGate(pub(crate) Gate);
 /// so that a builder can change its gate's source and keep the rest.
 pub(crate) struct Draft {
     pub(crate) per_key: Option<PerKey>,
+    pub(crate) fair: Option<crate::FairShare>,
     pub(crate) bypass: Option<BypassFn>,
     pub(crate) classes: Option<(Classes, ClassifyFn)>,
     pub(crate) retries: Option<Retries>,
@@ -90,6 +91,7 @@ impl Default for Draft {
     fn default() -> Self {
         Self {
             per_key: None,
+            fair: None,
             bypass: None,
             classes: None,
             retries: None,
@@ -104,6 +106,16 @@ impl Default for Draft {
             #[cfg(feature = "tokio")]
             wait: None,
         }
+    }
+}
+
+impl Draft {
+    /// Whether the layer will wait for a count slot.
+    pub(crate) fn waits(&self) -> bool {
+        #[cfg(feature = "tokio")]
+        return self.wait.is_some();
+        #[cfg(not(feature = "tokio"))]
+        false
     }
 }
 
@@ -128,6 +140,14 @@ impl<G> AdmissionBuilder<G> {
     /// apart: see [`PerKey`].
     pub fn per_key(mut self, per_key: PerKey) -> Self {
         self.draft.per_key = Some(per_key);
+        self
+    }
+
+    /// Fair shares between clients when the server is full: the heavy client shed first
+    /// (without a wait) or the waiting clients served in turn (with one). See
+    /// [`FairShare`](crate::FairShare).
+    pub fn fair_share(mut self, fair: crate::FairShare) -> Self {
+        self.draft.fair = Some(fair);
         self
     }
 

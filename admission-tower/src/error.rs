@@ -44,6 +44,12 @@ pub enum BuildError {
     /// which has no per-key cap to take: give the cap with
     /// [`PerKey::new`](crate::PerKey::new).
     NoKeyCap,
+    /// Fair shares that cannot work: `FairShare::per_key` on a layer without a per-key
+    /// cap, `FairShare::by` on a layer with one (one key tells clients apart), fair
+    /// shares on a shared gate (they are the gate's:
+    /// [`GateBuilder::fair_share`](admission_core::GateBuilder::fair_share)), without a
+    /// count limit, or a headroom outside 0 to 1. It says which.
+    FairShare(&'static str),
     /// A key extractor for a shared gate without a per-key dimension: no request would
     /// ever be capped by its key.
     NoKeyedLedger,
@@ -160,6 +166,7 @@ impl fmt::Display for BuildError {
                 "a per-key cap or `max_keys` was set on a layer over a shared gate; \
                  set them on the gate and use `PerKey::gate_cap`",
             ),
+            BuildError::FairShare(why) => write!(f, "fair shares: {why}"),
             BuildError::NoKeyCap => f.write_str(
                 "`PerKey::gate_cap` on a layer with a gate of its own; give a cap with `PerKey::new`",
             ),

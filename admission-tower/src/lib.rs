@@ -118,6 +118,7 @@ mod builder;
 mod connection;
 mod discard;
 mod error;
+mod fair;
 mod future;
 pub mod guide;
 mod late;
@@ -154,6 +155,7 @@ pub use connection::Guarded;
 #[cfg_attr(docsrs, doc(cfg(feature = "tokio")))]
 pub use connection::{ClientAddress, Connections, GuardedIo};
 pub use error::{BuildError, Stalled, Undrained};
+pub use fair::FairShare;
 pub use future::ResponseFuture;
 pub use layer::AdmissionLayer;
 #[cfg(feature = "axum")]

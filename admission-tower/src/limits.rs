@@ -143,6 +143,36 @@ impl AdmissionBuilder<NewGate> {
             .count(count.unwrap_or(0))
             .bytes(bytes.unwrap_or(0))
             .max_request_bytes(max_request_bytes.unwrap_or(0));
+        if let Some(fair) = &this.draft.fair {
+            if fair.headroom > 1000 {
+                return Err(BuildError::FairShare("a headroom outside 0 to 1"));
+            }
+            match (&fair.key, &this.draft.per_key) {
+                (None, None) => {
+                    return Err(BuildError::FairShare(
+                        "`FairShare::per_key` on a layer without a per-key cap",
+                    ));
+                }
+                (Some(_), Some(_)) => {
+                    return Err(BuildError::FairShare(
+                        "`FairShare::by` on a layer with a per-key cap: use `FairShare::per_key`",
+                    ));
+                }
+                _ => {}
+            }
+            if count.is_none() && this.draft.adaptive.is_none() {
+                return Err(BuildError::FairShare(
+                    "no count limit (`count` or `adaptive`) to share",
+                ));
+            }
+            // With a wait, waiting clients take turns and no slot is kept; without one,
+            // the gate keeps the headroom for the clients below their share.
+            gate = if this.draft.waits() {
+                gate.track_keys()
+            } else {
+                gate.fair_share(fair.headroom)
+            };
+        }
         if let Some(per_key) = &this.draft.per_key {
             let cap = per_key.cap.ok_or(BuildError::NoKeyCap)?;
             if cap == 0 {
@@ -170,6 +200,11 @@ impl AdmissionBuilder<SharedGate> {
     /// invalid adaptive bounds or a count already driven by another adaptive limit.
     pub fn build(self) -> Result<AdmissionLayer, BuildError> {
         let (SharedGate(gate), this) = self.swap(());
+        if this.draft.fair.is_some() {
+            return Err(BuildError::FairShare(
+                "on a shared gate they are the gate's (`GateBuilder::fair_share`)",
+            ));
+        }
         if let Some(per_key) = &this.draft.per_key {
             if per_key.cap.is_some() || per_key.max_keys.is_some() {
                 return Err(BuildError::LimitsOnSharedGate);

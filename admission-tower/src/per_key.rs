@@ -8,7 +8,7 @@ use std::sync::Arc;
 use admission_core::{Key, KeyedLedger};
 use http::request::Parts;
 
-type KeyFn = Box<dyn Fn(&Parts) -> Option<Key> + Send + Sync>;
+pub(crate) type KeyFn = Box<dyn Fn(&Parts) -> Option<Key> + Send + Sync>;
 type CapFn = Box<dyn Fn(&Parts, &Key) -> Option<usize> + Send + Sync>;
 
 /// A cap on each client's requests in flight (429 + `Retry-After` above it), and how
@@ -228,6 +228,17 @@ impl PerKey {
     pub fn unkeyed(mut self, unkeyed: Unkeyed) -> Self {
         self.unkeyed = unkeyed;
         self
+    }
+
+    /// The policy of a key that has no cap ([`crate::FairShare::by`]): a request without
+    /// a key shares [`Key::MISSING`].
+    pub(crate) fn policy_of(key: KeyFn) -> KeyPolicy {
+        KeyPolicy {
+            key,
+            cap_by: None,
+            unkeyed: Unkeyed::Share,
+            leases: None,
+        }
     }
 
     pub(crate) fn into_policy(self) -> KeyPolicy {

@@ -248,6 +248,12 @@ impl Shared {
         let (claim, declared) = self
             .claim_of(parts, priority, rate, key.as_ref())
             .map_err(WaitEnd::Refused)?;
+        // Fair turns: the key's flow.
+        let flow = key.as_ref().filter(|_| self.settings.turns);
+        let claim = match flow.and_then(|key| self.settings.gate.flow_of(key)) {
+            Some(flow) => claim.flow(flow),
+            None => claim,
+        };
         let mut claim = std::pin::pin!(self.settings.gate.claim(claim));
         let mut timer = std::pin::pin!(tokio::time::sleep_until(Instant::now() + budget));
         let mut queued = false;

@@ -40,6 +40,9 @@ pub(crate) struct Settings {
     /// The wait for a count slot, if the layer has one.
     #[cfg(feature = "tokio")]
     pub(crate) wait: Option<crate::Wait>,
+    /// Waiting clients take turns by their keys ([`crate::FairShare`] with a wait).
+    #[cfg(feature = "tokio")]
+    pub(crate) turns: bool,
     /// The memory limit a byte budget was sized from ([`crate::MemoryShare`]).
     pub(crate) memory: Option<MemoryLimit>,
     /// The thread keeping that budget following the process's use, stopped on drop.
@@ -67,6 +70,8 @@ impl Settings {
             pacer: None,
             #[cfg(feature = "tokio")]
             wait: None,
+            #[cfg(feature = "tokio")]
+            turns: false,
             memory: None,
             _follower: None,
         }

@@ -6,6 +6,7 @@
 mod adaptive;
 mod builder;
 mod drain;
+mod fair;
 mod frameworks;
 mod gone;
 mod h2;
