@@ -16,19 +16,24 @@ use crate::per_key::KeyFn;
 /// priority classes) over the clients with work, rounded up. What it does depends on
 /// whether the layer waits ([`Wait`](crate::Wait)):
 ///
-/// - **Without a wait: fair shedding.** While fewer than the headroom's slots are free
-///   (an eighth of the count by default, at least one), a request from a client holding
-///   its share or more is refused (429 + `Retry-After`), one from a client below its
-///   share admitted: the last free slots are kept for the light clients, and the heavy
-///   one is shed first. A lone client still uses the whole count. The headroom is what
-///   it costs: while the light clients do not come, those slots idle (with 2 of 10 slots
-///   kept, a server at twice its capacity ran at about 80% busy in a simulation, and
-///   served the light client about 96% of what it asked).
+/// - **Without a wait: fair shedding.** While no more than the headroom's slots are free,
+///   a request from a client holding its share or more is refused (429 +
+///   `Retry-After`), one from a client below its share admitted: the last free slots are
+///   kept for the light clients, and the heavy one is shed first. A lone client still
+///   uses the whole count. The headroom moves with need: at least an eighth of the count
+///   (rounded up; [`headroom`](Self::headroom)), one slot more each time a client below
+///   its share finds the count full, one fewer after each 8,192 requests in which none
+///   did, at most half the count. Its cost is those slots idling while the light clients
+///   do not use them: in the `fairness` example (10 workers, two clients 1:10 at twice
+///   the capacity) the light client is served about 97% of what it asks, and the
+///   workers are about 70% busy.
 /// - **With a wait: fair turns.** Waiting clients take turns at the slots that free, one
 ///   each in turn, whatever the number of waiters each has (newest first within a client
 ///   once the queue stands, so the wait's CoDel rule holds); in a full queue a client
 ///   with fewer waiters takes the place of the oldest waiter of the client with the most.
-///   No slot is kept idle: the queue serves the light client as soon as a slot frees.
+///   No slot is kept idle: the queue serves the light client as soon as a slot frees (in
+///   the example, over 99% of what it asks, the workers 100% busy). Prefer it where
+///   requests may wait a few milliseconds.
 ///
 /// Clients with work are those seen among roughly the last 8,192 to 16,384 requests,
 /// whether or not one is in flight (a light client between two requests keeps its
@@ -84,8 +89,9 @@ impl FairShare {
         }
     }
 
-    /// The headroom: the fraction of the count kept, when the server is nearly full, for
-    /// clients below their share (at least one slot; without a wait). 0.125 by default;
+    /// The least headroom: the fraction of the count kept, when the server is nearly
+    /// full, for clients below their share (rounded up, at least one slot; without a
+    /// wait), which clients below their share turned away widen. 0.125 by default;
     /// `build` refuses a fraction outside 0 to 1 ([`BuildError::FairShare`](crate::BuildError::FairShare)).
     pub fn headroom(mut self, fraction: f64) -> Self {
         self.headroom = if (0.0..=1.0).contains(&fraction) {

@@ -155,6 +155,39 @@ fn a_standing_queue_refuses_only_the_old_waiters_of_the_newcomers_flow() {
         poll(&mut old_2).is_pending(),
         "another flow's waiter keeps its place"
     );
+    // A flow with fewer waiters than the mean does not stand, though the queue does: its
+    // old waiter keeps its place as its newer one comes, and is served first.
+    let mut heavy = vec![_new_1];
+    heavy.extend((0..4).map(|_| queue(&ledger, 1)));
+    let mut first_3 = queue(&ledger, 3);
+    *NOW.lock().unwrap() = Some(start + Duration::from_millis(250));
+    let mut second_3 = queue(&ledger, 3);
+    assert!(
+        poll(&mut first_3).is_pending(),
+        "waited 50 ms, but its flow does not stand"
+    );
+    // Flow 1 stands: its newest is served first, in flow 1's turn; then flow 2's.
+    drop(_held);
+    let served = poll(&mut heavy[4]);
+    assert!(
+        heavy[..4]
+            .iter_mut()
+            .all(|waiter| poll(waiter).is_pending())
+    );
+    let Poll::Ready(Ok(permit)) = served else {
+        panic!("flow 1's newest served first")
+    };
+    drop(permit);
+    let Poll::Ready(Ok(permit)) = poll(&mut old_2) else {
+        panic!("flow 2 served next")
+    };
+    drop(permit);
+    let served = poll(&mut first_3);
+    assert!(
+        matches!(served, Poll::Ready(Ok(_))),
+        "oldest first in flow 3"
+    );
+    assert!(poll(&mut second_3).is_pending());
 }
 
 #[derive(Debug, Clone)]

@@ -2,13 +2,17 @@
 //! each flow's place is its round, then the order it came to the round; the flow with the
 //! lowest is served next, and goes to the next round once served.
 
+use std::collections::HashMap;
+use std::time::Instant;
+
 use super::Waiters;
 use super::wait::State;
 
 impl Waiters {
     /// The place a new waiter of `flow` takes: its flow's, if the flow has waiters; else
-    /// the last of the round being served, so that a flow that comes to wait goes after
-    /// the flows still owed a turn in this round and before those that have had theirs.
+    /// the last place of the round being served, so that a flow that comes to wait goes
+    /// after the flows still owed a turn in this round and before those that have had
+    /// theirs.
     pub(super) fn turn_of(&mut self, flow: Option<u64>) -> (u64, u64) {
         let waiting = self
             .queue
@@ -18,6 +22,26 @@ impl Waiters {
             Some(waiter) => waiter.turn,
             None => (self.turn.0, self.next_place()),
         }
+    }
+
+    /// Whether `flow` stands at `now`: the queue stands, and the flow has at least its
+    /// share of the waiters (as many as the mean of the flows waiting). A flow of few
+    /// waiters, served in turn as they come, does not: its waiters are served oldest
+    /// first and not refused for a newer one of theirs. Acquisitions that name no flow
+    /// stand with the queue.
+    pub(super) fn stands(&self, flow: Option<u64>, now: Instant) -> bool {
+        if !self.standing(now) {
+            return false;
+        }
+        if flow.is_none() {
+            return true;
+        }
+        let mut counts: HashMap<Option<u64>, usize> = HashMap::new();
+        for waiter in self.queue.iter().filter(|w| w.state == State::Waiting) {
+            *counts.entry(waiter.flow).or_default() += 1;
+        }
+        let total: usize = counts.values().sum();
+        counts.get(&flow).copied().unwrap_or(0) * counts.len() >= total
     }
 
     fn next_place(&mut self) -> u64 {

@@ -86,38 +86,26 @@ impl Waiter {
 impl Waiters {
     /// Whether the queue stands at `now`: it has been waited in for the interval without
     /// a break.
-    fn standing(&self, now: Instant) -> bool {
+    pub(super) fn standing(&self, now: Instant) -> bool {
         self.busy_since
             .is_some_and(|since| now.saturating_duration_since(since) >= self.interval)
     }
 
     /// The waiter to serve next: the most important class first; within it, the flow
-    /// whose turn it is (the lowest; of equals, the flow whose waiter came first); within
-    /// the flow the oldest, or, while the queue stands, the newest.
+    /// whose turn it is (the lowest place; of equals, the first to come); within the flow
+    /// the oldest, or, while the flow stands, the newest.
     fn next(&self, now: Instant) -> Option<usize> {
-        let standing = self.standing(now);
-        let mut best: Option<usize> = None;
-        for (at, waiter) in self.queue.iter().enumerate() {
-            if waiter.state != State::Waiting {
-                continue;
-            }
-            best = match best {
-                Some(b) => {
-                    let held = &self.queue[b];
-                    let before = (waiter.rank(), waiter.turn) < (held.rank(), held.turn);
-                    let newer_in_flow = (waiter.rank(), waiter.turn) == (held.rank(), held.turn)
-                        && waiter.flow == held.flow
-                        && standing;
-                    if before || newer_in_flow {
-                        Some(at)
-                    } else {
-                        Some(b)
-                    }
-                }
-                None => Some(at),
-            };
+        let waiting =
+            || (self.queue.iter().enumerate()).filter(|(_, waiter)| waiter.state == State::Waiting);
+        // `min_by_key` keeps the first of equals: the oldest.
+        let (oldest, head) = waiting().min_by_key(|(_, waiter)| (waiter.rank(), waiter.turn))?;
+        if !self.stands(head.flow, now) {
+            return Some(oldest);
         }
-        best
+        let place = (head.rank(), head.turn, head.flow);
+        waiting()
+            .rfind(|(_, waiter)| (waiter.rank(), waiter.turn, waiter.flow) == place)
+            .map(|(newest, _)| newest)
     }
 
     fn waiting(&self) -> usize {
@@ -399,25 +387,28 @@ impl Future for Acquire {
                     control.busy_since = None;
                 }
             }
-            let busy = *control.busy_since.get_or_insert(now);
-            let waiter = Waiter {
+            control.busy_since.get_or_insert(now);
+            let (flow, rank) = (this.flow, this.priority.map_or(0, Priority::index));
+            let turn = control.turn_of(flow);
+            control.queue.push_back(Waiter {
                 id,
                 priority: this.priority,
-                flow: this.flow,
-                turn: control.turn_of(this.flow),
+                flow,
+                turn,
                 waker: cx.waker().clone(),
                 state: State::Waiting,
                 since: now,
-            };
-            if now.saturating_duration_since(busy) >= control.interval {
+            });
+            if control.stands(flow, now) {
                 // A standing queue: the waiters this one will be served before (of its
                 // flow, its class and less important ones) that have waited the target are
                 // refused; a newer request takes their place.
                 let target = control.target;
                 for old in control.queue.iter_mut() {
                     if old.state == State::Waiting
-                        && old.flow == waiter.flow
-                        && old.rank() >= waiter.rank()
+                        && old.id != id
+                        && old.flow == flow
+                        && old.rank() >= rank
                         && now.saturating_duration_since(old.since) >= target
                     {
                         old.state = State::Refused(Refused::Count);
@@ -425,7 +416,6 @@ impl Future for Acquire {
                     }
                 }
             }
-            control.queue.push_back(waiter);
             // Relaxed: see `settle`.
             inner.hot.state.fetch_or(QUEUE, Ordering::Relaxed);
             // A slot freed before `QUEUE` was set is taken now.

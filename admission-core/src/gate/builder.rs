@@ -142,13 +142,18 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> GateBuilder<K, S> {
         self
     }
 
-    /// Fair shares between keys: while fewer than `headroom_per_mille` thousandths of the
-    /// count (at least one slot) are free, a request whose key holds its share or more
-    /// is refused ([`Refused::Key`](crate::Refused::Key)), so the last free slots go to
-    /// the keys below their share. A key's share is the count (its class's share of it,
-    /// with a [`Claim::priority`](crate::Claim::priority)) over the keys with work,
-    /// rounded up: keys that sent a request among roughly the last 8,192 to 16,384 with a
-    /// key, whether or not one is in flight. A lone key may use the whole count.
+    /// Fair shares between keys: while no more than the headroom's slots are free, a
+    /// request whose key holds its share or more is refused
+    /// ([`Refused::Key`](crate::Refused::Key)), so the last free slots go to the keys
+    /// below their share. The headroom is at least `headroom_per_mille` thousandths of the
+    /// count (rounded up, at least one slot); each key below its share that finds the
+    /// count full widens it by one slot, and each generation (below) in which none did
+    /// narrows it by one (8,192 claims with a key), within half the count.
+    ///
+    /// A key's share is the count (its class's share of it, with a
+    /// [`Claim::priority`](crate::Claim::priority)) over the keys with work, rounded up:
+    /// keys that sent a request among roughly the last 8,192 to 16,384 with a key, whether
+    /// or not one is in flight. A lone key may use the whole count.
     ///
     /// Tracks keys (as [`track_keys`](Self::track_keys)) if no per-key cap does. It costs
     /// each claim with a key one shared increment, a hash and a bit set, and 3 KiB,

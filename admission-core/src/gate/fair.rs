@@ -34,9 +34,14 @@ pub(super) const PERIOD: u64 = BITS;
 
 /// The gate's fair shares (see [`GateBuilder::fair_share`](super::GateBuilder::fair_share)).
 pub(super) struct Fair {
-    /// The free slots kept for keys below their share, per mille of the class's
-    /// threshold (at least one slot).
+    /// The fewest free slots kept for keys below their share, per mille of the class's
+    /// threshold, rounded up (at least one slot).
     headroom: u32,
+    /// Slots kept beyond those: one more each time a key below its share is refused by a
+    /// full count, one fewer after each generation in which none was (see `cap`).
+    extra: AtomicU64,
+    /// Keys below their share refused by a full count, this generation.
+    shortfalls: AtomicU64,
     /// Requests with a key so far: their generation is this over [`PERIOD`].
     marks: AtomicU64,
     /// The keys of each of three generations, by their hash's bit.
@@ -49,6 +54,7 @@ impl std::fmt::Debug for Fair {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Fair")
             .field("headroom", &self.headroom)
+            .field("extra", &self.extra.load(Ordering::Relaxed))
             .field("active", &self.active())
             .finish_non_exhaustive()
     }
@@ -59,6 +65,8 @@ impl Fair {
         let bank = || (0..WORDS).map(|_| AtomicU64::new(0)).collect();
         Self {
             headroom,
+            extra: AtomicU64::new(0),
+            shortfalls: AtomicU64::new(0),
             marks: AtomicU64::new(0),
             banks: [bank(), bank(), bank()],
             ones: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
@@ -74,6 +82,7 @@ impl Fair {
         let generation = n / PERIOD;
         if n % PERIOD == 0 {
             self.clear(((generation + 1) % 3) as usize);
+            self.settle();
         }
         let bank = (generation % 3) as usize;
         // Mixed again (a multiply, its top bits): the keyed ledger's hasher is made for
@@ -86,6 +95,44 @@ impl Fair {
         {
             self.ones[bank].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// A generation ends: the headroom gives back one slot it took, if no key below its
+    /// share was refused by a full count in it.
+    #[cold]
+    fn settle(&self) {
+        if self.shortfalls.swap(0, Ordering::Relaxed) == 0 {
+            let _ = (self.extra).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |extra| {
+                extra.checked_sub(1)
+            });
+        }
+    }
+
+    /// A claim of a key holding `held`, of `priority`'s class, refused by a full count: if
+    /// the key was below its share, the headroom was too small for the keys below theirs,
+    /// and takes one more slot (up to half the class's threshold).
+    #[cold]
+    pub(super) fn refused(&self, count: &CountLedger, priority: Option<Priority>, held: u64) {
+        let (_, threshold) = count.room(priority);
+        if held < self.share(threshold) && self.headroom(threshold) < threshold / 2 {
+            self.shortfalls.fetch_add(1, Ordering::Relaxed);
+            self.extra.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A key's share of `threshold`: over the active keys, rounded up.
+    fn share(&self, threshold: u64) -> u64 {
+        threshold.div_ceil(self.active().max(1))
+    }
+
+    /// The free slots kept of `threshold`: its fraction, rounded up (at least one), and
+    /// what shortfalls added, up to half of it (never less than the fraction).
+    fn headroom(&self, threshold: u64) -> u64 {
+        // Rounded up: an eighth of 10 slots keeps 2.
+        let least = (u128::from(threshold) * u128::from(self.headroom)).div_ceil(1000) as u64;
+        let least = least.max(1);
+        let extra = self.extra.load(Ordering::Relaxed);
+        least.saturating_add(extra).min((threshold / 2).max(least))
     }
 
     /// Clears the bitmap of the generation after the current one (last used two
@@ -114,14 +161,18 @@ impl Fair {
     /// The cap a key of `priority`'s class is held to now: `None` while the count has more
     /// free slots than the headroom; else its share, the class's threshold over the
     /// active keys, rounded up (at least one, while the ledger is open).
+    ///
+    /// The headroom moves: the fewest slots it keeps are the configured fraction; each
+    /// key below its share that a full count refuses adds one (the keys below their share
+    /// needed more than was kept), and each generation without one gives one back. So it
+    /// settles at about the least that turns away a key below its share once a
+    /// generation.
     #[inline]
     pub(super) fn cap(&self, count: &CountLedger, priority: Option<Priority>) -> Option<u64> {
         let (held, threshold) = count.room(priority);
-        let headroom = (u128::from(threshold) * u128::from(self.headroom) / 1000) as u64;
-        let headroom = headroom.max(1);
-        if held.saturating_add(headroom) < threshold {
+        if held.saturating_add(self.headroom(threshold)) < threshold {
             return None;
         }
-        Some(threshold.div_ceil(self.active().max(1)))
+        Some(self.share(threshold))
     }
 }

@@ -93,6 +93,26 @@ fn near_full_a_key_at_its_share_is_refused_and_one_below_it_admitted() {
 }
 
 #[test]
+fn a_key_below_its_share_turned_away_widens_the_headroom_for_a_generation_or_two() {
+    // 10 slots, 1 kept at least (100 per mille).
+    let gate = fair(10, 100);
+    drop(claim(&gate, 2).unwrap());
+    let mut heavy: Vec<_> = (0..9).map(|_| claim(&gate, 1).unwrap()).collect();
+    assert_eq!(claim(&gate, 1).unwrap_err(), Refused::Key, "one slot kept");
+    let light = claim(&gate, 2).unwrap();
+    // The light key needed a second slot: one more is kept from now.
+    assert_eq!(claim(&gate, 2).unwrap_err(), Refused::Count);
+    drop((light, heavy.pop()));
+    assert_eq!(claim(&gate, 1).unwrap_err(), Refused::Key, "two slots kept");
+    // Two generations' turns with no key below its share turned away: back to one.
+    for _ in 0..2 * PERIOD {
+        drop(claim(&gate, 2).unwrap());
+    }
+    heavy.push(claim(&gate, 1).expect("one slot kept again"));
+    assert_eq!(claim(&gate, 1).unwrap_err(), Refused::Key);
+}
+
+#[test]
 fn the_share_is_of_the_class_share_of_the_count() {
     let gate = fair(10, 100);
     drop(claim(&gate, 2).unwrap());
@@ -191,7 +211,8 @@ fn op() -> impl Strategy<Value = Op> {
 proptest! {
     /// Every claim answered as the rule says, computed plainly from what is held: the
     /// count first; then, within the headroom of full, a key at its share (the count over
-    /// the keys seen, rounded up) refused.
+    /// the keys seen, rounded up) refused; the headroom one slot wider for each key below
+    /// its share a full count refused, up to half the count.
     #[test]
     fn claims_are_answered_as_the_model_says(
         count in 1..12_usize,
@@ -200,7 +221,9 @@ proptest! {
     ) {
         let gate = fair(count, headroom);
         let capacity = count as u64;
-        let kept = (capacity * u64::from(headroom) / 1000).max(1);
+        let least = (capacity * u64::from(headroom)).div_ceil(1000).max(1);
+        // Slots a full count's refusals of keys below their share added.
+        let mut extra = 0;
         let mut held: Vec<(u64, GatePermit<u64, Apart>)> = Vec::new();
         let mut seen = std::collections::BTreeSet::new();
         for op in ops {
@@ -210,7 +233,11 @@ proptest! {
                     let total = held.len() as u64;
                     let mine = held.iter().filter(|(k, _)| *k == key).count() as u64;
                     let share = capacity.div_ceil(seen.len() as u64);
+                    let kept = (least + extra).min((capacity / 2).max(least));
                     let expected = if total >= capacity {
+                        if mine < share && kept < capacity / 2 {
+                            extra += 1;
+                        }
                         Err(Refused::Count)
                     } else if total + kept >= capacity && mine >= share {
                         Err(Refused::Key)

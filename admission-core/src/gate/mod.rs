@@ -334,6 +334,18 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
         Some(cap.min(share))
     }
 
+    /// A claim of `key` the count refused: with fair shares, a key below its share turned
+    /// away by a full count widens the headroom.
+    #[cold]
+    fn full(&self, key: Option<&K>, priority: Option<Priority>, refused: Refused) -> Refused {
+        if let (Some(fair), Some(key), Some(keyed), Refused::Count | Refused::Class) =
+            (&self.fair, key, &self.keyed, refused)
+        {
+            fair.refused(&self.count, priority, keyed.in_flight(key));
+        }
+        refused
+    }
+
     /// The flow `key`'s requests wait in ([`Claim::flow`]): its hash under the gate's
     /// hasher; `None` without a key dimension.
     ///
@@ -383,7 +395,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
         if let Some(ledger) = &self.bytes {
             ledger.check_size(bytes.max(total))?;
         }
-        self.count.check(priority, waits)?;
+        (self.count.check(priority, waits)).map_err(|refused| self.full(key, priority, refused))?;
         if let Some(ledger) = &self.bytes {
             ledger.check_room(bytes)?;
         }
