@@ -37,6 +37,28 @@ where
     }
 }
 
+/// One whole call of `service` with `request`, as [`drive`] makes it.
+///
+/// # Panics
+///
+/// As [`drive`].
+#[inline]
+pub fn drive_request<S, B>(service: &mut S, request: Request<B>, cx: &mut Context<'_>)
+where
+    S: tower::Service<Request<B>>,
+    S::Error: std::fmt::Debug,
+{
+    match service.poll_ready(cx) {
+        Poll::Ready(Ok(())) => {}
+        _ => panic!("the service is always ready"),
+    }
+    let future = pin!(service.call(request));
+    match future.poll(cx) {
+        Poll::Ready(Ok(response)) => drop(black_box(response)),
+        _ => panic!("the response is ready at once"),
+    }
+}
+
 /// One whole call of `service` as [`drive`] makes it, and its response body polled to its
 /// end before it is dropped.
 ///

@@ -146,7 +146,7 @@ where
 {
     type Output = Result<Response<ResponseBody<RB>>, E>;
 
-    #[inline]
+    #[inline(always)]
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         while let StateProj::Cold { cold } = self.as_mut().project().state.project() {
             let Cold::Waiting(wait) = &mut **cold else {

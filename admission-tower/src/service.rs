@@ -192,7 +192,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    #[inline]
+    #[inline(always)]
     fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
         let shared = &*self.shared;
         if shared.path.untracked && shared.settings.gate.count().admits_all() {

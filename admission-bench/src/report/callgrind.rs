@@ -9,7 +9,8 @@ pub type Instructions = BTreeMap<String, u64>;
 
 /// The `layer_loop` variants the targets compare in instructions: the layer (bare, off,
 /// count limit, tower's pair), and the count permit (ours, tokio's owned one, the floor);
-/// and, printed beside them, a response with a body with the minimum send rate kept and
+/// a thousand tenants' requests with a per-key cap, with fair shares and without; and,
+/// printed beside them, a response with a body with the minimum send rate kept and
 /// without.
 pub const LAYER_VARIANTS: &[&str] = &[
     "bare",
@@ -21,6 +22,8 @@ pub const LAYER_VARIANTS: &[&str] = &[
     "count",
     "tokio_owned",
     "floor",
+    "per_key_1000",
+    "fair_1000",
 ];
 
 /// The `keyed_loop` variants the keyed targets compare in instructions: the existing and

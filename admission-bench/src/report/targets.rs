@@ -181,6 +181,21 @@ const TARGETS: &[Target] = &[
         count_floor: None,
         added_at_most: None,
     },
+    // Fair shares over the per-key path they add to, at 1,000 tenants and a heavy one, the
+    // count near full (a share read on every request). No wall-clock bench: instructions
+    // alone (the keyed ledger's seeded hasher moves either side by a few percent a run).
+    Target {
+        what: "fair shares, 1,000 tenants, within 1.2x of the per-key path",
+        left: ("layer", "fair_1000"),
+        right: ("layer", "per_key_1000"),
+        at_most: 1.2,
+        instructions: Some(("fair_1000", "per_key_1000")),
+        by_instructions: true,
+        floor: None,
+        runs: false,
+        count_floor: None,
+        added_at_most: None,
+    },
     // An absolute bound: the bare service's wall clock swings between 20 and 26 ns from
     // one process to the next, more than the difference being decided.
     Target {
