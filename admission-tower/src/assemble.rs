@@ -100,6 +100,7 @@ impl AdmissionBuilder<Gate> {
             keys,
             bypass: self.draft.bypass,
             classes: self.draft.classes,
+            seats: self.draft.seats,
             retries: self.draft.retries,
             refusals: self.draft.refusals,
             hook: self.draft.hook,

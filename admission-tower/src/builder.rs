@@ -7,7 +7,7 @@ use admission_http::Refusals;
 use http::request::Parts;
 
 use crate::observe;
-use crate::shared::{BypassFn, ClassifyFn, HookFn};
+use crate::shared::{BypassFn, ClassifyFn, HookFn, SeatsFn};
 use crate::{Adaptive, ConnectionLimits, MemoryShare, PerKey, RefusalEvent, Retries, SlowClients};
 
 /// A layer's configuration: the limits, then one value per concern (each client's share,
@@ -74,6 +74,7 @@ pub(crate) struct Draft {
     pub(crate) fair: Option<crate::FairShare>,
     pub(crate) bypass: Option<BypassFn>,
     pub(crate) classes: Option<(Classes, ClassifyFn)>,
+    pub(crate) seats: Option<SeatsFn>,
     pub(crate) retries: Option<Retries>,
     pub(crate) refusals: Refusals,
     pub(crate) hook: Option<HookFn>,
@@ -94,6 +95,7 @@ impl Default for Draft {
             fair: None,
             bypass: None,
             classes: None,
+            seats: None,
             retries: None,
             refusals: Refusals::new(),
             hook: None,
@@ -140,14 +142,6 @@ impl<G> AdmissionBuilder<G> {
     /// apart: see [`PerKey`].
     pub fn per_key(mut self, per_key: PerKey) -> Self {
         self.draft.per_key = Some(per_key);
-        self
-    }
-
-    /// Fair shares between clients when the server is full: the heavy client shed first
-    /// (without a wait) or the waiting clients served in turn (with one). See
-    /// [`FairShare`](crate::FairShare).
-    pub fn fair_share(mut self, fair: crate::FairShare) -> Self {
-        self.draft.fair = Some(fair);
         self
     }
 

@@ -2,6 +2,7 @@
 //! `assemble.rs`).
 
 use admission_core::Gate;
+use http::request::Parts;
 
 use crate::builder::{AdmissionBuilder, NewGate, SharedGate};
 use crate::{AdmissionLayer, BuildError, MemoryShare};
@@ -214,5 +215,40 @@ impl AdmissionBuilder<SharedGate> {
             }
         }
         this.swap(gate).1.finish()
+    }
+}
+
+impl<G> AdmissionBuilder<G> {
+    /// Fair shares between clients when the server is full: the heavy client shed first
+    /// (without a wait) or the waiting clients served in turn (with one). See
+    /// [`FairShare`](crate::FairShare).
+    pub fn fair_share(mut self, fair: crate::FairShare) -> Self {
+        self.draft.fair = Some(fair);
+        self
+    }
+
+    /// Seats: `seats` reads each request's head and says how many count slots it takes
+    /// (1 for most; more for one that costs more, as a listing beside a lookup), at most
+    /// the count (its class's share of it), so any request can still run alone. A request
+    /// is admitted only with all its seats free, else refused (503) or, with a
+    /// [`Wait`](crate::Wait), waits for its first and takes the rest at once. The count's
+    /// readings (the snapshot, the metrics' in-flight gauge) count seats.
+    ///
+    /// ```
+    /// use admission_tower::AdmissionLayer;
+    ///
+    /// let layer = AdmissionLayer::builder()
+    ///     .count(64)
+    ///     .seats(|req| if req.uri.path().starts_with("/list") { 8 } else { 1 })
+    ///     .build()?;
+    /// # drop(layer);
+    /// # Ok::<(), admission_tower::BuildError>(())
+    /// ```
+    pub fn seats<F>(mut self, seats: F) -> Self
+    where
+        F: Fn(&Parts) -> u32 + Send + Sync + 'static,
+    {
+        self.draft.seats = Some(Box::new(seats));
+        self
     }
 }

@@ -68,6 +68,8 @@ struct Rest {
     /// The layer, to count the request if its client goes while the handler runs (with
     /// a charge, which keeps what the handler leaves of the body: see `client_gone`).
     watch: Option<Arc<Shared>>,
+    /// The request's count slots beyond the first (`AdmissionBuilder::seats`).
+    _seats: Vec<CountPermit>,
 }
 
 impl Drop for Rest {
@@ -103,6 +105,7 @@ impl Rest {
             late: late.map(Box::new),
             sample,
             watch,
+            _seats: Vec::new(),
         })
     }
 
@@ -156,6 +159,33 @@ impl AdmissionPermit {
             pacer: None,
             served_stream: false,
         }
+    }
+
+    /// The permit with the request's count slots beyond the first (none for most).
+    #[inline]
+    pub(crate) fn seated(mut self, seats: Vec<CountPermit>) -> Self {
+        if !seats.is_empty() {
+            self.seat(seats);
+        }
+        self
+    }
+
+    /// Out of line: a request with more than one seat is rare.
+    #[inline(never)]
+    fn seat(&mut self, seats: Vec<CountPermit>) {
+        self.held = match std::mem::replace(&mut self.held, Held::Released) {
+            Held::Count { _permit: count } => {
+                let mut rest = Rest::boxed(count, None, None, None, None, None);
+                rest._seats = seats;
+                Held::Rest(rest)
+            }
+            Held::Rest(mut rest) => {
+                rest._seats = seats;
+                Held::Rest(rest)
+            }
+            // (Never: a permit is seated as it is made.)
+            Held::Released => Held::Released,
+        };
     }
 
     /// The permit of a response that keeps the minimum send rate of `pacer`, and that

@@ -287,6 +287,8 @@ impl<S> Admission<S> {
         } = pending;
         let shared = &*self.shared;
         let served = served_stream(&parts.extensions);
+        let mut permit = permit;
+        let seats = permit.take_seats();
         let (count, bytes, keyed) = permit.into_parts();
         let (body, charge, late) = match (bytes, rate) {
             (Some(bytes), _) => {
@@ -333,6 +335,7 @@ impl<S> Admission<S> {
         let future = self.inner.call(Request::from_parts(parts, body));
         let watch = charge.is_some().then(|| self.shared.clone());
         let permit = AdmissionPermit::new(count, keyed, charge, late, timer, sample, watch)
+            .seated(seats)
             .paced(shared.settings.pacer.as_ref().map(Pacing::id), served);
         ResponseFuture::admitted(future, permit)
     }

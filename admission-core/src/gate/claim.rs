@@ -21,6 +21,7 @@ pub struct Claim<'a, K> {
     pub(super) key_cap: Option<u64>,
     pub(super) waits: bool,
     pub(super) flow: Option<u64>,
+    pub(super) seats: u32,
 }
 
 impl<K> Clone for Claim<'_, K> {
@@ -49,6 +50,7 @@ impl<'a, K> Claim<'a, K> {
             key_cap: None,
             waits: false,
             flow: None,
+            seats: 1,
         }
     }
 
@@ -116,6 +118,32 @@ impl<'a, K> Claim<'a, K> {
     /// [`GateBuilder::track_keys`](crate::GateBuilder::track_keys) for keys with no default cap).
     pub const fn key_cap(mut self, cap: u64) -> Self {
         self.key_cap = Some(cap);
+        self
+    }
+
+    /// The count slots the request takes: 1 by default; more for a request that costs
+    /// more than most (a listing beside a lookup), at most the count (its class's share
+    /// of it, with a [`priority`](Self::priority)), so that any request can be admitted
+    /// alone; 0 is taken as 1. Its seats are taken all at once or not at once: refused
+    /// ([`Refused::Count`](crate::Refused::Count)) unless every one is free. In the wait
+    /// ([`Gate::claim`](super::Gate::claim)) it waits for its first seat and then takes
+    /// the rest at once, or is refused. The count's in-flight reading counts seats.
+    ///
+    /// ```
+    /// use admission_core::{Claim, Gate, Refused};
+    ///
+    /// let gate = Gate::<()>::builder().count(4).build()?;
+    /// let listing = gate.try_claim(Claim::new().seats(3))?;
+    /// assert_eq!((listing.seats(), gate.count().in_flight()), (3, 3));
+    /// assert_eq!(gate.try_claim(Claim::new().seats(2)).unwrap_err(), Refused::Count);
+    /// let lookup = gate.try_claim(Claim::new())?;
+    /// drop((listing, lookup));
+    /// let everything = gate.try_claim(Claim::new().seats(100))?;
+    /// assert_eq!(everything.seats(), 4, "no more than the count");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub const fn seats(mut self, seats: u32) -> Self {
+        self.seats = seats;
         self
     }
 

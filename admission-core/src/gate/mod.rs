@@ -171,6 +171,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             key_cap: None,
             waits: false,
             flow: None,
+            seats: 1,
         };
         self.admit(claim)
     }
@@ -256,6 +257,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             key_cap,
             waits: _,
             flow,
+            seats,
         } = claim;
         let key_cap = self.fair_cap(key, key_cap, priority);
         if let Some(ledger) = &self.bytes {
@@ -276,12 +278,14 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             None => count,
         }
         .await?;
+        // The rest of its seats at once, or the first goes on to the next waiter.
+        let (seats, _) = self.more_seats(seats, priority, false)?;
         let charged = self
             .bytes
             .as_ref()
             .map(|ledger| ledger.try_charge_unobserved(bytes))
             .transpose()?;
-        Ok(self.observed(count, keyed, charged))
+        Ok(self.observed(count, keyed, charged, seats))
     }
 
     /// Every dimension admitted: only now do the high-water marks of the keys and the
@@ -292,6 +296,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
         count: CountPermit,
         keyed: Option<(KeyedPermit<K, S>, Option<u64>)>,
         charged: Option<(BytePermit, u64)>,
+        seats: Vec<CountPermit>,
     ) -> GatePermit<K, S> {
         let keyed = keyed.map(|(permit, keys)| {
             if let (Some(ledger), Some(keys)) = (&self.keyed, keys) {
@@ -309,7 +314,44 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             count,
             bytes,
             keyed,
+            seats,
         }
+    }
+
+    /// The seats of a claim of `seats` beyond its first, all or none: at most the count
+    /// (its class's threshold), so that any claim can be admitted alone. With the highest
+    /// level they brought the count to (0 for none).
+    #[inline]
+    fn more_seats(
+        &self,
+        seats: u32,
+        priority: Option<Priority>,
+        waits: bool,
+    ) -> Result<(Vec<CountPermit>, u64), Refused> {
+        if seats <= 1 {
+            return Ok((Vec::new(), 0));
+        }
+        self.take_seats(seats, priority, waits)
+    }
+
+    #[inline(never)]
+    fn take_seats(
+        &self,
+        seats: u32,
+        priority: Option<Priority>,
+        waits: bool,
+    ) -> Result<(Vec<CountPermit>, u64), Refused> {
+        let (_, threshold) = self.count.room(priority);
+        let more = u64::from(seats).min(threshold.max(1)) - 1;
+        let mut taken = Vec::with_capacity(more as usize);
+        let mut level = 0;
+        for _ in 0..more {
+            // A refusal drops the seats taken so far.
+            let (permit, at) = self.count.try_acquire_unobserved(priority, waits)?;
+            taken.push(permit);
+            level = at;
+        }
+        Ok((taken, level))
     }
 
     /// The cap `key`'s request is held to: `key_cap` (or the ledger's), and, with fair
@@ -378,10 +420,11 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             key_cap,
             waits,
             flow: _,
+            seats,
         } = claim;
         let key_cap = self.fair_cap(key, key_cap, priority);
         let keyed = self.keyed.as_ref().zip(key);
-        if keyed.is_none() && self.bytes.is_none() {
+        if keyed.is_none() && self.bytes.is_none() && seats <= 1 {
             // Count alone: one compare-exchange, nothing to check ahead.
             let (count, level) = self.count.try_acquire_unobserved(priority, waits)?;
             self.count.observe(level);
@@ -389,6 +432,7 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
                 count,
                 bytes: None,
                 keyed: None,
+                seats: Vec::new(),
             });
         }
         // Checks first, by loads: the reason a refusal names, before anything is taken.
@@ -404,14 +448,15 @@ impl<K: Hash + Eq + Clone, S: BuildHasher> Gate<K, S> {
             .map(|(ledger, key)| ledger.try_acquire_unobserved(key, key_cap))
             .transpose()?;
         let (count, level) = self.count.try_acquire_unobserved(priority, waits)?;
+        let (seats, seated) = self.more_seats(seats, priority, waits)?;
         let charged = self
             .bytes
             .as_ref()
             .map(|ledger| ledger.try_charge_unobserved(bytes))
             .transpose()?;
         // Every dimension admitted: only now do the high-water marks see it.
-        self.count.observe(level);
-        Ok(self.observed(count, keyed, charged))
+        self.count.observe(level.max(seated));
+        Ok(self.observed(count, keyed, charged, seats))
     }
 }
 
@@ -434,6 +479,10 @@ mod tests;
 // count ledgers they claim through are under Miri in their own tests).
 #[cfg(all(test, not(admission_loom), not(miri)))]
 mod fair_tests;
+
+// Out of Miri: seats are claims of the count ledger's permits, under Miri in its own tests.
+#[cfg(all(test, not(admission_loom), not(miri)))]
+mod seat_tests;
 
 #[cfg(all(test, admission_loom))]
 mod loom_models;

@@ -11,6 +11,8 @@ pub struct GatePermit<K = Key, S = KeyState> {
     pub(super) count: CountPermit,
     pub(super) bytes: Option<BytePermit>,
     pub(super) keyed: Option<KeyedPermit<K, S>>,
+    /// The seats beyond the first ([`Claim::seats`](super::Claim::seats)).
+    pub(super) seats: Vec<CountPermit>,
 }
 
 impl<K, S> GatePermit<K, S> {
@@ -74,6 +76,17 @@ impl<K, S> GatePermit<K, S> {
     /// ```
     pub fn take_bytes(&mut self) -> Option<BytePermit> {
         self.bytes.take()
+    }
+
+    /// The count slots this admission holds ([`Claim::seats`](super::Claim::seats)).
+    pub fn seats(&self) -> u64 {
+        1 + self.seats.len() as u64
+    }
+
+    /// The count permits of the seats beyond the first, taken out (to be held apart from
+    /// the rest; [`into_parts`](Self::into_parts) releases any left).
+    pub fn take_seats(&mut self) -> Vec<CountPermit> {
+        std::mem::take(&mut self.seats)
     }
 
     /// The permit taken apart: count, bytes (if the gate has a byte ledger and it was not

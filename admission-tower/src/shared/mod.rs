@@ -11,7 +11,7 @@ use crate::readings::{AdmissionSnapshot, RefusalEvent, WaitSnapshot};
 
 mod settings;
 
-pub(crate) use settings::{BypassFn, ClassifyFn, HookFn, Settings};
+pub(crate) use settings::{BypassFn, ClassifyFn, HookFn, SeatsFn, Settings};
 
 /// What every clone of a layer and its services shares: the settings the layer was built
 /// with, the path a request takes (decided from them once), and the counts of what came
@@ -81,6 +81,7 @@ impl Shared {
                 && settings.keys.is_none()
                 && settings.bypass.is_none()
                 && settings.classes.is_none()
+                && settings.seats.is_none()
                 && settings.retries.is_none(),
             untracked: false,
             waits_first: settings.waits() && !settings.dry_run,
@@ -172,6 +173,9 @@ impl Shared {
         }
         if let Some(priority) = priority {
             claim = claim.priority(priority);
+        }
+        if let Some(seats) = &self.settings.seats {
+            claim = claim.seats(seats(parts));
         }
         Ok((claim, declared))
     }

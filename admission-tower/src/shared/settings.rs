@@ -14,6 +14,7 @@ use crate::{Retries, SampleAt, SlowClients};
 pub(crate) type BypassFn = Box<dyn Fn(&Parts) -> bool + Send + Sync>;
 pub(crate) type ClassifyFn = Box<dyn Fn(&Parts, &Classes) -> Priority + Send + Sync>;
 pub(crate) type HookFn = Box<dyn Fn(&RefusalEvent<'_>) + Send + Sync>;
+pub(crate) type SeatsFn = Box<dyn Fn(&Parts) -> u32 + Send + Sync>;
 
 /// What a layer was built with: its gate and what it reads of a request, how it answers
 /// and reports, and the rates it keeps. `build` assembles it from a builder's checked
@@ -24,6 +25,8 @@ pub(crate) struct Settings {
     pub(crate) keys: Option<KeyPolicy>,
     pub(crate) bypass: Option<BypassFn>,
     pub(crate) classes: Option<(Classes, ClassifyFn)>,
+    /// Each request's count slots, where some cost more than one.
+    pub(crate) seats: Option<SeatsFn>,
     /// Retries shed first, if the layer says so.
     pub(crate) retries: Option<Retries>,
     pub(crate) refusals: Refusals,
@@ -59,6 +62,7 @@ impl Settings {
             keys: None,
             bypass: None,
             classes: None,
+            seats: None,
             retries: None,
             refusals: Refusals::new(),
             hook: None,

@@ -14,6 +14,7 @@ mod leases;
 mod priority;
 mod refusals;
 mod retries;
+mod seats;
 mod send_rate;
 mod server;
 mod service;
