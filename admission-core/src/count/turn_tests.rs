@@ -78,6 +78,29 @@ fn a_flow_that_comes_to_wait_goes_before_the_flow_just_served() {
 }
 
 #[test]
+fn classes_come_before_turns() {
+    let ledger = CountLedger::new(10).unwrap();
+    ledger.set_max_waiting(16);
+    let mut held: Vec<CountPermit> = (0..10).map(|_| ledger.try_acquire().unwrap()).collect();
+    // Flow 2's turn comes first, but its waiter's class is less important (it may fill
+    // 7 of the 10 slots).
+    let mut sheddable = ledger.acquire_as(Priority::SHEDDABLE).in_flow(2);
+    assert!(poll(&mut sheddable).is_pending());
+    let mut first = queue(&ledger, 1);
+    let mut second = queue(&ledger, 1);
+    held.pop();
+    let Poll::Ready(Ok(one)) = poll(&mut first) else {
+        panic!("the more important class first")
+    };
+    held.pop();
+    let Poll::Ready(Ok(two)) = poll(&mut second) else {
+        panic!("and its next waiter, while the less important class has no room")
+    };
+    assert!(poll(&mut sheddable).is_pending());
+    drop((one, two, held));
+}
+
+#[test]
 fn without_flows_the_oldest_is_served_first_as_before() {
     let (ledger, mut held) = full(16);
     let mut waiters: Vec<(u64, Acquire)> = (0..4)
