@@ -213,6 +213,67 @@ fn a_standing_queue_refuses_only_the_old_waiters_of_the_newcomers_flow() {
     assert!(poll(&mut second_3).is_pending());
 }
 
+#[test]
+fn in_a_full_queue_the_most_crowded_flow_gives_way_wherever_it_waits() {
+    let (ledger, held) = full(4);
+    let mut first = queue(&ledger, 1);
+    let mut light = queue(&ledger, 2);
+    let mut heavy: Vec<Acquire> = (0..2).map(|_| queue(&ledger, 1)).collect();
+    // Flow 1's first is handed the slot but not yet polled: it holds its share.
+    drop(held);
+    heavy.push(queue(&ledger, 1));
+    assert_eq!(
+        ledger.waiting(),
+        4,
+        "full: flow 2 first, then flow 1's three"
+    );
+    // A newcomer of flow 3 takes the place of flow 1's oldest still waiting: not flow
+    // 2's (the first waiting in the queue), nor flow 1's granted one.
+    let _third = queue(&ledger, 3);
+    assert!(poll(&mut light).is_pending(), "flow 2 keeps its place");
+    let Poll::Ready(Ok(_granted)) = poll(&mut first) else {
+        panic!("the granted waiter keeps its slot")
+    };
+    assert!(matches!(
+        poll(&mut heavy[0]),
+        Poll::Ready(Err(Refused::Count))
+    ));
+    assert!(
+        heavy[1..]
+            .iter_mut()
+            .all(|waiter| poll(waiter).is_pending())
+    );
+    assert_eq!(ledger.in_flight(), 1);
+}
+
+#[test]
+fn two_flows_of_as_many_waiters_both_stand() {
+    static NOW: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
+    fn clock() -> Instant {
+        NOW.lock().unwrap().expect("set")
+    }
+    let start = Instant::now();
+    *NOW.lock().unwrap() = Some(start);
+    let ledger = CountLedger::new(1).unwrap();
+    ledger.set_max_waiting(8);
+    ledger.set_wait_clock(clock);
+    // It stands once waited in for 10 ms; a waiter may wait 50 ms.
+    ledger.set_standing_queue(Duration::from_millis(10), Duration::from_millis(50));
+    let held = ledger.try_acquire().unwrap();
+    let mut waiters = Vec::new();
+    for flow in [1, 2, 1, 2, 1, 2] {
+        waiters.push((flow, queue(&ledger, flow)));
+    }
+    *NOW.lock().unwrap() = Some(start + Duration::from_millis(20));
+    // Three of six, in two flows: each has its share, so each stands and is served
+    // newest first: flow 1's third, then flow 2's third.
+    let (at, held) = next(held, &mut waiters);
+    assert_eq!(at, 4, "flow 1's newest");
+    drop(waiters.remove(at));
+    let (at, _held) = next(held, &mut waiters);
+    assert_eq!(at, 4, "flow 2's newest");
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     /// A waiter of this flow queues.

@@ -114,9 +114,12 @@ impl Fair {
     #[cold]
     pub(super) fn refused(&self, count: &CountLedger, priority: Option<Priority>, held: u64) {
         let (_, threshold) = count.room(priority);
-        if held < self.share(threshold) && self.headroom(threshold) < threshold / 2 {
+        if held < self.share(threshold) {
+            // Counted even at the widest: the generation does not narrow it.
             self.shortfalls.fetch_add(1, Ordering::Relaxed);
-            self.extra.fetch_add(1, Ordering::Relaxed);
+            if self.headroom(threshold) < threshold / 2 {
+                self.extra.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 

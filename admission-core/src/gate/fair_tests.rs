@@ -5,7 +5,7 @@ use std::hash::{BuildHasher, Hasher};
 
 use proptest::prelude::*;
 
-use super::fair::PERIOD;
+use super::fair::{BITS, PERIOD};
 use super::*;
 
 /// Places key `k` at bit `k + 1` of the fair shares' bitmap, so keys never share one:
@@ -104,12 +104,49 @@ fn a_key_below_its_share_turned_away_widens_the_headroom_for_a_generation_or_two
     assert_eq!(claim(&gate, 2).unwrap_err(), Refused::Count);
     drop((light, heavy.pop()));
     assert_eq!(claim(&gate, 1).unwrap_err(), Refused::Key, "two slots kept");
-    // Two generations' turns with no key below its share turned away: back to one.
-    for _ in 0..2 * PERIOD {
+    // The generation of the shortfall ends: it had one, so the headroom stays wide.
+    for _ in 0..PERIOD {
+        drop(claim(&gate, 2).unwrap());
+    }
+    assert_eq!(claim(&gate, 1).unwrap_err(), Refused::Key, "still two kept");
+    // A generation with none: back to one.
+    for _ in 0..PERIOD {
         drop(claim(&gate, 2).unwrap());
     }
     heavy.push(claim(&gate, 1).expect("one slot kept again"));
     assert_eq!(claim(&gate, 1).unwrap_err(), Refused::Key);
+}
+
+#[test]
+fn the_headroom_widens_to_half_the_count_and_no_further_and_narrows_as_far() {
+    // 10 slots, at least 1 kept, at most 5.
+    let gate = fair(10, 100);
+    drop(claim(&gate, 2).unwrap());
+    let heavy: Vec<_> = (0..5).map(|_| claim(&gate, 1).unwrap()).collect();
+    let light: Vec<_> = (0..5).map(|_| claim(&gate, 2).unwrap()).collect();
+    // A third key, holding none (below its share of 4), turned away by the full count
+    // eleven times: the headroom grows by one each time up to half the count.
+    assert_eq!(claim(&gate, 3).unwrap_err(), Refused::Count);
+    for _ in 0..10 {
+        assert_eq!(claim(&gate, 3).unwrap_err(), Refused::Count);
+    }
+    drop((heavy, light));
+    // Kept: five. A key at its share (4 of 10 over three keys) is refused at five held.
+    let kept = |gate: &Gate<u64, Apart>| {
+        let held: Vec<_> = (0..10).map_while(|_| claim(gate, 1).ok()).collect();
+        10 - held.len() as u64
+    };
+    assert_eq!(
+        kept(&gate),
+        10 - 5,
+        "heavy held 5 of 10: five kept (its share is 4)"
+    );
+    // The generation of the shortfalls ends wide; four without one bring it back to one
+    // slot (it had grown by four, whatever the number of shortfalls).
+    for _ in 0..5 * PERIOD {
+        drop(claim(&gate, 2).unwrap());
+    }
+    assert_eq!(kept(&gate), 10 - 9, "one kept");
 }
 
 #[test]
@@ -158,6 +195,51 @@ fn keys_are_active_for_one_to_two_generations_of_requests() {
         drop(claim(&gate, 0).unwrap());
     }
     assert_eq!(gate.active_keys(), Some(1), "forgotten two generations on");
+}
+
+#[test]
+fn each_generation_s_bitmap_is_cleared_before_it_is_used_again() {
+    let gate = fair(1 << 20, 0);
+    let generation = |first_key: u64| {
+        for n in 0..PERIOD {
+            drop(claim(&gate, first_key + n % 50).unwrap());
+        }
+    };
+    generation(0); // keys 0..50
+    assert_eq!(gate.active_keys(), Some(50));
+    generation(0); // the same 50
+    assert_eq!(gate.active_keys(), Some(50));
+    // Three generations of other keys: the first bitmap is used again, cleared.
+    for first in [100, 200, 300] {
+        generation(first);
+        assert_eq!(
+            gate.active_keys(),
+            Some(50),
+            "only the last generation's 50"
+        );
+    }
+    // A generation of five keys: the fifty before it are forgotten.
+    for n in 0..PERIOD {
+        drop(claim(&gate, 400 + n % 5).unwrap());
+    }
+    assert_eq!(gate.active_keys(), Some(5), "the last generation's five");
+}
+
+#[test]
+fn every_bit_set_reads_as_many_keys_not_as_infinitely_many() {
+    let gate = fair(1 << 20, 0);
+    // Keys at every bit of the bitmap (`Apart` places key k at bit k + 1, modulo).
+    for key in 0..BITS + 100 {
+        drop(claim(&gate, key).unwrap());
+    }
+    let active = gate.active_keys().unwrap();
+    assert!((BITS..1_000_000).contains(&active), "{active}");
+}
+
+#[test]
+fn the_gate_shows_its_fair_shares() {
+    let shown = format!("{:?}", fair(10, 125));
+    assert!(shown.contains("headroom: 125"), "{shown}");
 }
 
 #[test]
