@@ -25,6 +25,26 @@ fn full(max_waiting: usize) -> (CountLedger, CountPermit) {
     (ledger, held)
 }
 
+thread_local! {
+    /// The clock of the test on this thread (each test polls on its own thread).
+    static NOW: std::cell::Cell<Option<Instant>> = const { std::cell::Cell::new(None) };
+}
+
+fn set_now(at: Instant) {
+    NOW.with(|now| now.set(Some(at)));
+}
+
+/// A ledger of one slot with room for eight waiters whose wait reads this thread's test
+/// clock, set to the returned instant.
+fn on_the_test_clock() -> (CountLedger, Instant) {
+    let start = Instant::now();
+    set_now(start);
+    let ledger = CountLedger::new(1).unwrap();
+    ledger.set_max_waiting(8);
+    ledger.set_wait_clock(|| NOW.with(|now| now.get().expect("set")));
+    (ledger, start)
+}
+
 /// Queues a waiter in `flow` (pending: the ledger is full).
 fn queue(ledger: &CountLedger, flow: u64) -> Acquire {
     let mut waiter = ledger.acquire().in_flow(flow);
@@ -158,20 +178,12 @@ fn in_a_full_queue_a_flow_with_fewer_waiters_takes_the_place_of_the_most_crowded
 
 #[test]
 fn a_standing_queue_refuses_only_the_old_waiters_of_the_newcomers_flow() {
-    static NOW: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
-    fn clock() -> Instant {
-        NOW.lock().unwrap().expect("set")
-    }
-    let start = Instant::now();
-    *NOW.lock().unwrap() = Some(start);
-    let ledger = CountLedger::new(1).unwrap();
-    ledger.set_max_waiting(8);
-    ledger.set_wait_clock(clock);
+    let (ledger, start) = on_the_test_clock();
     let _held = ledger.try_acquire().unwrap();
     let mut old_1 = queue(&ledger, 1);
     let mut old_2 = queue(&ledger, 2);
     // The queue has stood for its interval, and both have waited past the target.
-    *NOW.lock().unwrap() = Some(start + Duration::from_millis(200));
+    set_now(start + Duration::from_millis(200));
     let _new_1 = queue(&ledger, 1);
     assert!(matches!(poll(&mut old_1), Poll::Ready(Err(Refused::Count))));
     assert!(
@@ -183,7 +195,7 @@ fn a_standing_queue_refuses_only_the_old_waiters_of_the_newcomers_flow() {
     let mut heavy = vec![_new_1];
     heavy.extend((0..4).map(|_| queue(&ledger, 1)));
     let mut first_3 = queue(&ledger, 3);
-    *NOW.lock().unwrap() = Some(start + Duration::from_millis(250));
+    set_now(start + Duration::from_millis(250));
     let mut second_3 = queue(&ledger, 3);
     assert!(
         poll(&mut first_3).is_pending(),
@@ -248,15 +260,7 @@ fn in_a_full_queue_the_most_crowded_flow_gives_way_wherever_it_waits() {
 
 #[test]
 fn two_flows_of_as_many_waiters_both_stand() {
-    static NOW: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
-    fn clock() -> Instant {
-        NOW.lock().unwrap().expect("set")
-    }
-    let start = Instant::now();
-    *NOW.lock().unwrap() = Some(start);
-    let ledger = CountLedger::new(1).unwrap();
-    ledger.set_max_waiting(8);
-    ledger.set_wait_clock(clock);
+    let (ledger, start) = on_the_test_clock();
     // It stands once waited in for 10 ms; a waiter may wait 50 ms.
     ledger.set_standing_queue(Duration::from_millis(10), Duration::from_millis(50));
     let held = ledger.try_acquire().unwrap();
@@ -264,7 +268,7 @@ fn two_flows_of_as_many_waiters_both_stand() {
     for flow in [1, 2, 1, 2, 1, 2] {
         waiters.push((flow, queue(&ledger, flow)));
     }
-    *NOW.lock().unwrap() = Some(start + Duration::from_millis(20));
+    set_now(start + Duration::from_millis(20));
     // Three of six, in two flows: each has its share, so each stands and is served
     // newest first: flow 1's third, then flow 2's third.
     let (at, held) = next(held, &mut waiters);
