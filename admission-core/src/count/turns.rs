@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use super::Waiters;
-use super::wait::State;
+use super::wait::{Acquire, State};
 
 impl Waiters {
     /// The place a new waiter of `flow` takes: its flow's, if the flow has waiters; else
@@ -84,5 +84,48 @@ impl Waiters {
                 _ => Some((n, at)),
             })?;
         (most > mine).then_some(at)
+    }
+}
+
+impl Acquire {
+    /// Waits in `flow` (a client, a tenant: any number that tells them apart): waiting
+    /// flows take turns at the slots that free, one slot each in turn, so that a flow
+    /// with many waiters does not take the slots of one with few; and in a full queue a
+    /// newcomer of a flow with fewer waiters takes the place of the oldest waiter of the
+    /// flow with the most (refused, [`Refused::Count`](crate::Refused::Count)). Within a flow, waiters are
+    /// served as the queue serves them (oldest first, newest while it stands), and a
+    /// standing queue refuses only a flow's own old waiters as its newcomers come.
+    /// Acquisitions that name no flow are one flow together.
+    ///
+    /// It costs a scan of the queue as the waiter queues and as each slot is granted,
+    /// under the ledger's lock (as the queue's order does already): keep
+    /// [`max_waiting`](crate::CountLedger::set_max_waiting) to hundreds, not millions.
+    ///
+    /// ```
+    /// use admission_core::CountLedger;
+    /// # let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    /// use std::future::Future;
+    /// use std::pin::pin;
+    ///
+    /// let ledger = CountLedger::new(1)?;
+    /// ledger.set_max_waiting(8);
+    /// let held = ledger.try_acquire()?;
+    /// let mut heavy = [pin!(ledger.acquire().in_flow(1)), pin!(ledger.acquire().in_flow(1))];
+    /// assert!(heavy[0].as_mut().poll(&mut cx).is_pending() && heavy[1].as_mut().poll(&mut cx).is_pending());
+    /// let mut light = pin!(ledger.acquire().in_flow(2));
+    /// assert!(light.as_mut().poll(&mut cx).is_pending());
+    ///
+    /// drop(held); // the slot goes to flow 1, whose turn came first
+    /// let first = heavy[0].as_mut().poll(&mut cx);
+    /// assert!(first.is_ready());
+    /// drop(first); // the next turn is flow 2's, though flow 1 waited before it
+    /// let second = light.as_mut().poll(&mut cx);
+    /// assert!(second.is_ready());
+    /// assert!(heavy[1].as_mut().poll(&mut cx).is_pending());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn in_flow(mut self, flow: u64) -> Self {
+        self.flow = Some(flow);
+        self
     }
 }
