@@ -100,6 +100,21 @@
 //! upgraded connection (WebSocket) once upgraded (it keeps its place under the caps), or
 //! anything across processes.
 //!
+//! # Fair shares
+//!
+//! A per-key cap is fixed; a [`FairShare`](crate::FairShare) moves with the load: each
+//! client's share is the count (its class's share of it) over the clients with work,
+//! rounded up, so a lone client can use an idle server and, once it is full, a client
+//! sending ten times as many requests does not take ten times the slots that free.
+//! Without a [`Wait`](crate::Wait), the last free slots (the headroom) are kept for the
+//! clients below their share and a client at or above it is refused 429: the heavy one
+//! is shed first, at the price of those slots idling while the light ones do not come.
+//! With a wait, waiting clients take turns at the slots that free instead, one each in
+//! turn, and no slot idles; a full queue makes room for a client with fewer waiters, and
+//! a client's own old waiters give way to its newer ones (the wait's standing-queue
+//! rule) only while it has at least its share of the waiters. A request that costs more
+//! than one slot says so with [`seats`](crate::AdmissionBuilder::seats).
+//!
 //! # Adaptive concurrency
 //!
 //! [`AdmissionBuilder::adaptive`](crate::AdmissionBuilder::adaptive) hands the count limit to an
