@@ -55,6 +55,15 @@ fn queue(ledger: &CountLedger, flow: u64) -> Acquire {
     waiter
 }
 
+/// The first of `waiters` gave its place to a newcomer (refused); the rest still wait.
+fn first_gave_way(waiters: &mut [Acquire]) {
+    assert!(matches!(
+        poll(&mut waiters[0]),
+        Poll::Ready(Err(Refused::Count))
+    ));
+    assert!(waiters[1..].iter_mut().all(|w| poll(w).is_pending()));
+}
+
 /// Releases `held`, and returns which of `waiters` (by index) was handed the slot, with
 /// the slot's permit.
 fn next(held: CountPermit, waiters: &mut [(u64, Acquire)]) -> (usize, CountPermit) {
@@ -148,15 +157,7 @@ fn in_a_full_queue_a_flow_with_fewer_waiters_takes_the_place_of_the_most_crowded
     assert!(matches!(poll(&mut more), Poll::Ready(Err(Refused::Count))));
     // Flow 3 (none waiting) takes the place of flow 1's oldest.
     let _third = queue(&ledger, 3);
-    assert!(matches!(
-        poll(&mut heavy[0]),
-        Poll::Ready(Err(Refused::Count))
-    ));
-    assert!(
-        heavy[1..]
-            .iter_mut()
-            .all(|waiter| poll(waiter).is_pending())
-    );
+    first_gave_way(&mut heavy);
     assert_eq!(ledger.waiting(), 4);
     // Flows 1, 2, 3 hold 2, 1, 1: flow 2's second would have as many as the most, and is
     // refused; flow 4's first takes the place of flow 1's older.
@@ -246,15 +247,7 @@ fn in_a_full_queue_the_most_crowded_flow_gives_way_wherever_it_waits() {
     let Poll::Ready(Ok(_granted)) = poll(&mut first) else {
         panic!("the granted waiter keeps its slot")
     };
-    assert!(matches!(
-        poll(&mut heavy[0]),
-        Poll::Ready(Err(Refused::Count))
-    ));
-    assert!(
-        heavy[1..]
-            .iter_mut()
-            .all(|waiter| poll(waiter).is_pending())
-    );
+    first_gave_way(&mut heavy);
     assert_eq!(ledger.in_flight(), 1);
 }
 
