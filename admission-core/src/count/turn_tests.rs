@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 
-use super::*;
+use std::time::Instant;
+
+use crate::{Acquire, CountLedger, CountPermit, Priority, Refused};
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};

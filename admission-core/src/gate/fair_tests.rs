@@ -6,7 +6,7 @@ use std::hash::{BuildHasher, Hasher};
 use proptest::prelude::*;
 
 use super::fair::{BITS, PERIOD};
-use super::*;
+use crate::{Claim, Gate, GatePermit, Key, Priority, Refused};
 
 /// Places key `k` at bit `k + 1` of the fair shares' bitmap, so keys never share one:
 /// the hash whose mix (`fair::mark`'s multiply) has `k + 1` in its top 13 bits.

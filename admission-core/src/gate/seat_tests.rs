@@ -6,7 +6,7 @@ use std::task::{Context, Poll, Waker};
 
 use proptest::prelude::*;
 
-use super::*;
+use crate::{Claim, Gate, GatePermit, Refused};
 
 #[test]
 fn a_claim_waits_for_its_first_seat_then_takes_the_rest_or_is_refused() {
