@@ -390,6 +390,7 @@ mod drain;
 mod permit;
 mod turns;
 mod wait;
+mod wait_settings;
 
 pub use drain::Drain;
 pub use permit::CountPermit;
