@@ -189,6 +189,10 @@ struct Waiters {
     target: Duration,
     /// The round being served, and the last place given in the turns (see `wait`).
     turn: (u64, u64),
+    /// Each waiting flow's waiters and the place of its oldest, as last counted (see
+    /// `turns`): kept, so that counting them under the lock allocates nothing once it
+    /// has grown to the flows that wait.
+    flows: std::collections::HashMap<Option<u64>, (usize, usize)>,
 }
 
 impl Default for Waiters {
@@ -203,6 +207,7 @@ impl Default for Waiters {
             interval: wait::INTERVAL,
             target: wait::TARGET,
             turn: (0, 0),
+            flows: std::collections::HashMap::new(),
         }
     }
 }

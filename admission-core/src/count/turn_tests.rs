@@ -229,6 +229,26 @@ fn a_standing_queue_refuses_only_the_old_waiters_of_the_newcomers_flow() {
 }
 
 #[test]
+fn of_two_flows_as_crowded_the_one_that_came_first_gives_way() {
+    for first in [1, 2] {
+        let second = 3 - first;
+        let (ledger, _held) = full(4);
+        // Interleaved, `first`'s oldest ahead: two waiters each.
+        let mut earlier = vec![queue(&ledger, first)];
+        let mut later = vec![queue(&ledger, second)];
+        earlier.push(queue(&ledger, first));
+        later.push(queue(&ledger, second));
+        // Flow 3's newcomer takes the place of the oldest waiter of the two.
+        let _third = queue(&ledger, 3);
+        first_gave_way(&mut earlier);
+        assert!(
+            later.iter_mut().all(|w| poll(w).is_pending()),
+            "{second} kept both"
+        );
+    }
+}
+
+#[test]
 fn in_a_full_queue_the_most_crowded_flow_gives_way_wherever_it_waits() {
     let (ledger, held) = full(4);
     let mut first = queue(&ledger, 1);

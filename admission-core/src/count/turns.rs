@@ -2,7 +2,6 @@
 //! each flow's place is its round, then the order it came to the round; the flow with the
 //! lowest is served next, and goes to the next round once served.
 
-use std::collections::HashMap;
 use std::time::Instant;
 
 use super::Waiters;
@@ -29,19 +28,34 @@ impl Waiters {
     /// waiters, served in turn as they come, does not: its waiters are served oldest
     /// first and not refused for a newer one of theirs. Acquisitions that name no flow
     /// stand with the queue.
-    pub(super) fn stands(&self, flow: Option<u64>, now: Instant) -> bool {
+    pub(super) fn stands(&mut self, flow: Option<u64>, now: Instant) -> bool {
         if !self.standing(now) {
             return false;
         }
         if flow.is_none() {
             return true;
         }
-        let mut counts: HashMap<Option<u64>, usize> = HashMap::new();
-        for waiter in self.queue.iter().filter(|w| w.state == State::Waiting) {
-            *counts.entry(waiter.flow).or_default() += 1;
+        let total = self.tally();
+        self.waiting_in(flow) * self.flows.len() >= total
+    }
+
+    /// Counts each flow's waiters into `flows`, with the place of its oldest: one pass
+    /// over the queue. The waiters counted.
+    fn tally(&mut self) -> usize {
+        self.flows.clear();
+        let mut total = 0;
+        for (at, waiter) in self.queue.iter().enumerate() {
+            if waiter.state == State::Waiting {
+                self.flows.entry(waiter.flow).or_insert((0, at)).0 += 1;
+                total += 1;
+            }
         }
-        let total: usize = counts.values().sum();
-        counts.get(&flow).copied().unwrap_or(0) * counts.len() >= total
+        total
+    }
+
+    /// The waiters of `flow`, as last counted.
+    fn waiting_in(&self, flow: Option<u64>) -> usize {
+        self.flows.get(&flow).map_or(0, |&(waiters, _)| waiters)
     }
 
     fn next_place(&mut self) -> u64 {
@@ -64,26 +78,15 @@ impl Waiters {
     /// queue: the oldest waiter of the flow with the most waiters, if that flow has more
     /// than the newcomer's will (its own plus the newcomer). No flow has more than its
     /// share of a full queue for long: each newcomer of a flow with fewer takes one.
-    pub(super) fn crowded(&self, flow: Option<u64>) -> Option<usize> {
-        let waiting = |of: Option<u64>| {
-            self.queue
-                .iter()
-                .filter(|waiter| waiter.state == State::Waiting && waiter.flow == of)
-                .count()
-        };
-        let mine = waiting(flow) + 1;
-        let (most, at) = self
-            .queue
-            .iter()
-            .enumerate()
-            .filter(|(_, waiter)| waiter.state == State::Waiting && waiter.flow != flow)
-            .map(|(at, waiter)| (waiting(waiter.flow), at))
-            // The oldest of the largest: `max_by_key` keeps the last of equals.
-            .fold(None::<(usize, usize)>, |best, (n, at)| match best {
-                Some((m, _)) if m >= n => best,
-                _ => Some((n, at)),
-            })?;
-        (most > mine).then_some(at)
+    pub(super) fn crowded(&mut self, flow: Option<u64>) -> Option<usize> {
+        self.tally();
+        let mine = self.waiting_in(flow) + 1;
+        let (most, oldest) = (self.flows.iter())
+            .filter(|(of, _)| **of != flow)
+            .map(|(_, &count)| count)
+            // The most waiters; of equals, the flow whose oldest came first.
+            .max_by(|(n, at), (m, bt)| n.cmp(m).then(bt.cmp(at)))?;
+        (most > mine).then_some(oldest)
     }
 }
 

@@ -29,6 +29,7 @@
 //! class's share is in flight, which refuses a new acquisition of that class just the
 //! same, while a more important class with room in its share is admitted at once.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::ptr::NonNull;
@@ -94,16 +95,15 @@ impl Waiters {
     /// The waiter to serve next: the most important class first; within it, the flow
     /// whose turn it is (the lowest place; of equals, the first to come); within the flow
     /// the oldest, or, while the flow stands, the newest.
-    fn next(&self, now: Instant) -> Option<usize> {
-        let waiting =
-            || (self.queue.iter().enumerate()).filter(|(_, waiter)| waiter.state == State::Waiting);
+    fn next(&mut self, now: Instant) -> Option<usize> {
         // `min_by_key` keeps the first of equals: the oldest.
-        let (oldest, head) = waiting().min_by_key(|(_, waiter)| (waiter.rank(), waiter.turn))?;
-        if !self.stands(head.flow, now) {
+        let (oldest, place) = waiting(&self.queue)
+            .map(|(at, waiter)| (at, (waiter.rank(), waiter.turn, waiter.flow)))
+            .min_by_key(|&(_, (rank, turn, _))| (rank, turn))?;
+        if !self.stands(place.2, now) {
             return Some(oldest);
         }
-        let place = (head.rank(), head.turn, head.flow);
-        waiting()
+        waiting(&self.queue)
             .rfind(|(_, waiter)| (waiter.rank(), waiter.turn, waiter.flow) == place)
             .map(|(newest, _)| newest)
     }
@@ -118,6 +118,11 @@ impl Waiters {
     fn find(&self, id: u64) -> Option<usize> {
         self.queue.iter().position(|waiter| waiter.id == id)
     }
+}
+
+/// The waiters still waiting, with their places in `queue`.
+fn waiting(queue: &VecDeque<Waiter>) -> impl DoubleEndedIterator<Item = (usize, &Waiter)> {
+    (queue.iter().enumerate()).filter(|(_, waiter)| waiter.state == State::Waiting)
 }
 
 impl CountInner {
@@ -216,7 +221,8 @@ impl CountInner {
             // back below, after this borrow ends.
             let inner = unsafe { ptr.as_ref() };
             let mut control = inner.cold.control.lock();
-            match control.next((control.clock)()) {
+            let now = (control.clock)();
+            match control.next(now) {
                 Some(at) => {
                     let threshold = inner.threshold(control.queue[at].priority);
                     // Relaxed: while `QUEUE` is set the count changes only under this
