@@ -22,8 +22,9 @@ use tower::Layer;
 const MIB: u64 = 1 << 20;
 
 /// A tree laid out as Linux's `/` whose cgroup limit is `limit`, and whose
-/// `proc/self/status` is this process's own (a link), so that what is resident is real.
-fn root_with_limit(limit: u64) -> PathBuf {
+/// `proc/self/status` is this process's own (a link), so that what is resident is real;
+/// removed when dropped.
+fn root_with_limit(limit: u64) -> Tree {
     // One tree a call: the tests of this file run at once.
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -36,7 +37,22 @@ fn root_with_limit(limit: u64) -> PathBuf {
     std::fs::write(root.join("proc/self/cgroup"), "0::/\n").unwrap();
     std::fs::write(root.join("sys/fs/cgroup/memory.max"), format!("{limit}\n")).unwrap();
     std::os::unix::fs::symlink("/proc/self/status", root.join("proc/self/status")).unwrap();
-    root
+    Tree(root)
+}
+
+/// A test's tree, removed when dropped.
+struct Tree(PathBuf);
+
+impl Tree {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn resident() -> u64 {
@@ -111,22 +127,22 @@ async fn ballast_is_shed_for(share: MemoryShare, limit: u64) {
 async fn a_ballast_toward_the_limit_sheds_uploads_before_the_limit_and_not_after() {
     let limit = resident() + 160 * MIB;
     let root = root_with_limit(limit);
-    ballast_is_shed_for(MemoryShare::of(0.25).read_from(&root), limit).await;
-    let _ = std::fs::remove_dir_all(root);
+    ballast_is_shed_for(MemoryShare::of(0.25).read_from(root.path()), limit).await;
 }
 
 #[test]
 fn a_budget_is_a_share_of_the_limit_read_at_build_and_errors_say_which_file() {
     let root = root_with_limit(400 * MIB);
     let layer = AdmissionLayer::builder()
-        .bytes_share(MemoryShare::of(0.25).read_from(&root))
+        .bytes_share(MemoryShare::of(0.25).read_from(root.path()))
         .build()
         .unwrap();
     assert_eq!(layer.gate().bytes().unwrap().budget(), 100 * MIB);
     let memory = layer.snapshot().memory.unwrap();
     assert_eq!(memory, MemoryLimit::new(400 * MIB, MemorySource::CgroupV2));
 
-    let share = |s: f64| AdmissionLayer::builder().bytes_share(MemoryShare::of(s).read_from(&root));
+    let share =
+        |s: f64| AdmissionLayer::builder().bytes_share(MemoryShare::of(s).read_from(root.path()));
     assert_eq!(share(0.0).build().unwrap_err(), BuildError::MemoryShare);
     assert_eq!(share(1.5).build().unwrap_err(), BuildError::MemoryShare);
     assert_eq!(
@@ -134,7 +150,7 @@ fn a_budget_is_a_share_of_the_limit_read_at_build_and_errors_say_which_file() {
         BuildError::BytesAndShare
     );
     let missing = AdmissionLayer::builder()
-        .bytes_share(MemoryShare::of(0.5).read_from(root.join("nowhere")))
+        .bytes_share(MemoryShare::of(0.5).read_from(root.path().join("nowhere")))
         .build()
         .unwrap_err();
     let BuildError::Memory(error) = &missing else {

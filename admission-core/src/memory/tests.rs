@@ -1,10 +1,11 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::*;
 
-/// A directory laid out as Linux's `/`, with `files` (path, contents) in it.
-fn tree(files: &[(&str, &str)]) -> PathBuf {
+/// A directory laid out as Linux's `/`, with `files` (path, contents) in it; removed
+/// when dropped.
+fn tree(files: &[(&str, &str)]) -> Tree {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let root = std::env::temp_dir().join(format!("admission-memory-{}-{n}", std::process::id()));
@@ -14,7 +15,24 @@ fn tree(files: &[(&str, &str)]) -> PathBuf {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, contents).unwrap();
     }
-    root
+    Tree(root)
+}
+
+/// A test's directory, removed when dropped.
+struct Tree(PathBuf);
+
+impl std::ops::Deref for Tree {
+    type Target = Path;
+
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 const MEMINFO: (&str, &str) = (
