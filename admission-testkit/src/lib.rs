@@ -1,7 +1,8 @@
 //! The workspace's test helpers, shared by every crate's tests and examples (not
 //! published): a server on loopback ([`serve`], [`serve_on`], [`spawn_server`]), h2 written by hand
-//! ([`h2`]), waiting for what a test expects ([`eventually`]), and a heap counter
-//! ([`heap`], installed by [`count_the_heap!`]).
+//! ([`h2`]), waiting for what a test expects ([`eventually`]), a heap counter
+//! ([`heap`], installed by [`count_the_heap!`]), and a directory that goes with the test
+//! ([`Scratch`]).
 
 // Test helpers: each test binary uses part of them.
 #![allow(missing_docs, dead_code)]
@@ -9,7 +10,9 @@
 mod eventually;
 pub mod h2;
 pub mod heap;
+mod scratch;
 mod serve;
 
 pub use eventually::{eventually, eventually_within, holds_within};
+pub use scratch::Scratch;
 pub use serve::{Served, serve, serve_on, spawn_server};

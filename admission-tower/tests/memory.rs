@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use admission_core::memory::{MemoryErrorKind, MemoryLimit, MemorySource, resident_at};
+use admission_testkit::Scratch;
 use admission_tower::{AdmissionLayer, BuildError, MemoryShare};
 use http::StatusCode;
 use support::{Seen, app, post, send, serve};
@@ -24,35 +25,14 @@ const MIB: u64 = 1 << 20;
 /// A tree laid out as Linux's `/` whose cgroup limit is `limit`, and whose
 /// `proc/self/status` is this process's own (a link), so that what is resident is real;
 /// removed when dropped.
-fn root_with_limit(limit: u64) -> Tree {
-    // One tree a call: the tests of this file run at once.
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let root =
-        std::env::temp_dir().join(format!("admission-memory-wire-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    std::fs::create_dir_all(root.join("proc/self")).unwrap();
-    std::fs::create_dir_all(root.join("sys/fs/cgroup")).unwrap();
-    std::fs::write(root.join("proc/meminfo"), "MemTotal: 1073741824 kB\n").unwrap();
-    std::fs::write(root.join("proc/self/cgroup"), "0::/\n").unwrap();
-    std::fs::write(root.join("sys/fs/cgroup/memory.max"), format!("{limit}\n")).unwrap();
-    std::os::unix::fs::symlink("/proc/self/status", root.join("proc/self/status")).unwrap();
-    Tree(root)
-}
-
-/// A test's tree, removed when dropped.
-struct Tree(PathBuf);
-
-impl Tree {
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for Tree {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+fn root_with_limit(limit: u64) -> Scratch {
+    let root = Scratch::new("admission-memory-wire");
+    root.write("proc/meminfo", "MemTotal: 1073741824 kB\n");
+    root.write("proc/self/cgroup", "0::/\n");
+    root.write("sys/fs/cgroup/memory.max", &format!("{limit}\n"));
+    let status = root.path().join("proc/self/status");
+    std::os::unix::fs::symlink("/proc/self/status", status).unwrap();
+    root
 }
 
 fn resident() -> u64 {

@@ -104,13 +104,12 @@ async fn the_prometheus_text_equals_the_snapshot_and_the_clients_tally() {
         .unwrap();
     // A second layer in the same process: told apart by its name.
     // Its byte budget a share of a memory limit of 64 MiB, laid out in files.
-    let root = std::env::temp_dir().join(format!("admission-metrics-{}", std::process::id()));
-    std::fs::create_dir_all(root.join("proc")).unwrap();
-    std::fs::write(root.join("proc/meminfo"), "MemTotal: 65536 kB\n").unwrap();
+    let root = admission_testkit::Scratch::new("admission-metrics");
+    root.write("proc/meminfo", "MemTotal: 65536 kB\n");
     let other = AdmissionLayer::builder()
         .name("other")
         .count(1)
-        .bytes_share(admission_tower::MemoryShare::of(0.5).read_from(&root))
+        .bytes_share(admission_tower::MemoryShare::of(0.5).read_from(root.path()))
         .build()
         .unwrap();
     // And a layer with no limit at all: with metrics on, it still counts its requests.
