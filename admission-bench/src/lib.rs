@@ -17,12 +17,6 @@ pub mod layer;
 /// A virtual-time simulation of a server behind a limiter, for the `adaptive` binary.
 pub mod sim;
 
-/// The workspace README's examples, compiled and run as doctests (this crate is not
-/// published, so it can depend on every adapter the README shows).
-#[cfg(doctest)]
-#[doc = include_str!("../../README.md")]
-struct WorkspaceReadme;
-
 /// The floor: a bare compare-exchange acquire and an atomic-subtract release on one
 /// padded word. No permit object, no lifetime management: nothing can be cheaper and
 /// still refuse correctly.

@@ -15,4 +15,10 @@ mod serve;
 
 pub use eventually::{eventually, eventually_within, holds_within};
 pub use scratch::Scratch;
+
+/// The workspace README's examples, compiled and run as doctests (this crate is not
+/// published, so its dev-dependencies can be every adapter the README shows).
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct WorkspaceReadme;
 pub use serve::{Served, serve, serve_on, spawn_server};
