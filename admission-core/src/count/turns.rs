@@ -1,13 +1,32 @@
-//! The wait's turns between flows (see [`Acquire::in_flow`](super::Acquire::in_flow)):
-//! each flow's place is its round, then the order it came to the round; the flow with the
-//! lowest is served next, and goes to the next round once served.
+//! The wait's order: which waiter is served next (classes first, then the flows' turns,
+//! then within a flow), and the turns between flows (see
+//! [`Acquire::in_flow`](super::Acquire::in_flow)): each flow's place is its round, then the
+//! order it came to the round; the flow with the lowest is served next, and goes to the
+//! next round once served.
 
+use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::Waiters;
-use super::wait::{Acquire, State};
+use super::wait::{Acquire, State, Waiter};
 
 impl Waiters {
+    /// The waiter to serve next: the most important class first; within it, the flow
+    /// whose turn it is (the lowest place; of equals, the first to come); within the flow
+    /// the oldest, or, while the flow stands, the newest.
+    pub(super) fn next(&mut self, now: Instant) -> Option<usize> {
+        // `min_by_key` keeps the first of equals: the oldest.
+        let (oldest, place) = waiting(&self.queue)
+            .map(|(at, waiter)| (at, (waiter.rank(), waiter.turn, waiter.flow)))
+            .min_by_key(|&(_, (rank, turn, _))| (rank, turn))?;
+        if !self.stands(place.2, now) {
+            return Some(oldest);
+        }
+        waiting(&self.queue)
+            .rfind(|(_, waiter)| (waiter.rank(), waiter.turn, waiter.flow) == place)
+            .map(|(newest, _)| newest)
+    }
+
     /// The place a new waiter of `flow` takes: its flow's, if the flow has waiters; else
     /// the last place of the round being served, so that a flow that comes to wait goes
     /// after the flows still owed a turn in this round and before those that have had
@@ -131,4 +150,9 @@ impl Acquire {
         self.flow = Some(flow);
         self
     }
+}
+
+/// The waiters still waiting, with their places in `queue`.
+fn waiting(queue: &VecDeque<Waiter>) -> impl DoubleEndedIterator<Item = (usize, &Waiter)> {
+    (queue.iter().enumerate()).filter(|(_, waiter)| waiter.state == State::Waiting)
 }

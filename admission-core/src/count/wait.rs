@@ -29,7 +29,6 @@
 //! class's share is in flight, which refuses a new acquisition of that class just the
 //! same, while a more important class with room in its share is admitted at once.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::pin::Pin;
 use std::ptr::NonNull;
@@ -79,7 +78,7 @@ pub(super) enum State {
 impl Waiter {
     /// Its place among classes: 0 is the most important (no class: the whole capacity,
     /// as the most important class).
-    fn rank(&self) -> usize {
+    pub(super) fn rank(&self) -> usize {
         self.priority.map_or(0, Priority::index)
     }
 }
@@ -92,22 +91,6 @@ impl Waiters {
             .is_some_and(|since| now.saturating_duration_since(since) >= self.interval)
     }
 
-    /// The waiter to serve next: the most important class first; within it, the flow
-    /// whose turn it is (the lowest place; of equals, the first to come); within the flow
-    /// the oldest, or, while the flow stands, the newest.
-    fn next(&mut self, now: Instant) -> Option<usize> {
-        // `min_by_key` keeps the first of equals: the oldest.
-        let (oldest, place) = waiting(&self.queue)
-            .map(|(at, waiter)| (at, (waiter.rank(), waiter.turn, waiter.flow)))
-            .min_by_key(|&(_, (rank, turn, _))| (rank, turn))?;
-        if !self.stands(place.2, now) {
-            return Some(oldest);
-        }
-        waiting(&self.queue)
-            .rfind(|(_, waiter)| (waiter.rank(), waiter.turn, waiter.flow) == place)
-            .map(|(newest, _)| newest)
-    }
-
     pub(super) fn waiting(&self) -> usize {
         self.queue
             .iter()
@@ -118,11 +101,6 @@ impl Waiters {
     fn find(&self, id: u64) -> Option<usize> {
         self.queue.iter().position(|waiter| waiter.id == id)
     }
-}
-
-/// The waiters still waiting, with their places in `queue`.
-fn waiting(queue: &VecDeque<Waiter>) -> impl DoubleEndedIterator<Item = (usize, &Waiter)> {
-    (queue.iter().enumerate()).filter(|(_, waiter)| waiter.state == State::Waiting)
 }
 
 impl CountInner {
